@@ -1,0 +1,187 @@
+"""Numba kernels of the scaled forward filter for action-conditioned HMMs.
+
+Imported lazily (numba takes about half a second to import).  Two layouts of
+the transition tensor: dense ``T[a, i, j]`` and stacked CSR, where row
+``a * H + i`` holds ``T[a][i, :]``.  One step:
+
+    pred    = alpha_{t-1} T[a_t]            (rows of T may be all zero)
+    pred   /= sum(pred)                      (no prediction if the sum is 0)
+    p(o)    = pred E                         (predictive distribution)
+    alpha_t = pred * E[:, o_t] / p(o_t)
+
+After a step whose observation had probability 0 (or no prediction) the
+belief restarts from the states that emit ``o_t`` (``E[:, o_t]`` normalised),
+or from ``B`` if no state emits it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True)
+def _finish_step(pred, E, o, alpha, logp, nopred, pred_out, post_out, n, t, B):
+    H = E.shape[0]
+    O = E.shape[1]
+    total = pred.sum()
+    if total > 0.0:
+        for j in range(H):
+            pred[j] /= total
+        if pred_out.shape[0] > 0:
+            for k in range(O):
+                acc = 0.0
+                for j in range(H):
+                    acc += pred[j] * E[j, k]
+                pred_out[n, t, k] = acc
+        po = 0.0
+        for j in range(H):
+            alpha[j] = pred[j] * E[j, o]
+            po += alpha[j]
+    else:
+        nopred[n, t] = True
+        po = 0.0
+    if po > 0.0:
+        logp[n, t] = np.log(po)
+        for j in range(H):
+            alpha[j] /= po
+    else:
+        logp[n, t] = -np.inf
+        s = 0.0
+        for j in range(H):
+            alpha[j] = E[j, o]
+            s += alpha[j]
+        if s > 0.0:
+            for j in range(H):
+                alpha[j] /= s
+        else:
+            for j in range(H):
+                alpha[j] = B[j]
+    if post_out.shape[0] > 0:
+        for j in range(H):
+            post_out[n, t, j] = alpha[j]
+
+
+@njit(cache=True)
+def forward_dense(T, E, B, obs, actions, logp, nopred, pred_out, post_out):
+    """Fill ``logp`` (N, L) and ``nopred`` (N, L); optionally ``pred_out`` (N, L, O), ``post_out`` (N, L, H)."""
+    N, L = obs.shape
+    H = E.shape[0]
+    alpha = np.empty(H)
+    pred = np.empty(H)
+    for n in range(N):
+        for j in range(H):
+            pred[j] = B[j]
+        _finish_step(pred, E, obs[n, 0], alpha, logp, nopred, pred_out, post_out, n, 0, B)
+        for t in range(1, L):
+            a = actions[n, t]
+            pred[:] = 0.0
+            for i in range(H):
+                w = alpha[i]
+                if w != 0.0:
+                    row = T[a, i]
+                    for j in range(H):
+                        pred[j] += w * row[j]
+            _finish_step(pred, E, obs[n, t], alpha, logp, nopred, pred_out, post_out, n, t, B)
+
+
+@njit(cache=True)
+def forward_csr(indptr, indices, data, E, B, em_ptr, em_idx, obs, actions, logp, nopred, pred_out, post_out):
+    """As :func:`forward_dense` with T as stacked CSR (row ``a * H + i``).
+
+    Work per step is proportional to the belief's support and its successors,
+    not to H, so a deterministic 500,000-state memory filters as fast as a
+    small model.  ``em_ptr``/``em_idx`` list the states emitting each
+    observation (CSR by observation), used for the restart after a
+    zero-probability step.
+    """
+    N, L = obs.shape
+    H, O = E.shape
+    pred = np.zeros(H)
+    alpha = np.zeros(H)
+    touched = np.zeros(H, dtype=np.bool_)
+    tlist = np.empty(H, dtype=np.int64)
+    sup = np.empty(H, dtype=np.int64)
+    b_sup = np.flatnonzero(B)
+    for n in range(N):
+        m_s = 0
+        for t in range(L):
+            o = obs[n, t]
+            # ---- prediction into pred over tlist[:m_t]
+            m_t = 0
+            if t == 0:
+                for q in range(b_sup.shape[0]):
+                    j = b_sup[q]
+                    pred[j] = B[j]
+                    touched[j] = True
+                    tlist[m_t] = j
+                    m_t += 1
+            else:
+                a = actions[n, t]
+                for q in range(m_s):
+                    i = sup[q]
+                    w = alpha[i]
+                    alpha[i] = 0.0
+                    r = a * H + i
+                    for k in range(indptr[r], indptr[r + 1]):
+                        j = indices[k]
+                        if not touched[j]:
+                            touched[j] = True
+                            tlist[m_t] = j
+                            m_t += 1
+                        pred[j] += w * data[k]
+            total = 0.0
+            for q in range(m_t):
+                total += pred[tlist[q]]
+            po = 0.0
+            m_s = 0
+            if total > 0.0:
+                for q in range(m_t):
+                    j = tlist[q]
+                    pj = pred[j] / total
+                    if pred_out.shape[0] > 0:
+                        for k in range(O):
+                            pred_out[n, t, k] += pj * E[j, k]
+                    v = pj * E[j, o]
+                    if v > 0.0:
+                        alpha[j] = v
+                        po += v
+                        sup[m_s] = j
+                        m_s += 1
+            else:
+                nopred[n, t] = True
+            for q in range(m_t):
+                j = tlist[q]
+                pred[j] = 0.0
+                touched[j] = False
+            if po > 0.0:
+                logp[n, t] = np.log(po)
+                for q in range(m_s):
+                    alpha[sup[q]] /= po
+            else:
+                logp[n, t] = -np.inf
+                for q in range(m_s):
+                    alpha[sup[q]] = 0.0
+                m_s = 0
+                s = 0.0
+                for k in range(em_ptr[o], em_ptr[o + 1]):
+                    j = em_idx[k]
+                    alpha[j] = E[j, o]
+                    s += alpha[j]
+                    sup[m_s] = j
+                    m_s += 1
+                if s > 0.0:
+                    for q in range(m_s):
+                        alpha[sup[q]] /= s
+                else:
+                    m_s = 0
+                    for q in range(b_sup.shape[0]):
+                        j = b_sup[q]
+                        alpha[j] = B[j]
+                        sup[m_s] = j
+                        m_s += 1
+            if post_out.shape[0] > 0:
+                for q in range(m_s):
+                    post_out[n, t, sup[q]] = alpha[sup[q]]
+        for q in range(m_s):
+            alpha[sup[q]] = 0.0

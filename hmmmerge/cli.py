@@ -1,0 +1,60 @@
+"""The ``hmmmerge`` command line.
+
+Each sub-command lives in :mod:`hmmmerge.commands` as a module with
+``add_parser(subparsers)`` and ``run(args) -> int``; heavy imports happen
+inside ``run`` so that ``hmmmerge --help`` answers at once.  Errors in the
+arguments or the inputs print one line and exit with code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+
+COMMANDS = ["env", "demo"]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit code 2, no usage dump
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="hmmmerge", description="Learn cognitive maps from experience.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for name in COMMANDS:
+        importlib.import_module(f"hmmmerge.commands.{name}").add_parser(sub)
+    return parser
+
+
+def print_json(obj) -> None:
+    """Print one JSON object on stdout (numpy scalars and arrays converted)."""
+    print(json.dumps(obj, default=_json_default, sort_keys=True))
+
+
+def _json_default(x):
+    import numpy as np
+
+    if isinstance(x, np.integer):
+        return int(x)
+    if isinstance(x, np.floating):
+        return float(x)
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    raise TypeError(f"not JSON serialisable: {type(x).__name__}")
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.run(args) or 0)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"hmmmerge {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,344 @@
+"""ActionHMM: the one model type of hmmmerge.
+
+A world model ``M = <H, A, O, T, E, B>`` (the paper's Definition 2.2) with
+action-conditioned transitions ``T[a][i, j] = P(h' = j | h = i, a)``,
+emissions ``E[i, o] = P(o | h = i)`` and initial distribution ``B``.  The true
+world, level 1, level 2 and every baseline produce one, and one scaled forward
+filter scores them all.
+
+Rows of ``T[a]`` may sum to 0: the model knows no successor of that state
+under that action.  The filter then predicts from the states of the belief
+that have a successor (renormalising), and when none has, it makes *no
+prediction* at that step: the step is flagged and its probability is 0.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from ._random import as_generator
+from .rollouts import Trajectories
+
+__all__ = ["ActionHMM", "FilterResult"]
+
+
+class FilterResult:
+    """Output of :meth:`ActionHMM.run_filter`.
+
+    Attributes
+    ----------
+    log_probs : (N, L) array, ``log P(o_t | o_<t, a_<=t)``; ``-inf`` where the
+        observation had probability 0 (including no-prediction steps).
+    no_prediction : (N, L) bool array, steps where the model predicted nothing.
+    predictions : (N, L, O) predictive distributions or ``None``; all-zero rows
+        where there was no prediction.
+    posteriors : (N, L, H) filtered beliefs or ``None``.
+    """
+
+    def __init__(self, log_probs, no_prediction, predictions=None, posteriors=None):
+        self.log_probs = log_probs
+        self.no_prediction = no_prediction
+        self.predictions = predictions
+        self.posteriors = posteriors
+
+    @property
+    def log_likelihood(self) -> float:
+        return float(self.log_probs.sum())
+
+
+class ActionHMM:
+    """An action-conditioned HMM with dense or sparse transitions.
+
+    Parameters
+    ----------
+    T : array (A, H, H), or a sequence of A matrices (H, H), dense or scipy.sparse.
+        If any matrix is sparse the model is stored sparse (CSR).
+    E : array (H, O), rows are distributions.
+    B : array (H,), a distribution.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> T = np.array([[[0., 1.], [1., 0.]]])          # one action: swap
+    >>> hmm = ActionHMM(T, np.eye(2), [1.0, 0.0])
+    >>> hmm.log_likelihood([0, 1, 0], [-1, 0, 0])
+    0.0
+    >>> hmm.predict_obs([0, 1], [-1, 0])[1].tolist()
+    [0.0, 1.0]
+    """
+
+    def __init__(self, T, E, B, *, atol: float = 1e-9):
+        E = np.asarray(E.toarray() if sp.issparse(E) else E, dtype=np.float64)
+        B = np.asarray(B, dtype=np.float64)
+        if E.ndim != 2:
+            raise ValueError(f"E must be 2-D (n_states x n_obs), got shape {E.shape}")
+        H, O = E.shape
+        if H == 0 or O == 0:
+            raise ValueError(f"E has shape {E.shape}: a model needs at least one state and one observation")
+        if B.shape != (H,):
+            raise ValueError(f"B must have shape ({H},) to match E {E.shape}, got {B.shape}")
+        _check_distribution_rows(E, "E", atol)
+        _check_distribution_rows(B[None, :], "B", atol)
+
+        if isinstance(T, np.ndarray) and T.ndim == 3 and not sp.issparse(T):
+            mats = [T[a] for a in range(T.shape[0])]
+        elif isinstance(T, (list, tuple)):
+            mats = list(T)
+        else:
+            raise TypeError("T must be an array (A, H, H) or a list of A matrices (H, H)")
+        if not mats:
+            raise ValueError("T has no actions")
+        self.is_sparse = any(sp.issparse(m) for m in mats)
+        if self.is_sparse:
+            mats = [sp.csr_matrix(m, dtype=np.float64) for m in mats]
+        else:
+            mats = [np.asarray(m, dtype=np.float64) for m in mats]
+        for a, m in enumerate(mats):
+            if m.shape != (H, H):
+                raise ValueError(f"T[{a}] has shape {m.shape}, expected ({H}, {H}) to match E")
+            vals = m.data if self.is_sparse else m
+            if not np.isfinite(vals).all():
+                raise ValueError(f"T[{a}] holds NaN or inf")
+            if (vals < 0).any():
+                raise ValueError(f"T[{a}] holds a negative probability")
+            sums = np.asarray(m.sum(axis=1)).ravel()
+            bad = np.flatnonzero((np.abs(sums) > atol) & (np.abs(sums - 1.0) > atol))
+            if len(bad):
+                raise ValueError(
+                    f"T[{a}] row {bad[0]} sums to {sums[bad[0]]:.12g}; rows must sum to 1 "
+                    "(or to 0 for an unknown transition)"
+                )
+        self.T = mats if self.is_sparse else np.stack(mats)
+        self.E = E
+        self.B = B
+        self._csr = None
+
+    # ---------------------------------------------------------------- sizes
+    @property
+    def n_states(self) -> int:
+        return self.E.shape[0]
+
+    @property
+    def n_actions(self) -> int:
+        return len(self.T)
+
+    @property
+    def n_obs(self) -> int:
+        return self.E.shape[1]
+
+    def __repr__(self) -> str:
+        kind = "sparse" if self.is_sparse else "dense"
+        return f"ActionHMM(n_states={self.n_states}, n_actions={self.n_actions}, n_obs={self.n_obs}, {kind})"
+
+    # ------------------------------------------------------------ builders
+    @classmethod
+    def from_deterministic(cls, next_state, emission, n_obs: int, start: int = 0) -> "ActionHMM":
+        """A sparse deterministic model: ``next_state`` (A x H, -1 = unknown), ``emission`` (H,).
+
+        >>> hmm = ActionHMM.from_deterministic([[1, -1]], [0, 1], n_obs=2)
+        >>> hmm.T[0].toarray().tolist()
+        [[0.0, 1.0], [0.0, 0.0]]
+        """
+        ns = np.asarray(next_state, dtype=np.int64)
+        em = np.asarray(emission, dtype=np.int64)
+        if ns.ndim != 2 or em.ndim != 1 or ns.shape[1] != em.shape[0]:
+            raise ValueError(f"next_state (A x H) and emission (H,) disagree: {ns.shape} vs {em.shape}")
+        H = em.shape[0]
+        if H == 0:
+            raise ValueError("a deterministic model needs at least one state")
+        if ns.size and (ns.max() >= H or ns.min() < -1):
+            raise ValueError(f"next_state entries must be state indices in 0..{H - 1} or -1")
+        if em.min() < 0 or em.max() >= n_obs:
+            raise ValueError(f"emission entries must be observations in 0..{n_obs - 1}")
+        if not 0 <= start < H:
+            raise ValueError(f"start={start} is not a state index in 0..{H - 1}")
+        T = []
+        for a in range(ns.shape[0]):
+            src = np.flatnonzero(ns[a] >= 0)
+            T.append(sp.csr_matrix((np.ones(len(src)), (src, ns[a, src])), shape=(H, H)))
+        E = np.zeros((H, n_obs))
+        E[np.arange(H), em] = 1.0
+        B = np.zeros(H)
+        B[start] = 1.0
+        return cls(T, E, B)
+
+    def transition(self, a: int):
+        """``T[a]`` as stored (ndarray or CSR matrix)."""
+        return self.T[a]
+
+    def to_dense(self) -> "ActionHMM":
+        """A dense copy (for small models, pgmpy export, tests)."""
+        if not self.is_sparse:
+            return self
+        return ActionHMM(np.stack([m.toarray() for m in self.T]), self.E, self.B)
+
+    # ------------------------------------------------------------ filtering
+    def _prepare(self, obs, actions) -> tuple[np.ndarray, np.ndarray, bool]:
+        if isinstance(obs, Trajectories):
+            if actions is not None:
+                raise ValueError("pass either Trajectories or (obs, actions), not both")
+            obs, actions = obs.obs, obs.actions
+        single = np.ndim(obs) == 1
+        if actions is None:
+            if self.n_actions != 1:
+                raise ValueError(f"actions are required: the model has {self.n_actions} actions")
+            actions = np.zeros(np.shape(obs), dtype=np.int64)
+            actions[..., 0] = -1
+        traj = Trajectories(obs=obs, actions=actions)
+        o, a = traj.obs, traj.actions
+        if o.max() >= self.n_obs:
+            raise ValueError(f"obs holds {int(o.max())}, outside the model's 0..{self.n_obs - 1}")
+        if o.shape[1] > 1 and a[:, 1:].max() >= self.n_actions:
+            raise ValueError(
+                f"actions holds {int(a[:, 1:].max())}, outside the model's 0..{self.n_actions - 1}"
+            )
+        return o, a, single
+
+    def _stacked_csr(self):
+        if self._csr is None:
+            H = self.n_states
+            stacked = sp.vstack(self.T, format="csr")
+            stacked.sort_indices()
+            emitters = sp.csc_matrix(self.E > 0)
+            self._csr = (
+                stacked.indptr.astype(np.int64),
+                stacked.indices.astype(np.int64),
+                stacked.data.astype(np.float64),
+                emitters.indptr.astype(np.int64),
+                emitters.indices.astype(np.int64),
+            )
+            assert stacked.shape == (self.n_actions * H, H)
+        return self._csr
+
+    def run_filter(self, obs, actions=None, *, predictions=False, posteriors=False) -> FilterResult:
+        """Run the scaled forward filter over a batch of episodes.
+
+        ``obs``/``actions``: (N, L) int arrays (or 1-D for one episode, or a
+        :class:`~hmmmerge.rollouts.Trajectories`), ``actions[:, 0] == -1``.
+        Every episode restarts from ``B``.
+
+        >>> import numpy as np
+        >>> hmm = ActionHMM(np.ones((1, 2, 2)) / 2, np.eye(2), [0.5, 0.5])
+        >>> r = hmm.run_filter([[0, 1, 1]], [[-1, 0, 0]])
+        >>> np.round(np.exp(r.log_probs), 3).tolist()
+        [[0.5, 0.5, 0.5]]
+        """
+        from . import _forward
+
+        o, a, _ = self._prepare(obs, actions)
+        N, L = o.shape
+        logp = np.zeros((N, L))
+        nopred = np.zeros((N, L), dtype=bool)
+        pred_out = np.zeros((N, L, self.n_obs) if predictions else (0, 0, 0))
+        post_out = np.zeros((N, L, self.n_states) if posteriors else (0, 0, 0))
+        if self.is_sparse:
+            indptr, indices, data, em_ptr, em_idx = self._stacked_csr()
+            _forward.forward_csr(
+                indptr, indices, data, self.E, self.B, em_ptr, em_idx, o, a, logp, nopred, pred_out, post_out
+            )
+        else:
+            _forward.forward_dense(self.T, self.E, self.B, o, a, logp, nopred, pred_out, post_out)
+        return FilterResult(
+            logp, nopred, pred_out if predictions else None, post_out if posteriors else None
+        )
+
+    def log_likelihood(self, obs, actions=None) -> float:
+        """Total log-likelihood in nats of all episodes (each restarting from ``B``).
+
+        >>> import numpy as np
+        >>> hmm = ActionHMM(np.ones((1, 2, 2)) / 2, np.eye(2), [0.5, 0.5])
+        >>> round(hmm.log_likelihood([0, 0, 1, 0]), 6) == round(4 * np.log(0.5), 6)
+        True
+        """
+        return self.run_filter(obs, actions).log_likelihood
+
+    def filter(self, obs, actions=None) -> np.ndarray:
+        """Filtered beliefs ``P(h_t | o_<=t, a_<=t)``: (N, L, H), or (L, H) for one episode.
+
+        Memory grows as N * L * H; meant for small models and short windows.
+
+        >>> import numpy as np
+        >>> hmm = ActionHMM(np.ones((1, 2, 2)) / 2, np.eye(2), [0.5, 0.5])
+        >>> hmm.filter([0, 1]).tolist()
+        [[1.0, 0.0], [0.0, 1.0]]
+        """
+        _, _, single = self._prepare(obs, actions)
+        post = self.run_filter(obs, actions, posteriors=True).posteriors
+        return post[0] if single else post
+
+    def predict_obs(self, obs, actions=None) -> np.ndarray:
+        """Predictive distributions ``P(o_t | o_<t, a_<=t)``: (N, L, O), or (L, O) for one episode.
+
+        Entry ``t`` is the prediction made *before* seeing ``o_t``; an all-zero
+        row means the model made no prediction at that step.
+
+        >>> import numpy as np
+        >>> hmm = ActionHMM(np.ones((1, 2, 2)) / 2, np.eye(2), [1.0, 0.0])
+        >>> hmm.predict_obs([0, 1]).tolist()
+        [[1.0, 0.0], [0.5, 0.5]]
+        """
+        _, _, single = self._prepare(obs, actions)
+        pred = self.run_filter(obs, actions, predictions=True).predictions
+        return pred[0] if single else pred
+
+    # ------------------------------------------------------------ sampling
+    def sample(self, n_episodes: int = 1, episode_length: int = 50, seed=0, actions=None) -> Trajectories:
+        """Sample episodes; ``states`` holds the hidden states.
+
+        ``actions``: an (n_episodes, episode_length + 1) int array with first
+        column -1, or ``None`` for uniformly random actions.
+
+        >>> import numpy as np
+        >>> hmm = ActionHMM(np.array([[[0., 1.], [1., 0.]]]), np.eye(2), [1.0, 0.0])
+        >>> hmm.sample(1, 4, seed=0).obs.tolist()
+        [[0, 1, 0, 1, 0]]
+        """
+        rng = as_generator(seed)
+        if actions is None:
+            acts = np.empty((n_episodes, episode_length + 1), dtype=np.int64)
+            acts[:, 0] = -1
+            acts[:, 1:] = rng.integers(0, self.n_actions, size=(n_episodes, episode_length))
+        else:
+            acts = Trajectories(np.zeros_like(actions), actions).actions
+            if acts.shape != (n_episodes, episode_length + 1):
+                raise ValueError(f"actions must have shape ({n_episodes}, {episode_length + 1}), got {acts.shape}")
+            if episode_length and acts[:, 1:].max() >= self.n_actions:
+                raise ValueError(f"actions outside the model's 0..{self.n_actions - 1}")
+        states = np.empty_like(acts)
+        states[:, 0] = _draw(np.broadcast_to(self.B, (n_episodes, self.n_states)), rng)
+        for t in range(1, episode_length + 1):
+            rows = np.empty((n_episodes, self.n_states))
+            for n in range(n_episodes):
+                a, s = acts[n, t], states[n, t - 1]
+                row = self.T[a][s]
+                rows[n] = row.toarray().ravel() if self.is_sparse else row
+            empty = rows.sum(axis=1) == 0
+            if empty.any():
+                n = int(np.flatnonzero(empty)[0])
+                raise ValueError(
+                    f"cannot sample: state {states[n, t - 1]} has no transition for action {acts[n, t]}"
+                )
+            states[:, t] = _draw(rows, rng)
+        obs = _draw(self.E[states.ravel()], rng).reshape(states.shape)
+        return Trajectories(obs=obs, actions=acts, states=states)
+
+
+def _draw(probs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """One categorical draw per row of ``probs`` by inverse CDF."""
+    cum = np.cumsum(probs, axis=1)
+    u = rng.random(len(probs)) * cum[:, -1]
+    idx = (u[:, None] >= cum).sum(axis=1)
+    return np.minimum(idx, probs.shape[1] - 1).astype(np.int64)
+
+
+def _check_distribution_rows(M: np.ndarray, name: str, atol: float) -> None:
+    if not np.isfinite(M).all():
+        raise ValueError(f"{name} holds NaN or inf")
+    if (M < 0).any():
+        raise ValueError(f"{name} holds a negative probability")
+    sums = M.sum(axis=1)
+    bad = np.flatnonzero(np.abs(sums - 1.0) > atol)
+    if len(bad):
+        label = name if M.shape[0] == 1 and name == "B" else f"{name} row {bad[0]}"
+        raise ValueError(f"{label} sums to {sums[bad[0]]:.12g}, not 1")

@@ -1,0 +1,115 @@
+"""Ready-made worlds: the paper's colour gridworld.
+
+Grid conventions: node labels are ``(row, col)`` with row 0 at the *top*;
+actions are 0 left, 1 right, 2 up (row - 1), 3 down (row + 1); a move into the
+border or into an obstacle leaves the agent in place.  The default start is
+the bottom-left cell ``(rows - 1, 0)``, as in the paper.
+"""
+
+from __future__ import annotations
+
+import networkx as nx
+import numpy as np
+
+from ._random import as_generator
+from .environment import Environment
+
+__all__ = ["gridworld", "grid_colours", "GRID_ACTIONS"]
+
+GRID_ACTIONS = {0: (0, -1), 1: (0, 1), 2: (-1, 0), 3: (1, 0)}
+"""Action -> (d_row, d_col): 0 left, 1 right, 2 up, 3 down."""
+
+
+def grid_colours(n_cells: int, n_colours: int, colouring: str = "balanced", seed=0) -> np.ndarray:
+    """Colours for ``n_cells`` cells.
+
+    ``"balanced"``: every colour appears ``n_cells // n_colours`` times and the
+    remainder goes to distinct colours chosen at random, then positions are
+    shuffled.  ``"iid"``: each cell's colour is uniform and independent.
+
+    >>> np.bincount(grid_colours(100, 10, seed=3)).tolist()
+    [10, 10, 10, 10, 10, 10, 10, 10, 10, 10]
+    """
+    rng = as_generator(seed)
+    if not isinstance(n_colours, (int, np.integer)) or n_colours < 1:
+        raise ValueError(f"n_colours must be a positive integer, got {n_colours!r}")
+    if colouring == "balanced":
+        base = np.repeat(np.arange(n_colours), n_cells // n_colours)
+        extra = rng.permutation(n_colours)[: n_cells % n_colours]
+        return rng.permutation(np.concatenate([base, np.sort(extra)])).astype(np.int64)
+    if colouring == "iid":
+        return rng.integers(0, n_colours, size=n_cells).astype(np.int64)
+    raise ValueError(f"colouring must be 'balanced' or 'iid', got {colouring!r}")
+
+
+def gridworld(
+    rows: int = 10,
+    cols: int = 10,
+    n_colours: int = 10,
+    seed=0,
+    start=None,
+    obstacles=(),
+    colouring: str = "balanced",
+    colours=None,
+) -> Environment:
+    """The paper's partially observable colour gridworld.
+
+    Parameters
+    ----------
+    rows, cols : grid size.
+    n_colours : number of floor colours (observations).
+    seed : int or numpy Generator for the colouring; same seed, same map.
+    start : ``(row, col)`` of the start cell; default bottom-left ``(rows-1, 0)``.
+    obstacles : cells ``(row, col)`` that are walls (not states).
+    colouring : ``"balanced"`` (equal counts, shuffled) or ``"iid"``.
+    colours : optional explicit colours, an int array (rows x cols) overriding
+        the random colouring (entries at obstacles are ignored).
+
+    Examples
+    --------
+    >>> env = gridworld(3, 4, n_colours=2, seed=1)
+    >>> env.n_states, env.n_actions, env.n_obs, env.start_node
+    (12, 4, 2, (2, 0))
+    >>> env.nodes[env.next_state[3, env.start]]  # down from the bottom row: stay
+    (2, 0)
+    """
+    for name, v in (("rows", rows), ("cols", cols)):
+        if not isinstance(v, (int, np.integer)) or v < 1:
+            raise ValueError(f"{name} must be a positive integer, got {v!r}")
+    blocked = set()
+    for cell in obstacles:
+        cell = tuple(int(x) for x in cell)
+        if len(cell) != 2 or not (0 <= cell[0] < rows and 0 <= cell[1] < cols):
+            raise ValueError(f"obstacle {cell!r} is outside the {rows}x{cols} grid")
+        blocked.add(cell)
+    cells = [(r, c) for r in range(rows) for c in range(cols) if (r, c) not in blocked]
+    if not cells:
+        raise ValueError("every cell is an obstacle: the grid has no states")
+    if colours is None:
+        values = grid_colours(len(cells), n_colours, colouring, seed)
+    else:
+        grid = np.asarray(colours)
+        if grid.shape != (rows, cols):
+            raise ValueError(f"colours must have shape ({rows}, {cols}), got {grid.shape}")
+        values = np.array([grid[r, c] for r, c in cells], dtype=np.int64)
+        if values.min() < 0 or values.max() >= n_colours:
+            raise ValueError(f"colours must lie in 0..{n_colours - 1}")
+    if start is None:
+        start = (rows - 1, 0)
+    start = tuple(start)
+    if start in blocked:
+        raise ValueError(f"start cell {start!r} is an obstacle")
+
+    g = nx.MultiDiGraph(name=f"gridworld {rows}x{cols}")
+    for (r, c), colour in zip(cells, values.tolist()):
+        g.add_node((r, c), obs=colour)
+    open_cells = set(cells)
+    for r, c in cells:
+        for action, (dr, dc) in GRID_ACTIONS.items():
+            target = (r + dr, c + dc)
+            if target not in open_cells:
+                target = (r, c)
+            g.add_edge((r, c), target, action=action)
+    if start not in open_cells:
+        raise ValueError(f"start node {start!r} is not in the graph")
+    return Environment(g, start=start, n_obs=n_colours)
