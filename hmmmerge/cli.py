@@ -51,7 +51,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.run(args) or 0)
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, OSError) as e:  # bad input, missing / unreadable file
         print(f"hmmmerge {args.command}: error: {e}", file=sys.stderr)
         return 2
 

@@ -184,6 +184,8 @@ class Environment:
         labels = list(range(n)) if nodes is None else list(nodes)
         if len(labels) != n:
             raise ValueError(f"nodes has {len(labels)} labels for {n} states")
+        if len(set(labels)) != n:
+            raise ValueError("nodes holds a label twice; state labels must be distinct")
         if not _is_int(start) or not 0 <= start < n:
             raise ValueError(f"start={start!r} is not a state index in 0..{n - 1}")
         g = nx.MultiDiGraph()
@@ -243,7 +245,7 @@ class Environment:
 
         Tuple node labels, such as the grid's ``(row, col)``, survive the round trip.
         """
-        text = json.dumps(self.to_json_dict())
+        text = json.dumps(self.to_json_dict(), default=_json_scalar)
         atomic_write_text(path, text)
 
     @classmethod
@@ -255,7 +257,7 @@ class Environment:
         try:
             with open(path, encoding="utf-8") as f:
                 payload = json.load(f)
-        except json.JSONDecodeError as e:
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise ValueError(f"{path}: not valid JSON ({e})") from None
         return cls.from_json_dict(payload, source=path)
 
@@ -278,17 +280,26 @@ class Environment:
             if not isinstance(node, dict) or "id" not in node:
                 raise ValueError(f"{source}: nodes[{k}] has no 'id'")
             attrs = {key: val for key, val in node.items() if key != "id"}
-            g.add_node(_to_label(node["id"]), **attrs)
+            try:
+                g.add_node(_to_label(node["id"]), **attrs)
+            except TypeError:
+                raise ValueError(f"{source}: nodes[{k}] has id {node['id']!r}, not a valid node label") from None
         for k, edge in enumerate(data["edges"]):
             if not isinstance(edge, dict) or "source" not in edge or "target" not in edge:
                 raise ValueError(f"{source}: edges[{k}] needs 'source' and 'target'")
             u, v = _to_label(edge["source"]), _to_label(edge["target"])
             for end in (u, v):
-                if end not in g:
+                try:
+                    known = end in g
+                except TypeError:  # an unhashable label (a JSON object)
+                    known = False
+                if not known:
                     raise ValueError(f"{source}: edges[{k}] refers to unknown node {end!r}")
             attrs = {key: val for key, val in edge.items() if key not in ("source", "target", "key")}
             g.add_edge(u, v, **attrs)
         meta = data.get("graph") or {}
+        if not isinstance(meta, dict):
+            raise ValueError(f"{source}: 'graph.graph' must be an object, got {type(meta).__name__}")
         start = _to_label(meta["start"]) if "start" in meta else None
         try:
             return cls(g, start=start, n_obs=meta.get("n_obs"))
@@ -307,6 +318,13 @@ class Environment:
             return cls(nx.MultiDiGraph(g))
         except ValueError as e:
             raise ValueError(f"{path}: {e}") from None
+
+
+def _json_scalar(x):
+    """``json.dumps`` fallback: numpy scalars/arrays in node or edge attributes."""
+    if isinstance(x, (np.generic, np.ndarray)):
+        return x.tolist()
+    raise TypeError(f"attribute value {x!r} of type {type(x).__name__} is not JSON serialisable")
 
 
 def _to_json_label(label):

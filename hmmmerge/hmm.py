@@ -187,6 +187,8 @@ class ActionHMM:
             actions[..., 0] = -1
         traj = Trajectories(obs=obs, actions=actions)
         o, a = traj.obs, traj.actions
+        if o.shape[0] == 0:
+            raise ValueError("obs holds no episodes: nothing to filter")
         if o.max() >= self.n_obs:
             raise ValueError(f"obs holds {int(o.max())}, outside the model's 0..{self.n_obs - 1}")
         if o.shape[1] > 1 and a[:, 1:].max() >= self.n_actions:
@@ -248,7 +250,7 @@ class ActionHMM:
 
         >>> import numpy as np
         >>> hmm = ActionHMM(np.ones((1, 2, 2)) / 2, np.eye(2), [0.5, 0.5])
-        >>> round(hmm.log_likelihood([0, 0, 1, 0]), 6) == round(4 * np.log(0.5), 6)
+        >>> bool(round(hmm.log_likelihood([0, 0, 1, 0]), 6) == round(4 * np.log(0.5), 6))
         True
         """
         return self.run_filter(obs, actions).log_likelihood

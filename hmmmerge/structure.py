@@ -30,6 +30,9 @@ __all__ = [
     "markov_radii",
     "markov_radius",
     "transition_adjacency",
+    "aliasing_partitions",
+    "aliasing_depths",
+    "observation_sequence_counts",
 ]
 
 
@@ -99,9 +102,9 @@ def markov_radii(env: Environment, chunk_size: int | None = None) -> np.ndarray:
     stops growing (see the module docstring for both cases).
 
     >>> from hmmmerge import Environment
-    >>> env = Environment.from_arrays([[1, 2, 3, 0]], [0, 1, 2, 0])  # a 4-cycle
-    >>> markov_radii(env).tolist()
-    [2, 2, 2, 2]
+    >>> env = Environment.from_arrays([[1, 2, 3, 0]], [0, 1, 2, 0])  # a 4-cycle, obs 0 twice
+    >>> markov_radii(env).tolist()  # state 3's depth-1 ball {3, 0} already repeats obs 0
+    [2, 2, 1, 0]
     """
     _check_env(env)
     n = env.n_states
@@ -139,7 +142,116 @@ def markov_radius(env: Environment) -> int:
     """The Markov radius of the environment: the minimum of :func:`markov_radii`.
 
     >>> from hmmmerge import gridworld
-    >>> markov_radius(gridworld(10, 10, n_colours=100, seed=0))  # all colours distinct
-    18
+    >>> markov_radius(gridworld(10, 10, n_colours=100, seed=0))  # all distinct: min eccentricity
+    10
     """
     return int(markov_radii(env).min())
+
+
+# ---------------------------------------------------------------- aliasing
+# What a vertex looks like from the inside: the map from action sequences of k
+# moves to the k + 1 observations seen along them (the first is the vertex's
+# own).  Two vertices are "k-aliased" when these maps agree.  The k-aliasing
+# classes are Moore's partition refinement, as in DFA minimisation:
+# u ~_0 v iff obs(u) == obs(v), and u ~_{k+1} v iff u ~_k v and
+# next(u, a) ~_k next(v, a) for every action a.
+
+
+def aliasing_partitions(env: Environment, max_depth: int | None = None) -> np.ndarray:
+    """Class labels of the k-aliasing partition for k = 0, 1, ... until it is stable.
+
+    Row ``k`` labels every vertex (in the order of ``env.nodes``) so that two
+    vertices share a label exactly when every sequence of ``k`` moves shows
+    the same ``k + 1`` observations from both.  Each round is one vectorised
+    ``numpy.unique`` over (own class, successor class per action); the rows
+    stop at the first round that splits no class (every later round would
+    repeat it) or at ``max_depth``.
+
+    >>> from hmmmerge import Environment
+    >>> env = Environment.from_arrays([[1, 2, 3, 0]], [0, 0, 1, 0])  # a 4-cycle
+    >>> aliasing_partitions(env).tolist()  # 1 move tells 1 apart, 2 moves tell 0 from 3
+    [[0, 0, 1, 0], [0, 1, 2, 0], [1, 2, 3, 0]]
+    """
+    _check_env(env)
+    if max_depth is not None and (not isinstance(max_depth, (int, np.integer)) or max_depth < 0):
+        raise ValueError(f"max_depth must be an integer >= 0 or None, got {max_depth!r}")
+    _, labels = np.unique(env.obs, return_inverse=True)
+    labels = labels.reshape(-1).astype(np.int64)
+    rows = [labels]
+    n_classes = int(labels.max()) + 1
+    while max_depth is None or len(rows) <= max_depth:
+        signature = np.vstack([labels, labels[env.next_state]]).T
+        _, new = np.unique(signature, axis=0, return_inverse=True)
+        new = new.reshape(-1).astype(np.int64)
+        n_new = int(new.max()) + 1
+        if n_new == n_classes:
+            break
+        labels, n_classes = new, n_new
+        rows.append(labels)
+    return np.vstack(rows)
+
+
+def aliasing_depths(env: Environment, max_depth: int | None = None) -> np.ndarray:
+    """Per vertex: the fewest moves of experience that tell it apart from every other vertex.
+
+    The aliasing depth of ``v`` is the smallest ``k`` such that the map from
+    action sequences of ``k`` moves to the observations seen along them
+    differs, for some action sequence, from that of every other vertex.
+    It is 0 when ``v``'s observation is unique, and ``-1`` when no amount of
+    experience identifies ``v`` (another vertex is observationally equivalent
+    to it), or when ``max_depth`` is given and ``v`` needs more moves.
+
+    >>> from hmmmerge import Environment
+    >>> env = Environment.from_arrays([[1, 2, 3, 0]], [0, 0, 1, 0])  # a 4-cycle, one action
+    >>> aliasing_depths(env).tolist()
+    [2, 1, 0, 2]
+    >>> aliasing_depths(Environment.from_arrays([[1, 0]], [0, 0])).tolist()  # symmetric pair
+    [-1, -1]
+    """
+    parts = aliasing_partitions(env, max_depth=max_depth)
+    depth = np.full(env.n_states, -1, dtype=np.int64)
+    for k in range(parts.shape[0] - 1, -1, -1):  # smallest k wins
+        alone = np.bincount(parts[k])[parts[k]] == 1
+        depth[alone] = k
+    return depth
+
+
+def observation_sequence_counts(env: Environment, k: int) -> np.ndarray:
+    """Per vertex: how many distinct observation sequences ``k`` moves from it can show.
+
+    Every one of the ``n_actions ** k`` action sequences of ``k`` moves from a
+    vertex shows ``k + 1`` observations (the vertex's own first); the count is
+    the number of distinct such sequences, between 1 and
+    ``min(n_actions ** k, n_obs ** k)``.  Computed as the depth-``k`` level of
+    the observation trie of each vertex: a trie node is the set of states
+    consistent with an observation prefix, and one sparse product per move
+    expands all nodes of all vertices at once.  Memory grows with the number
+    of trie nodes, at most ``n_states * n_actions ** k``.
+
+    >>> from hmmmerge import gridworld
+    >>> env = gridworld(3, 3, n_colours=9, seed=0)  # all colours distinct
+    >>> observation_sequence_counts(env, 1).tolist()  # a move into the border stays put
+    [3, 4, 3, 4, 4, 4, 3, 4, 3]
+    """
+    _check_env(env)
+    if not isinstance(k, (int, np.integer)) or k < 0:
+        raise ValueError(f"k must be an integer >= 0, got {k!r}")
+    n = env.n_states
+    # successor relation including staying in place (self-loops count here)
+    src = np.tile(np.arange(n), env.n_actions)
+    succ = sp.csr_matrix((np.ones(src.size, dtype=np.int32), (src, env.next_state.ravel())), shape=(n, n))
+    succ.sum_duplicates()
+    succ.data[:] = 1
+    root = np.arange(n)
+    nodes = sp.identity(n, dtype=np.int32, format="csr")
+    for _ in range(int(k)):
+        reach = (nodes @ succ).tocoo()
+        key = reach.row.astype(np.int64) * env.n_obs + env.obs[reach.col]
+        keys, trie_row = np.unique(key, return_inverse=True)
+        nodes = sp.csr_matrix(
+            (np.ones(len(key), dtype=np.int32), (trie_row.reshape(-1), reach.col)), shape=(len(keys), n)
+        )
+        nodes.sum_duplicates()
+        nodes.data[:] = 1
+        root = root[keys // env.n_obs]
+    return np.bincount(root, minlength=n).astype(np.int64)

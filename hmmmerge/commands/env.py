@@ -1,4 +1,10 @@
-"""``hmmmerge env``: characterise an environment (states, clones, Markov radius)."""
+"""``hmmmerge env``: characterise an environment.
+
+The report: states, actions, observations, clones per observation, the Markov
+radius (minimum and per vertex), the aliasing depth (moves of experience that
+identify each vertex) and the number of distinct observation sequences ``k``
+moves from each vertex; ``--plot`` draws it.
+"""
 
 from __future__ import annotations
 
@@ -17,12 +23,23 @@ def parse_grid(text: str) -> tuple[int, int]:
 
 
 def add_world_arguments(p: argparse.ArgumentParser) -> None:
-    """The options that pick a world: ``--grid/--colours/--seed/--colouring`` or ``--graph FILE``."""
+    """The options that pick a world: ``--grid/--colours/--seed/--colouring``, ``--world NAME`` or ``--graph FILE``.
+
+    ``--colours`` and ``--colouring`` default to ``None``: :func:`world_from_args`
+    resolves them (10 colours, balanced, for ``--grid``; the gallery world's own
+    defaults for ``--world``).
+    """
+    from ..gallery import WORLDS
+
     src = p.add_mutually_exclusive_group()
     src.add_argument("--grid", type=parse_grid, default=(10, 10), metavar="RxC", help="gridworld size (default 10x10)")
+    src.add_argument("--world", metavar="NAME",
+                     help="a gallery world by name: " + ", ".join(WORLDS) + " (see hmmmerge.gallery)")
     src.add_argument("--graph", metavar="FILE", help="an environment saved as JSON (hmmmerge) or GraphML")
-    p.add_argument("--colours", type=int, default=10, help="number of floor colours (default 10)")
-    p.add_argument("--colouring", choices=["balanced", "iid"], default="balanced")
+    p.add_argument("--colours", type=int, default=None,
+                   help="number of floor colours (default 10 for --grid, the world's own for --world)")
+    p.add_argument("--colouring", choices=["balanced", "iid"], default=None,
+                   help="random colouring (default balanced; the world's own for --world)")
     p.add_argument("--seed", type=int, default=0, help="seed of the colouring (default 0)")
 
 
@@ -31,88 +48,227 @@ def world_from_args(args):
     from ..environment import Environment
     from ..worlds import gridworld
 
-    if args.graph:
+    if getattr(args, "graph", None):
         return Environment.load(args.graph)
-    if args.colours < 1:
-        raise ValueError(f"--colours must be >= 1, got {args.colours}")
+    colours = getattr(args, "colours", None)
+    colouring = getattr(args, "colouring", None)
+    if colours is not None and colours < 1:
+        raise ValueError(f"--colours must be >= 1, got {colours}")
     if args.seed < 0:
         raise ValueError(f"--seed must be >= 0, got {args.seed}")
+    if getattr(args, "world", None):
+        from ..gallery import world
+
+        options = {}
+        if colours is not None:
+            options["n_colours"] = colours
+        if colouring is not None:
+            options["colouring"] = colouring
+        return world(args.world, seed=args.seed, **options)
     rows, cols = args.grid
-    return gridworld(rows, cols, n_colours=args.colours, seed=args.seed, colouring=args.colouring)
+    return gridworld(rows, cols, n_colours=10 if colours is None else colours, seed=args.seed,
+                     colouring=colouring or "balanced")
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("env", help="describe an environment: clones, Markov radius",
+    p = sub.add_parser("env", help="describe an environment: clones, Markov radius, aliasing",
                        description="Characterise an environment: states, actions, observations, clones per "
-                                   "observation, Markov radius and its distribution.")
+                                   "observation, Markov radius per vertex, aliasing depth (moves of experience "
+                                   "that identify a vertex) and the number of distinct observation sequences "
+                                   "K moves from each vertex.")
     add_world_arguments(p)
+    p.add_argument("--k", type=int, default=3, metavar="K",
+                   help="moves for the count of distinct observation sequences per vertex (default 3)")
+    p.add_argument("--per-vertex", action="store_true",
+                   help="add every vertex's label, observation, Markov radius, aliasing depth and sequence count")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--plot", metavar="FILE", help="save a PNG: the map and the per-vertex Markov radius")
+    p.add_argument("--plot", metavar="FILE",
+                   help="save a PNG: the map, per-vertex Markov radius, aliasing depth and sequence counts, clones")
     p.set_defaults(run=run)
 
 
-def describe(env) -> dict:
-    """The report ``hmmmerge env`` prints, as a dictionary."""
+def vertex_statistics(env, k: int = 3) -> dict:
+    """Per-vertex arrays: ``markov_radius``, ``aliasing_depth`` (-1: never) and ``observation_sequences`` (k moves)."""
+    from ..structure import aliasing_depths, markov_radii, observation_sequence_counts
+
+    if not isinstance(k, int) or k < 0:
+        raise ValueError(f"--k must be an integer >= 0, got {k!r}")
+    return {
+        "markov_radius": markov_radii(env),
+        "aliasing_depth": aliasing_depths(env),
+        "observation_sequences": observation_sequence_counts(env, k),
+    }
+
+
+def _label(node):
+    if isinstance(node, tuple):
+        return [_label(x) for x in node]
+    return node.item() if hasattr(node, "item") else node
+
+
+def _distribution(values) -> dict:
     import numpy as np
 
-    from ..structure import markov_radii
+    v, f = np.unique(values, return_counts=True)
+    return {str(int(a)): int(b) for a, b in zip(v, f)}
 
-    radii = markov_radii(env)
+
+def describe(env, k: int = 3, per_vertex: bool = False, stats: dict | None = None) -> dict:
+    """The report ``hmmmerge env`` prints, as a dictionary.
+
+    Keys: ``n_states``, ``n_actions``, ``n_obs``, ``start``, ``clones``
+    (observation -> number of states), ``clone_histogram`` (number of clones ->
+    number of observations), ``markov_radius`` (the minimum over vertices),
+    ``markov_radius_mean``, ``markov_radius_distribution``, ``aliasing_depth``
+    (min / mean / max over identifiable vertices, ``unidentifiable`` count,
+    ``distribution`` with ``-1`` for never) and ``observation_sequences``
+    (``k`` and min / mean / max of the per-vertex count).
+
+    >>> from hmmmerge.gallery import world
+    >>> r = describe(world("aliased-loop"))
+    >>> r["markov_radius"], r["aliasing_depth"]["unidentifiable"], r["observation_sequences"]["max"]
+    (1, 12, 8)
+    """
+    import numpy as np
+
+    if stats is None:
+        stats = vertex_statistics(env, k)
+    radii = stats["markov_radius"]
+    depth = stats["aliasing_depth"]
+    seqs = stats["observation_sequences"]
     counts = env.clone_counts()
-    values, freq = np.unique(radii, return_counts=True)
-    return {
+    known = depth[depth >= 0]
+    report = {
         "n_states": env.n_states,
         "n_actions": env.n_actions,
         "n_obs": env.n_obs,
-        "start": list(env.start_node) if isinstance(env.start_node, tuple) else env.start_node,
+        "start": _label(env.start_node),
         "clones": {str(o): int(c) for o, c in enumerate(counts)},
+        "clone_histogram": _distribution(counts),
         "markov_radius": int(radii.min()),
         "markov_radius_mean": float(radii.mean()),
-        "markov_radius_distribution": {str(int(v)): int(f) for v, f in zip(values, freq)},
+        "markov_radius_distribution": _distribution(radii),
+        "aliasing_depth": {
+            "min": int(known.min()) if known.size else None,
+            "mean": float(known.mean()) if known.size else None,
+            "max": int(known.max()) if known.size else None,
+            "unidentifiable": int((depth < 0).sum()),
+            "distribution": _distribution(depth),
+        },
+        "observation_sequences": {
+            "k": int(k),
+            "min": int(seqs.min()),
+            "mean": float(seqs.mean()),
+            "max": int(seqs.max()),
+        },
     }
+    if per_vertex:
+        report["vertices"] = [
+            {"node": _label(node), "obs": int(env.obs[i]), "markov_radius": int(radii[i]),
+             "aliasing_depth": int(depth[i]), "observation_sequences": int(seqs[i])}
+            for i, node in enumerate(env.nodes)
+        ]
+    return report
 
 
 def run(args) -> int:
     from ..cli import print_json
 
     env = world_from_args(args)
-    report = describe(env)
+    stats = vertex_statistics(env, args.k)
+    report = describe(env, k=args.k, per_vertex=args.per_vertex, stats=stats)
     if args.plot:
-        save_plot(env, args.plot)
+        save_plot(env, args.plot, k=args.k, stats=stats)
         report["plot"] = args.plot
     if args.json:
         print_json(report)
         return 0
+    ad, seq = report["aliasing_depth"], report["observation_sequences"]
     print(f"states {report['n_states']}, actions {report['n_actions']}, observations {report['n_obs']}")
     print("clones per observation: " + ", ".join(f"{o}:{c}" for o, c in report["clones"].items()))
+    print("observations with n clones: " + ", ".join(f"{n}:{c}" for n, c in report["clone_histogram"].items()))
     print(f"Markov radius {report['markov_radius']} (mean over vertices {report['markov_radius_mean']:.2f})")
     print("radius distribution: " + ", ".join(f"{r}:{n}" for r, n in report["markov_radius_distribution"].items()))
+    if ad["max"] is None:
+        print(f"aliasing depth: no vertex is ever identifiable ({ad['unidentifiable']} vertices)")
+    else:
+        print(f"aliasing depth (moves that identify a vertex): min {ad['min']}, mean {ad['mean']:.2f}, "
+              f"max {ad['max']}; never identifiable: {ad['unidentifiable']} vertices")
+    print(f"distinct observation sequences over {seq['k']} moves per vertex: "
+          f"min {seq['min']}, mean {seq['mean']:.2f}, max {seq['max']}")
+    if args.per_vertex:
+        print("vertex  obs  radius  depth  sequences")
+        for v in report["vertices"]:
+            print(f"{str(v['node']):>6}  {v['obs']:>3}  {v['markov_radius']:>6}  {v['aliasing_depth']:>5}  "
+                  f"{v['observation_sequences']:>9}")
     if args.plot:
         print(f"picture saved to {args.plot}")
     return 0
 
 
-def save_plot(env, path) -> None:
-    """Save the map (colour numbers in cells) and the per-vertex Markov radius heat map."""
+def _plot_values(env, values, ax, title, cmap):
+    """Per-vertex values: a heat map on grids, else the graph drawn with nodes coloured by value."""
+    import networkx as nx
+
+    from ..plotting import grid_shape, plot_grid_values
+
+    if grid_shape(env) is not None:
+        return plot_grid_values(env, values, ax=ax, cmap=cmap, title=title)
+    simple = nx.DiGraph(env.graph)
+    simple.remove_edges_from(nx.selfloop_edges(simple))
+    pos = nx.spring_layout(simple, seed=0)  # the layout plot_environment uses
+    order = list(simple.nodes)
+    colours = [float(values[env.index[n]]) for n in order]
+    drawn = nx.draw_networkx_nodes(simple, pos, nodelist=order, ax=ax, node_color=colours, cmap=cmap,
+                                   node_size=220)
+    nx.draw_networkx_edges(simple, pos, ax=ax, arrows=False, alpha=0.4)
+    nx.draw_networkx_labels(simple, pos, ax=ax, labels={n: str(env.obs[env.index[n]]) for n in order},
+                            font_size=7)
+    ax.figure.colorbar(drawn, ax=ax, fraction=0.046, pad=0.04)
+    ax.set_axis_off()
+    ax.set_title(title)
+    return ax
+
+
+def save_plot(env, path, k: int = 3, stats: dict | None = None) -> None:
+    """Save the report's picture: the observation map, per-vertex Markov radius, aliasing depth
+    and observation-sequence count, and the clones per observation."""
+    import io
+
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import numpy as np
 
-    from ..plotting import grid_shape, plot_environment, plot_grid_values
-    from ..structure import markov_radii
+    from .._io import atomic_write_bytes
+    from ..plotting import plot_environment
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 5))
-    plot_environment(env, ax=axes[0], title="observation map")
-    if grid_shape(env) is not None:
-        plot_grid_values(env, markov_radii(env), ax=axes[1], cmap="magma", title="Markov radius per vertex")
-    else:
-        import numpy as np
-
-        radii = markov_radii(env)
-        axes[1].hist(radii, bins=np.arange(radii.max() + 2) - 0.5)
-        axes[1].set_xlabel("Markov radius")
-        axes[1].set_ylabel("vertices")
+    if stats is None:
+        stats = vertex_statistics(env, k)
+    fig, axes = plt.subplots(2, 3, figsize=(15, 9))
+    plot_environment(env, ax=axes[0, 0], title="observation map")
+    _plot_values(env, stats["markov_radius"], axes[0, 1], "Markov radius per vertex", "magma")
+    _plot_values(env, stats["aliasing_depth"], axes[0, 2], "aliasing depth per vertex (-1: never)", "viridis")
+    _plot_values(env, stats["observation_sequences"], axes[1, 0],
+                 f"distinct observation sequences, {k} moves", "cividis")
+    counts = env.clone_counts()
+    axes[1, 1].bar(np.arange(env.n_obs), counts, color="tab:blue")
+    axes[1, 1].set_xlabel("observation")
+    axes[1, 1].set_ylabel("states (clones)")
+    axes[1, 1].set_title("clones per observation")
+    for name, values, offset in (("Markov radius", stats["markov_radius"], -0.2),
+                                 ("aliasing depth", stats["aliasing_depth"], 0.2)):
+        v, f = np.unique(values, return_counts=True)
+        axes[1, 2].bar(v + offset, f, width=0.4, label=name)
+    axes[1, 2].set_xlabel("value (-1: never identifiable)")
+    axes[1, 2].set_ylabel("vertices")
+    axes[1, 2].set_title("distributions over vertices")
+    axes[1, 2].legend()
+    ticks = np.union1d(stats["markov_radius"], stats["aliasing_depth"])
+    axes[1, 2].set_xticks(ticks if len(ticks) <= 20 else ticks[:: int(np.ceil(len(ticks) / 20))])
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
     plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue())

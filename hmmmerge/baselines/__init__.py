@@ -1,0 +1,1 @@
+"""Baselines every learner is measured against; each produces an :class:`~hmmmerge.hmm.ActionHMM`."""

@@ -1,0 +1,524 @@
+"""Numba kernels of best-first model merging (see :mod:`hmmmerge.baselines.bfmm`).
+
+Imported lazily.  The model is a set of states with deterministic emissions
+and Viterbi transition counts stored as an edge pool:
+
+* edge ``e``: ``src[e] -a[e]-> dst[e]`` with count ``cnt[e] > 0``;
+* out-lists per *row* ``(s, a)`` (``row = s * A1 + a``): ``out_head[row]``,
+  ``out_next[e]``; in-lists per state: ``in_head[s]``, ``in_next[e]``
+  (singly linked, ``-1`` ends a list);
+* row caches ``row_n`` (distinct successors), ``row_C`` (total count) and
+  ``row_term`` (the row's log evidence, see :func:`row_term`).
+
+Merging ``y`` into ``x`` relabels ``y``'s edges, concatenates the lists and
+adds up edges that became equal (same row, same target): the Viterbi path of
+the merged model is taken as the union of the merged paths, so counts simply
+add.  Dead edges are unlinked from every list at once.
+
+Row log evidence (Dirichlet prior of total weight ``alpha`` spread uniformly
+over the ``n`` successors the structure allows, counts ``c_1..c_n``, total ``C``)::
+
+    lgamma(alpha) - lgamma(alpha + C) + sum_j lgamma(c_j + alpha/n) - n lgamma(alpha/n)
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+NEG_INF = -np.inf
+
+
+@njit(cache=True)
+def row_term_from(n, C, S, alpha):
+    """Log evidence of a row with ``n`` successors, total ``C`` and ``S = sum lgamma(c_j + alpha/n)``."""
+    if n == 0:
+        return 0.0
+    beta = alpha / n
+    return math.lgamma(alpha) - math.lgamma(alpha + C) + S - n * math.lgamma(beta)
+
+
+@njit(cache=True)
+def refresh_row(row, out_head, out_next, cnt, row_n, row_C, row_term, alpha):
+    n = 0
+    C = 0.0
+    e = out_head[row]
+    while e >= 0:
+        n += 1
+        C += cnt[e]
+        e = out_next[e]
+    S = 0.0
+    if n > 0:
+        beta = alpha / n
+        e = out_head[row]
+        while e >= 0:
+            S += math.lgamma(cnt[e] + beta)
+            e = out_next[e]
+    row_n[row] = n
+    row_C[row] = C
+    row_term[row] = row_term_from(n, C, S, alpha)
+
+
+@njit(cache=True)
+def build_lists(n_states, A1, src, act, dst, out_head, out_next, in_head, in_next):
+    """Link every edge into its row's out-list and its target's in-list (edge order kept)."""
+    out_tail = np.full(n_states * A1, -1, np.int64)
+    in_tail = np.full(n_states, -1, np.int64)
+    for e in range(src.shape[0]):
+        row = src[e] * A1 + act[e]
+        out_next[e] = -1
+        if out_tail[row] < 0:
+            out_head[row] = e
+        else:
+            out_next[out_tail[row]] = e
+        out_tail[row] = e
+        t = dst[e]
+        in_next[e] = -1
+        if in_tail[t] < 0:
+            in_head[t] = e
+        else:
+            in_next[in_tail[t]] = e
+        in_tail[t] = e
+
+
+@njit(cache=True)
+def pair_delta(x, y, A1, alpha, dst, act, src, cnt, out_head, out_next, in_head, in_next,
+               row_n, row_C, row_term, acc, touched, mark):
+    """Change of the log evidence and number of transitions removed if ``x`` and ``y`` merge.
+
+    Only the rows touched by the merge enter: the out-rows of ``x`` and ``y``
+    (merged, with targets ``y`` relabelled ``x``) and the rows ``(k, a)`` of
+    other states that lead to both ``x`` and ``y`` (their two entries add up).
+    ``acc`` (float, zeros) and ``mark`` (int, -1) are scratch arrays returned clean.
+    """
+    dl = 0.0
+    r = 0
+    # merged out-rows
+    for a in range(A1):
+        rx = x * A1 + a
+        ry = y * A1 + a
+        if out_head[rx] < 0 and out_head[ry] < 0:
+            continue
+        nt = 0
+        C = 0.0
+        for rr in (rx, ry):
+            e = out_head[rr]
+            while e >= 0:
+                t = dst[e]
+                if t == y:
+                    t = x
+                if acc[t] == 0.0:
+                    touched[nt] = t
+                    nt += 1
+                acc[t] += cnt[e]
+                C += cnt[e]
+                e = out_next[e]
+        beta = alpha / nt
+        S = 0.0
+        for i in range(nt):
+            t = touched[i]
+            S += math.lgamma(acc[t] + beta)
+            acc[t] = 0.0
+        dl += row_term_from(nt, C, S, alpha) - row_term[rx] - row_term[ry]
+        r += row_n[rx] + row_n[ry] - nt
+    # rows of other states leading to both x and y
+    e = in_head[x]
+    while e >= 0:
+        k = src[e]
+        if k != x and k != y:
+            mark[k * A1 + act[e]] = e
+        e = in_next[e]
+    e = in_head[y]
+    while e >= 0:
+        k = src[e]
+        if k != x and k != y:
+            row = k * A1 + act[e]
+            e2 = mark[row]
+            if e2 >= 0:
+                n_new = row_n[row] - 1
+                beta = alpha / n_new
+                S = math.lgamma(cnt[e] + cnt[e2] + beta)
+                f = out_head[row]
+                while f >= 0:
+                    if f != e and f != e2:
+                        S += math.lgamma(cnt[f] + beta)
+                    f = out_next[f]
+                dl += row_term_from(n_new, row_C[row], S, alpha) - row_term[row]
+                r += 1
+        e = in_next[e]
+    e = in_head[x]
+    while e >= 0:
+        k = src[e]
+        if k != x and k != y:
+            mark[k * A1 + act[e]] = -1
+        e = in_next[e]
+    return dl, r
+
+
+@njit(cache=True)
+def _unlink_dead_in(t, in_head, in_next, alive_e):
+    prev = -1
+    e = in_head[t]
+    while e >= 0:
+        nxt = in_next[e]
+        if not alive_e[e]:
+            if prev < 0:
+                in_head[t] = nxt
+            else:
+                in_next[prev] = nxt
+        else:
+            prev = e
+        e = nxt
+
+
+@njit(cache=True)
+def _unlink_dead_out(row, out_head, out_next, alive_e):
+    prev = -1
+    e = out_head[row]
+    while e >= 0:
+        nxt = out_next[e]
+        if not alive_e[e]:
+            if prev < 0:
+                out_head[row] = nxt
+            else:
+                out_next[prev] = nxt
+        else:
+            prev = e
+        e = nxt
+
+
+@njit(cache=True)
+def merge_states(x, y, A1, alpha, src, act, dst, cnt, alive_e, out_head, out_next, in_head, in_next,
+                 row_n, row_C, row_term, mark, collapsed):
+    """Merge state ``y`` into ``x`` in place; return the number of rows of other states that collapsed.
+
+    ``collapsed[:k]`` receives those rows ``(s * A1 + a)``.  Returns ``(k, removed)``
+    with ``removed`` the number of transitions (edges) that disappeared.
+    """
+    removed = 0
+    # relabel y's out-edges and append y's rows to x's rows
+    for a in range(A1):
+        ry = y * A1 + a
+        e = out_head[ry]
+        if e < 0:
+            continue
+        while e >= 0:
+            src[e] = x
+            e = out_next[e]
+        rx = x * A1 + a
+        if out_head[rx] < 0:
+            out_head[rx] = out_head[ry]
+        else:
+            e = out_head[rx]
+            while out_next[e] >= 0:
+                e = out_next[e]
+            out_next[e] = out_head[ry]
+        out_head[ry] = -1
+        row_n[ry] = 0
+        row_C[ry] = 0.0
+        row_term[ry] = 0.0
+    # relabel y's in-edges and append y's in-list to x's
+    e = in_head[y]
+    if e >= 0:
+        while e >= 0:
+            dst[e] = x
+            e = in_next[e]
+        if in_head[x] < 0:
+            in_head[x] = in_head[y]
+        else:
+            e = in_head[x]
+            while in_next[e] >= 0:
+                e = in_next[e]
+            in_next[e] = in_head[y]
+        in_head[y] = -1
+    # add up equal out-edges of x (same row, same target); mark[t] holds the first edge
+    n_dirty_t = 0
+    for a in range(A1):
+        rx = x * A1 + a
+        prev = -1
+        e = out_head[rx]
+        while e >= 0:
+            nxt = out_next[e]
+            t = dst[e]
+            first = mark[t]
+            if first >= 0:
+                cnt[first] += cnt[e]
+                alive_e[e] = False
+                removed += 1
+                if prev < 0:
+                    out_head[rx] = nxt
+                else:
+                    out_next[prev] = nxt
+                if t != x:
+                    # the dead edge still sits in t's in-list
+                    _unlink_dead_in(t, in_head, in_next, alive_e)
+            else:
+                mark[t] = e
+                prev = e
+            e = nxt
+        e = out_head[rx]
+        while e >= 0:
+            mark[dst[e]] = -1
+            e = out_next[e]
+    # add up equal in-edges of x from other states (rows k -a-> {x, y})
+    n_col = 0
+    prev = -1
+    e = in_head[x]
+    while e >= 0:
+        nxt = in_next[e]
+        if not alive_e[e]:
+            if prev < 0:
+                in_head[x] = nxt
+            else:
+                in_next[prev] = nxt
+            e = nxt
+            continue
+        k = src[e]
+        if k == x:
+            prev = e
+            e = nxt
+            continue
+        row = k * A1 + act[e]
+        first = mark[row]
+        if first >= 0:
+            cnt[first] += cnt[e]
+            alive_e[e] = False
+            removed += 1
+            if prev < 0:
+                in_head[x] = nxt
+            else:
+                in_next[prev] = nxt
+            _unlink_dead_out(row, out_head, out_next, alive_e)
+            collapsed[n_col] = row
+            n_col += 1
+        else:
+            mark[row] = e
+            prev = e
+        e = nxt
+    e = in_head[x]
+    while e >= 0:
+        if src[e] != x:
+            mark[src[e] * A1 + act[e]] = -1
+        e = in_next[e]
+    for a in range(A1):
+        refresh_row(x * A1 + a, out_head, out_next, cnt, row_n, row_C, row_term, alpha)
+    for i in range(n_col):
+        refresh_row(collapsed[i], out_head, out_next, cnt, row_n, row_C, row_term, alpha)
+    return n_col, removed
+
+
+@njit(cache=True)
+def _row_best(u, pos, col, col_off, col_n, members, loc_off, local, rem, alive, lam_logq):
+    c = col[u]
+    n = col_n[c]
+    base = loc_off[c] + pos[u] * n
+    best = NEG_INF
+    arg = -1
+    for j in range(n):
+        v = members[col_off[c] + j]
+        if v == u or not alive[v]:
+            continue
+        d = local[base + j]
+        if d == NEG_INF:
+            continue
+        s = d + lam_logq * rem[base + j]
+        if s > best:
+            best = s
+            arg = v
+    return best, arg
+
+
+@njit(cache=True)
+def _eval_pairs_of(u, done, pos, col, col_off, col_n, members, loc_off, local, rem, allowed, alive,
+                   rowbest, rowarg, lam_logq, A1, alpha, src, act, dst, cnt, out_head, out_next,
+                   in_head, in_next, row_n, row_C, row_term, acc, touched, mark):
+    """Re-evaluate every pair (u, v) of u's colour (skipping v with ``done[v]``)."""
+    c = col[u]
+    n = col_n[c]
+    iu = pos[u]
+    best = NEG_INF
+    arg = -1
+    for j in range(n):
+        v = members[col_off[c] + j]
+        if v == u or not alive[v]:
+            continue
+        iuv = loc_off[c] + iu * n + j
+        ivu = loc_off[c] + j * n + iu
+        if done[v]:
+            d = local[iuv]
+            rr = rem[iuv]
+        elif allowed[iuv]:
+            d, rr = pair_delta(u, v, A1, alpha, dst, act, src, cnt, out_head, out_next, in_head,
+                               in_next, row_n, row_C, row_term, acc, touched, mark)
+            local[iuv] = d
+            local[ivu] = d
+            rem[iuv] = rr
+            rem[ivu] = rr
+            s = d + lam_logq * rr
+            if s > rowbest[v]:
+                rowbest[v] = s
+                rowarg[v] = u
+        else:
+            continue
+        if d == NEG_INF:
+            continue
+        s = d + lam_logq * rr
+        if s > best:
+            best = s
+            arg = v
+    rowbest[u] = best
+    rowarg[u] = arg
+
+
+@njit(cache=True)
+def run_merging(n_states, A1, alpha, lam, log_o1, src, act, dst, cnt, alive_e, out_head, out_next,
+                in_head, in_next, row_n, row_C, row_term, emitting, col, col_off, col_n, members, pos,
+                loc_off, allowed, n_trans, max_merges, merges, deltas):
+    """Greedy best-first merging until no merge raises the log posterior.
+
+    Returns the number of merges done; ``merges[k] = (kept, removed)`` and
+    ``deltas[k]`` (the log posterior change of merge k) are filled in.
+    """
+    H = n_states
+    alive = emitting.copy()
+    q = 0
+    for s in range(H):
+        if alive[s]:
+            q += 1
+    total = loc_off[-1]
+    local = np.full(total, NEG_INF)
+    rem = np.zeros(total, np.int32)
+    acc = np.zeros(H, np.float64)
+    touched = np.zeros(H, np.int64)
+    mark = np.full(H * A1, -1, np.int64)
+    collapsed = np.zeros(src.shape[0] + 1, np.int64)
+    rowbest = np.full(H, NEG_INF)
+    rowarg = np.full(H, -1, np.int64)
+    fresh = np.full(H, -1, np.int64)
+    done = np.zeros(H, np.bool_)
+    in_dirty = np.zeros(H, np.bool_)
+    dirty = np.zeros(H, np.int64)
+
+    lam_logq = lam * math.log(q) if q > 0 else 0.0
+    # all pairs, once
+    for c in range(col_n.shape[0]):
+        n = col_n[c]
+        for i in range(n):
+            u = members[col_off[c] + i]
+            for j in range(i + 1, n):
+                k = loc_off[c] + i * n + j
+                if not allowed[k]:
+                    continue
+                v = members[col_off[c] + j]
+                d, rr = pair_delta(u, v, A1, alpha, dst, act, src, cnt, out_head, out_next, in_head,
+                                   in_next, row_n, row_C, row_term, acc, touched, mark)
+                local[k] = d
+                rem[k] = rr
+                k2 = loc_off[c] + j * n + i
+                local[k2] = d
+                rem[k2] = rr
+    for s in range(H):
+        if alive[s]:
+            b, a_ = _row_best(s, pos, col, col_off, col_n, members, loc_off, local, rem, alive, lam_logq)
+            rowbest[s] = b
+            rowarg[s] = a_
+            fresh[s] = 0
+
+    n_done = 0
+    it = 0
+    while n_done < max_merges and q > 1:
+        lam_logq = lam * math.log(q)
+        # lazy best-first: rowbest holds upper bounds; refresh the top row until it is fresh
+        while True:
+            u = -1
+            b = NEG_INF
+            for s in range(H):
+                if rowbest[s] > b:
+                    b = rowbest[s]
+                    u = s
+            if u < 0 or fresh[u] == it:
+                break
+            b2, a2 = _row_best(u, pos, col, col_off, col_n, members, loc_off, local, rem, alive, lam_logq)
+            rowbest[u] = b2
+            rowarg[u] = a2
+            fresh[u] = it
+        if u < 0:
+            break
+        gain = rowbest[u] + lam * (n_trans * math.log((q + 1.0) / q) + log_o1)
+        if not gain > 0.0:
+            break
+        x = u
+        y = rowarg[u]
+        if y < x:
+            x, y = y, x
+        # dirty states: predecessors of y (their rows get relabelled)
+        nd = 0
+        e = in_head[y]
+        while e >= 0:
+            k = src[e]
+            if emitting[k] and not in_dirty[k]:
+                in_dirty[k] = True
+                dirty[nd] = k
+                nd += 1
+            e = in_next[e]
+        n_col, removed = merge_states(x, y, A1, alpha, src, act, dst, cnt, alive_e, out_head, out_next,
+                                      in_head, in_next, row_n, row_C, row_term, mark, collapsed)
+        alive[y] = False
+        rowbest[y] = NEG_INF
+        rowarg[y] = -1
+        # merge the candidate masks of x and y
+        c = col[x]
+        n = col_n[c]
+        ix = pos[x]
+        iy = pos[y]
+        for j in range(n):
+            a_xy = allowed[loc_off[c] + ix * n + j] or allowed[loc_off[c] + iy * n + j]
+            allowed[loc_off[c] + ix * n + j] = a_xy
+            allowed[loc_off[c] + j * n + ix] = a_xy
+        merges[n_done, 0] = x
+        merges[n_done, 1] = y
+        deltas[n_done] = gain
+        n_done += 1
+        n_trans -= removed
+        q -= 1
+        it += 1
+        if q <= 1:
+            break
+        lam_logq = lam * math.log(q)
+        # dirty: x, successors of x, successors of collapsed rows
+        if not in_dirty[x]:
+            in_dirty[x] = True
+            dirty[nd] = x
+            nd += 1
+        for a in range(A1):
+            e = out_head[x * A1 + a]
+            while e >= 0:
+                t = dst[e]
+                if emitting[t] and not in_dirty[t]:
+                    in_dirty[t] = True
+                    dirty[nd] = t
+                    nd += 1
+                e = out_next[e]
+        for i in range(n_col):
+            e = out_head[collapsed[i]]
+            while e >= 0:
+                t = dst[e]
+                if emitting[t] and not in_dirty[t]:
+                    in_dirty[t] = True
+                    dirty[nd] = t
+                    nd += 1
+                e = out_next[e]
+        for i in range(nd):
+            s = dirty[i]
+            if alive[s]:
+                _eval_pairs_of(s, done, pos, col, col_off, col_n, members, loc_off, local, rem, allowed,
+                               alive, rowbest, rowarg, lam_logq, A1, alpha, src, act, dst, cnt, out_head,
+                               out_next, in_head, in_next, row_n, row_C, row_term, acc, touched, mark)
+                fresh[s] = it
+                done[s] = True
+        for i in range(nd):
+            done[dirty[i]] = False
+            in_dirty[dirty[i]] = False
+    return n_done

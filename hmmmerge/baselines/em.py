@@ -1,0 +1,458 @@
+"""EM baseline: the action-conditioned clone-structured HMM.
+
+The model of clone-structured cognitive graphs (George et al. 2021, Nature
+Communications): every observation ``o`` owns a fixed block of ``n_clones[o]``
+hidden "clone" states that emit ``o`` and nothing else, and the transitions
+``T[a, i, j] = P(h' = j | h = i, a)`` are conditioned on the action.  Learning
+is Baum-Welch whose forward-backward messages live on the observed clone
+blocks only (``O(clones**2)`` work per step instead of ``O(H**2)``), with
+scaled messages, a Dirichlet pseudocount, early stopping on the training
+log-likelihood, several random restarts, and an optional Viterbi (hard-EM)
+refinement.  The kernels are numba functions in
+:mod:`hmmmerge.baselines._em_kernels`.
+
+The fitted model is an :class:`~hmmmerge.hmm.ActionHMM` (:meth:`CloneHMM.to_hmm`)
+scored by the same filter as every other model.
+"""
+
+from __future__ import annotations
+
+import time
+from numbers import Integral, Real
+
+import numpy as np
+
+from .._random import as_generator
+from ..hmm import ActionHMM
+from ..rollouts import Trajectories
+
+__all__ = ["CloneHMM"]
+
+
+class CloneHMM:
+    """Action-conditioned clone-structured HMM learned by EM (Baum-Welch).
+
+    Parameters
+    ----------
+    n_clones : int or int array (n_obs,)
+        Clones per observation (the same for all, or one count per observation).
+    n_iter : int
+        Maximum number of Baum-Welch iterations per restart.
+    pseudocount : float >= 0
+        Added to every expected count before normalising ``T`` and ``B`` (the
+        MAP estimate under a Dirichlet prior); 0 gives maximum likelihood.
+    tol : float >= 0
+        Early stop when one iteration improves the total training
+        log-likelihood (nats) by less than ``tol``.
+    seed : int, numpy Generator or None
+        Seed of the random initialisation.
+    viterbi_refine : bool
+        After EM, run hard-EM: decode the most probable clone path (max-product
+        restricted to blocks), re-estimate from the path's counts, repeat.
+    n_viterbi_iter : int
+        Maximum number of hard-EM iterations.
+    viterbi_pseudocount : float >= 0 or None
+        Pseudocount of the hard-EM re-estimation (default: ``pseudocount``).
+    n_init : int
+        Random restarts; the restart with the highest final training
+        log-likelihood is kept.
+
+    Attributes (after :meth:`fit`)
+    ------------------------------
+    T_ : (A, H, H) transitions.  B_ : (H,) initial distribution.
+    n_clones_ : (O,) clones per observation.  state_obs_ : (H,) observation of each clone.
+    n_iter_ : EM iterations run (kept restart).  converged_ : early stop reached.
+    train_log_likelihood_ : (n_iter_,) total training log-likelihood in nats
+        before each M-step (the likelihood of the parameters at that iteration).
+    train_objective_ : (n_iter_,) the same plus the log-prior
+        ``pseudocount * (sum log T + sum log B)``; EM never decreases it.
+    viterbi_log_likelihood_ : (k,) ``log P(best path, X)`` per hard-EM iteration.
+    log_likelihood_ : training log-likelihood of the final model.
+    fit_time_ : wall seconds of :meth:`fit`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from hmmmerge import Environment, random_walk
+    >>> env = Environment.from_arrays([[1, 2, 3, 0]], [0, 1, 0, 1])   # aliased 4-cycle
+    >>> traj = random_walk(env, 20, 12, seed=0)
+    >>> model = CloneHMM(n_clones=2, n_iter=50, pseudocount=1e-6, seed=0).fit(traj)
+    >>> model.to_hmm().n_states
+    4
+    >>> bool(-model.score(traj) / traj.n_steps < 0.05)
+    True
+    """
+
+    def __init__(
+        self,
+        n_clones=10,
+        n_iter: int = 100,
+        pseudocount: float = 1e-3,
+        tol: float = 1e-2,
+        seed=0,
+        viterbi_refine: bool = False,
+        n_viterbi_iter: int = 50,
+        viterbi_pseudocount=None,
+        n_init: int = 1,
+    ):
+        self.n_clones = n_clones
+        self.n_iter = n_iter
+        self.pseudocount = pseudocount
+        self.tol = tol
+        self.seed = seed
+        self.viterbi_refine = viterbi_refine
+        self.n_viterbi_iter = n_viterbi_iter
+        self.viterbi_pseudocount = viterbi_pseudocount
+        self.n_init = n_init
+
+    def __repr__(self) -> str:
+        return (
+            f"CloneHMM(n_clones={self.n_clones!r}, n_iter={self.n_iter}, pseudocount={self.pseudocount}, "
+            f"tol={self.tol}, seed={self.seed!r}, viterbi_refine={self.viterbi_refine}, n_init={self.n_init})"
+        )
+
+    # ------------------------------------------------------------ validation
+    def _check_params(self) -> None:
+        for name, low in (("n_iter", 0), ("n_viterbi_iter", 0), ("n_init", 1)):
+            v = getattr(self, name)
+            if not isinstance(v, Integral) or isinstance(v, bool) or v < low:
+                raise ValueError(f"{name} must be an integer >= {low}, got {v!r}")
+        for name in ("pseudocount", "tol"):
+            v = getattr(self, name)
+            if not isinstance(v, Real) or not np.isfinite(v) or v < 0:
+                raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
+        vp = self.viterbi_pseudocount
+        if vp is not None and (not isinstance(vp, Real) or not np.isfinite(vp) or vp < 0):
+            raise ValueError(f"viterbi_pseudocount must be None or a finite number >= 0, got {vp!r}")
+
+    def _clone_counts(self, n_obs: int) -> np.ndarray:
+        nc = np.asarray(self.n_clones)
+        if nc.ndim == 0:
+            if not np.issubdtype(nc.dtype, np.integer) or isinstance(self.n_clones, bool):
+                raise ValueError(f"n_clones must be an integer or an int array, got {self.n_clones!r}")
+            nc = np.full(n_obs, int(nc), dtype=np.int64)
+        elif nc.ndim == 1:
+            if nc.size and not np.issubdtype(nc.dtype, np.integer):
+                raise ValueError(f"n_clones must hold integers, got dtype {nc.dtype}")
+            if nc.shape[0] != n_obs:
+                raise ValueError(f"n_clones has {nc.shape[0]} entries but there are n_obs={n_obs} observations")
+        else:
+            raise ValueError(f"n_clones must be an integer or a 1-D array, got shape {nc.shape}")
+        if (nc < 1).any():
+            raise ValueError(f"n_clones must be >= 1 for every observation, got {int(nc.min())}")
+        return nc.astype(np.int64)
+
+    def _sequence(self, traj, n_obs=None, n_actions=None):
+        """Concatenated (obs, acts) with -1 at episode starts, plus n_obs, n_actions."""
+        if isinstance(traj, Trajectories):
+            t = traj
+        elif isinstance(traj, (tuple, list)) and len(traj) == 2:
+            obs, acts = (np.asarray(x) for x in traj)
+            if obs.shape != acts.shape:
+                raise ValueError(f"actions has shape {acts.shape} but obs has {obs.shape}")
+            t = Trajectories(obs, acts)
+        else:
+            raise TypeError("traj must be a Trajectories or a pair (obs, actions) of int arrays")
+        obs = t.obs.ravel()
+        acts = t.actions.ravel()
+        if n_obs is None:
+            n_obs = int(obs.max()) + 1
+        elif not isinstance(n_obs, Integral) or n_obs < 1:
+            raise ValueError(f"n_obs must be a positive integer, got {n_obs!r}")
+        if obs.max() >= n_obs:
+            raise ValueError(f"obs holds {int(obs.max())}, outside 0..{n_obs - 1} (n_obs={n_obs})")
+        amax = int(acts.max())
+        if n_actions is None:
+            n_actions = max(amax + 1, 1)
+        elif not isinstance(n_actions, Integral) or n_actions < 1:
+            raise ValueError(f"n_actions must be a positive integer, got {n_actions!r}")
+        if amax >= n_actions:
+            raise ValueError(f"actions holds {amax}, outside 0..{n_actions - 1} (n_actions={n_actions})")
+        return obs, acts, int(n_obs), int(n_actions)
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "T_"):
+            raise ValueError("this CloneHMM is not fitted yet: call fit(traj) first")
+
+    # ------------------------------------------------------------------ fit
+    def fit(self, traj, n_obs: int | None = None, n_actions: int | None = None) -> "CloneHMM":
+        """Learn ``T_`` and ``B_`` from trajectories by Baum-Welch (and hard-EM).
+
+        ``traj``: a :class:`~hmmmerge.rollouts.Trajectories` (every episode
+        restarts from ``B``, which is learned from the episodes' first clones)
+        or a pair ``(obs, actions)`` of int arrays (1-D: one long sequence,
+        ``actions[0] == -1``).  ``n_obs``/``n_actions`` default to the largest
+        value seen plus one.
+
+        >>> import numpy as np
+        >>> obs = np.array([0, 1, 0, 1, 0]); acts = np.array([-1, 0, 0, 0, 0])
+        >>> m = CloneHMM(n_clones=1, n_iter=5, pseudocount=0.0).fit((obs, acts))
+        >>> m.T_[0].round(3).tolist(), round(m.log_likelihood_, 6)
+        ([[0.0, 1.0], [1.0, 0.0]], 0.0)
+        """
+        from . import _em_kernels as K
+
+        t0 = time.perf_counter()
+        self._check_params()
+        obs, acts, n_obs, n_actions = self._sequence(traj, n_obs, n_actions)
+        nc = self._clone_counts(n_obs)
+        data = _Data(K, obs, acts, nc)
+        H = data.H
+        rng = as_generator(self.seed)
+        best = None
+        for _ in range(self.n_init):
+            T = rng.random((n_actions, H, H))
+            T /= T.sum(axis=2, keepdims=True)
+            B = np.full(H, 1.0 / H)
+            run = _run_em(K, data, T, B, self.n_iter, float(self.pseudocount), float(self.tol))
+            if best is None or run["log_likelihood"] > best["log_likelihood"]:
+                best = run
+        T, B = best["T"], best["B"]
+        vit_ll = []
+        if self.viterbi_refine:
+            vp = self.pseudocount if self.viterbi_pseudocount is None else self.viterbi_pseudocount
+            T, B, vit_ll = _run_hard_em(K, data, T, B, self.n_viterbi_iter, float(vp), float(self.tol))
+        self.n_clones_ = nc
+        self.state_obs_ = np.repeat(np.arange(n_obs), nc)
+        self.T_ = T
+        self.B_ = B
+        self.n_obs_ = n_obs
+        self.n_actions_ = n_actions
+        self.n_iter_ = best["n_iter"]
+        self.converged_ = best["converged"]
+        self.train_log_likelihood_ = np.asarray(best["lls"])
+        self.train_objective_ = np.asarray(best["objectives"])
+        self.viterbi_log_likelihood_ = np.asarray(vit_ll)
+        self.log_likelihood_ = data.log_likelihood(T, B)
+        self.fit_time_ = time.perf_counter() - t0
+        return self
+
+    # ------------------------------------------------------------- results
+    @property
+    def n_states_(self) -> int:
+        self._check_fitted()
+        return int(self.state_obs_.shape[0])
+
+    def to_hmm(self, sparse: bool = False) -> ActionHMM:
+        """The fitted model as an :class:`~hmmmerge.hmm.ActionHMM` (clones as hidden states).
+
+        ``sparse=True`` stores ``T`` as CSR (worth it when the pseudocount is 0).
+
+        >>> m = CloneHMM(n_clones=2, n_iter=3).fit(([0, 1, 0], [-1, 0, 1]))
+        >>> m.to_hmm()
+        ActionHMM(n_states=4, n_actions=2, n_obs=2, dense)
+        """
+        self._check_fitted()
+        H = self.n_states_
+        E = np.zeros((H, self.n_obs_))
+        E[np.arange(H), self.state_obs_] = 1.0
+        if sparse:
+            import scipy.sparse as sp
+
+            return ActionHMM([sp.csr_matrix(m) for m in self.T_], E, self.B_)
+        return ActionHMM(self.T_, E, self.B_)
+
+    def score(self, traj, actions=None) -> float:
+        """Total log-likelihood in nats of ``traj`` under the fitted model (via :class:`ActionHMM`).
+
+        >>> m = CloneHMM(n_clones=1, n_iter=5, pseudocount=0.0).fit(([0, 1, 0], [-1, 0, 0]))
+        >>> m.score([0, 1, 0, 1], [-1, 0, 0, 0])
+        0.0
+        """
+        self._check_fitted()
+        if isinstance(traj, (tuple, list)) and actions is None and len(traj) == 2:
+            traj, actions = traj
+        return self.to_hmm().log_likelihood(traj, actions)
+
+    def decode(self, traj, actions=None):
+        """Most probable clone path: ``(log P(path, X), states)``, states shaped like ``obs``.
+
+        >>> m = CloneHMM(n_clones=1, n_iter=5, pseudocount=0.0).fit(([0, 1, 0], [-1, 0, 0]))
+        >>> m.decode([0, 1, 0], [-1, 0, 0])[1].tolist()
+        [0, 1, 0]
+        """
+        from . import _em_kernels as K
+
+        self._check_fitted()
+        if actions is not None:
+            traj = (traj, actions)
+        shape = np.shape(traj.obs if isinstance(traj, Trajectories) else traj[0])
+        obs, acts, _, _ = self._sequence(traj, self.n_obs_, self.n_actions_)
+        data = _Data(K, obs, acts, self.n_clones_)
+        lp, path = data.viterbi(self.T_, self.B_)
+        return lp, path.reshape(shape)
+
+    def posteriors(self, traj, actions=None) -> np.ndarray:
+        """Smoothed posteriors ``P(h_t | X)`` (N, L, H), or (L, H) for one 1-D sequence.
+
+        >>> m = CloneHMM(n_clones=1, n_iter=5, pseudocount=0.0).fit(([0, 1], [-1, 0]))
+        >>> m.posteriors([0, 1], [-1, 0]).tolist()
+        [[1.0, 0.0], [0.0, 1.0]]
+        """
+        from . import _em_kernels as K
+
+        self._check_fitted()
+        if actions is not None:
+            traj = (traj, actions)
+        o = traj.obs if isinstance(traj, Trajectories) else np.asarray(traj[0])
+        obs, acts, _, _ = self._sequence(traj, self.n_obs_, self.n_actions_)
+        data = _Data(K, obs, acts, self.n_clones_)
+        flat = data.posteriors(self.T_, self.B_)
+        out = np.zeros((obs.shape[0], self.n_states_))
+        rows = np.repeat(np.arange(obs.shape[0]), data.sizes[obs])
+        cols = data.starts[obs][rows] + (np.arange(flat.shape[0]) - data.off[:-1][rows])
+        out[rows, cols] = flat
+        return out.reshape(o.shape + (self.n_states_,))
+
+
+# --------------------------------------------------------------------- engine
+class _Data:
+    """A training sequence laid out for the kernels.
+
+    Steps are grouped by (action, previous observation, observation): every
+    group's expected counts fill one block ``C[a][blk_prev, blk]`` of the count
+    tensor, summed in a cache-resident buffer over the group's steps.
+    """
+
+    def __init__(self, K, obs, acts, n_clones):
+        self.K = K
+        self.obs = np.ascontiguousarray(obs, dtype=np.int64)
+        self.acts = np.ascontiguousarray(acts, dtype=np.int64)
+        self.sizes = np.ascontiguousarray(n_clones, dtype=np.int64)
+        self.starts = np.concatenate([[0], np.cumsum(self.sizes)[:-1]]).astype(np.int64)
+        self.H = int(self.sizes.sum())
+        self.max_size = int(self.sizes.max())
+        self.off = K.step_offsets(self.obs, self.sizes)
+        self.alpha = np.empty(self.off[-1])
+        self.bk = np.empty(self.off[-1])
+        self.scale = np.empty(self.obs.shape[0])
+        self.first = np.flatnonzero(self.acts < 0)
+        self._groups = None
+
+    def groups(self):
+        """Move steps sorted by (action, previous observation, observation) and the group cuts."""
+        if self._groups is None:
+            O = self.sizes.shape[0]
+            moves = np.flatnonzero(self.acts >= 0)
+            key = (self.acts[moves] * O + self.obs[moves - 1]) * O + self.obs[moves]
+            order = np.argsort(key, kind="stable")
+            key = key[order]
+            cuts = np.flatnonzero(np.diff(key)) + 1
+            bounds = np.concatenate([[0], cuts, [moves.size]]) if moves.size else np.zeros(1, dtype=np.int64)
+            self._groups = (np.ascontiguousarray(moves[order]), bounds.astype(np.int64))
+        return self._groups
+
+    def log_likelihood(self, T, B) -> float:
+        return float(
+            self.K.forward(
+                T, B, self.starts, self.sizes, self.obs, self.acts, self.off, self.alpha, self.scale, self.max_size
+            )
+        )
+
+    def _backward(self, T) -> None:
+        self.K.backward(T, self.starts, self.sizes, self.obs, self.acts, self.off, self.scale, self.bk)
+
+    def expected_counts(self, T, B):
+        """E-step: ``(log P(X), C (A, H, H), Bc (H,))``; ``C``, ``Bc`` are zero if ``P(X) = 0``."""
+        ll = self.log_likelihood(T, B)
+        C = np.zeros_like(T)
+        Bc = np.zeros_like(B)
+        if not np.isfinite(ll):
+            return ll, C, Bc
+        self._backward(T)
+        order, bounds = self.groups()
+        self.K.transition_counts(
+            T, self.starts, self.sizes, self.obs, self.acts, self.off, self.alpha, self.bk, order, bounds, C
+        )
+        # posteriors at episode starts: gamma = alpha * bk * c
+        for t in self.first:
+            blk = slice(self.off[t], self.off[t + 1])
+            s0 = self.starts[self.obs[t]]
+            Bc[s0 : s0 + self.sizes[self.obs[t]]] += self.alpha[blk] * self.bk[blk] * self.scale[t]
+        return ll, C, Bc
+
+    def posteriors(self, T, B) -> np.ndarray:
+        """Smoothed posteriors of every step, flat like ``alpha``."""
+        ll = self.log_likelihood(T, B)
+        if not np.isfinite(ll):
+            raise ValueError("the sequence has probability 0 under the model")
+        self._backward(T)
+        return self.alpha * self.bk * np.repeat(self.scale, self.sizes[self.obs])
+
+    def viterbi(self, T, B):
+        with np.errstate(divide="ignore"):
+            logT, logB = np.log(T), np.log(B)
+        path = np.empty_like(self.obs)
+        lp = self.K.viterbi(logT, logB, self.starts, self.sizes, self.obs, self.acts, self.off, self.max_size, path)
+        return float(lp), path
+
+    def path_counts(self, path, n_actions):
+        """Hard counts of a decoded path: ``C (A, H, H)``, ``Bc (H,)``."""
+        C = np.zeros((n_actions, self.H, self.H))
+        moves = self.acts >= 0
+        prev = np.concatenate([[0], path[:-1]])
+        np.add.at(C, (self.acts[moves], prev[moves], path[moves]), 1.0)
+        Bc = np.bincount(path[~moves], minlength=self.H).astype(np.float64)
+        return C, Bc
+
+
+def _normalise(C, Bc, pseudocount):
+    """M-step: rows of ``C + pseudocount`` and ``Bc + pseudocount`` normalised (all-zero rows stay 0)."""
+    T = C + pseudocount
+    s = T.sum(axis=2, keepdims=True)
+    np.divide(T, s, out=T, where=s > 0)
+    B = Bc + pseudocount
+    B /= B.sum()
+    return T, B
+
+
+def _log_prior(T, B, pseudocount) -> float:
+    if pseudocount == 0.0:
+        return 0.0
+    return pseudocount * float(np.log(T).sum() + np.log(B).sum())
+
+
+def em_step(data: _Data, T, B, pseudocount: float):
+    """One Baum-Welch iteration: ``(log P(X | T, B), T_new, B_new)``."""
+    ll, C, Bc = data.expected_counts(T, B)
+    if not np.isfinite(ll):
+        raise ValueError("the training data has probability 0 under the current model (pseudocount 0?)")
+    T2, B2 = _normalise(C, Bc, pseudocount)
+    return ll, T2, B2
+
+
+def _run_em(K, data, T, B, n_iter, pseudocount, tol):
+    lls, objectives = [], []
+    converged = False
+    for _ in range(n_iter):
+        ll, T_new, B_new = em_step(data, T, B, pseudocount)
+        lls.append(ll)
+        objectives.append(ll + _log_prior(T, B, pseudocount))
+        T, B = T_new, B_new
+        if len(lls) > 1 and lls[-1] - lls[-2] < tol:
+            converged = True
+            break
+    return {
+        "T": T,
+        "B": B,
+        "lls": lls,
+        "objectives": objectives,
+        "n_iter": len(lls),
+        "converged": converged,
+        "log_likelihood": data.log_likelihood(T, B),
+    }
+
+
+def _run_hard_em(K, data, T, B, n_iter, pseudocount, tol):
+    n_actions = T.shape[0]
+    vit = []
+    for _ in range(n_iter):
+        lp, path = data.viterbi(T, B)
+        if not np.isfinite(lp):
+            break
+        vit.append(lp)
+        if len(vit) > 1 and vit[-1] - vit[-2] < tol:
+            break
+        C, Bc = data.path_counts(path, n_actions)
+        T, B = _normalise(C, Bc, pseudocount)
+    return T, B, vit

@@ -1,0 +1,249 @@
+"""Level 2: clusters of level-1 states and the connection matrix C.
+
+``C`` (n x k) holds ``C[i, j] = P(h2 = j | h1 = i)``.  With hard assignments
+(the paper's experiments) a :class:`Clusters` object stores one cluster id per
+level-1 state (-1: not connected) and builds ``C`` on demand.  Merging two
+clusters adds their columns and drops one; disconnecting a state zeroes its
+row.  Level 1 is never changed by any of this.
+
+The level-2 model (Equation ``trans_2dn``, written for row-stochastic ``T``):
+``T2[a] ∝ C^T T1[a] C`` row-normalised, ``E2 ∝ C^T E1``, ``B2 ∝ C^T B1``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from ._random import as_generator
+
+__all__ = ["Clusters", "level2_hmm", "weighted_purity"]
+
+
+class Clusters:
+    """A hard assignment of level-1 states to clusters (a binary connection matrix C).
+
+    >>> cl = Clusters(np.array([0, 0, 1, -1]))
+    >>> cl.n_clusters, cl.sizes().tolist()
+    (2, [2, 1])
+    >>> cl.merge([(1, 0)]); cl.assignment.tolist()
+    [0, 0, 0, -1]
+    """
+
+    def __init__(self, assignment=None, n_states: int = 0):
+        if assignment is None:
+            assignment = np.full(n_states, -1, dtype=np.int64)
+        a = np.asarray(assignment, dtype=np.int64).copy()
+        if a.ndim != 1:
+            raise ValueError(f"assignment must be 1-D, got shape {a.shape}")
+        if a.size and a.min() < -1:
+            raise ValueError("assignment entries must be cluster ids >= 0 or -1 (not connected)")
+        self.assignment = a
+        self._compact()
+
+    # ------------------------------------------------------------------ views
+    @property
+    def n_clusters(self) -> int:
+        return self._k
+
+    @property
+    def n_states(self) -> int:
+        return self.assignment.shape[0]
+
+    def sizes(self) -> np.ndarray:
+        """Number of level-1 states in each cluster."""
+        a = self.assignment
+        return np.bincount(a[a >= 0], minlength=self._k)
+
+    def members(self, cluster: int) -> np.ndarray:
+        return np.flatnonzero(self.assignment == cluster)
+
+    def connection_matrix(self, n_states: int | None = None) -> sp.csr_matrix:
+        """C as a sparse (n_states x n_clusters) binary matrix.
+
+        >>> Clusters(np.array([1, -1, 0])).connection_matrix().toarray().tolist()
+        [[0.0, 1.0], [0.0, 0.0], [1.0, 0.0]]
+        """
+        n = self.n_states if n_states is None else int(n_states)
+        a = self.assignment[:n]
+        rows = np.flatnonzero(a >= 0)
+        return sp.csr_matrix((np.ones(len(rows)), (rows, a[rows])), shape=(n, self._k))
+
+    def cluster_emission(self, emission: np.ndarray) -> np.ndarray:
+        """The observation of each cluster (its members all share one); -1 for none."""
+        out = np.full(self._k, -1, dtype=np.int64)
+        a = self.assignment
+        rows = np.flatnonzero(a[: len(emission)] >= 0)
+        out[a[rows]] = emission[rows]
+        return out
+
+    # ------------------------------------------------------------ changes
+    def grow(self, n_states: int) -> None:
+        """Extend to ``n_states`` level-1 states; new states are not connected."""
+        if n_states > self.n_states:
+            self.assignment = np.concatenate(
+                [self.assignment, np.full(n_states - self.n_states, -1, dtype=np.int64)]
+            )
+
+    def add_clusters(self, groups) -> np.ndarray:
+        """Connect each group of (unconnected) states to a new cluster; returns the new ids."""
+        ids = np.arange(self._k, self._k + len(groups))
+        for cid, g in zip(ids, groups):
+            g = np.asarray(g, dtype=np.int64)
+            if (self.assignment[g] >= 0).any():
+                raise ValueError("add_clusters: a state is already connected to a cluster")
+            self.assignment[g] = cid
+        self._k += len(groups)
+        return ids
+
+    def merge(self, pairs) -> None:
+        """Merge each pair ``(src, dst)``: the states of ``src`` join ``dst``.
+
+        Chains (``a->b``, ``b->c``) are followed (connected components of the
+        pairs); cluster ids are then renumbered compactly.
+        """
+        pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+        if not len(pairs):
+            return
+        if pairs.min() < 0 or pairs.max() >= self._k:
+            raise ValueError(f"merge pairs refer to clusters outside 0..{self._k - 1}")
+        from scipy.sparse.csgraph import connected_components
+
+        graph = sp.coo_matrix((np.ones(len(pairs)), (pairs[:, 0], pairs[:, 1])), shape=(self._k, self._k))
+        _, roots = connected_components(graph, directed=False)
+        a = self.assignment
+        mask = a >= 0
+        a[mask] = roots[a[mask]]
+        self._compact()
+
+    def disconnect(self, states) -> None:
+        """Separate level-1 states back out of their clusters (the paper's reversibility)."""
+        self.assignment[np.asarray(states, dtype=np.int64)] = -1
+        self._compact()
+
+    def split(self, states) -> int:
+        """Move ``states`` (all from one cluster) into a new cluster; returns its id."""
+        states = np.asarray(states, dtype=np.int64)
+        owners = np.unique(self.assignment[states])
+        if len(owners) != 1 or owners[0] < 0:
+            raise ValueError("split: states must all belong to one cluster")
+        self.assignment[states] = self._k
+        self._k += 1
+        self._compact()
+        return int(self.assignment[states[0]])
+
+    def _compact(self) -> None:
+        a = self.assignment
+        mask = a >= 0
+        used, inverse = np.unique(a[mask], return_inverse=True)
+        a[mask] = inverse
+        self._k = len(used)
+
+    # ------------------------------------------------------------ partitions
+    def partition_unassigned(self, emission: np.ndarray, size: int, seed=0, n_states: int | None = None) -> int:
+        """The authors' initial partition: per observation, shuffle the unconnected
+        states and cut them into clusters of exactly ``size``; the remainder waits.
+
+        Returns the number of clusters added.
+
+        >>> cl = Clusters(n_states=7)
+        >>> cl.partition_unassigned(np.array([0, 0, 0, 0, 0, 1, 1]), size=2, seed=0)
+        3
+        >>> int((cl.assignment == -1).sum())
+        1
+        """
+        if not isinstance(size, (int, np.integer)) or size < 1:
+            raise ValueError(f"size must be a positive integer, got {size!r}")
+        rng = as_generator(seed)
+        n = self.n_states if n_states is None else int(n_states)
+        free = np.flatnonzero(self.assignment[:n] < 0)
+        colours = emission[free]
+        groups = []
+        for o in np.unique(colours):
+            states = rng.permutation(free[colours == o])
+            full = (len(states) // size) * size
+            groups.extend(states[:full].reshape(-1, size))
+        self.add_clusters(groups)
+        return len(groups)
+
+    # ------------------------------------------------------------ files
+    def copy(self) -> "Clusters":
+        return Clusters(self.assignment)
+
+
+def level2_hmm(memory, C, n_states: int | None = None):
+    """The level-2 :class:`~hmmmerge.hmm.ActionHMM` of a memory under connection matrix ``C``.
+
+    ``C`` is a :class:`Clusters`, or any non-negative (n x k) matrix (dense or
+    sparse; rows of unconnected states are zero).  Clusters that no level-1
+    state connects to are kept (they have zero rows).  ``B2 ∝ C^T B1``; if the
+    start state is unconnected, ``B2`` is uniform over the clusters.
+
+    >>> from hmmmerge.episodic import EpisodicMemory
+    >>> mem = EpisodicMemory(2, 1)
+    >>> for o, a in [(0, -1), (1, 0), (0, 0), (1, 0)]:
+    ...     _ = mem.observe(o, a)
+    >>> hmm = level2_hmm(mem, Clusters(np.array([0, 1, 0, 1])))
+    >>> hmm.T[0].toarray().tolist()
+    [[0.0, 1.0], [1.0, 0.0]]
+    """
+    from .hmm import ActionHMM
+
+    n = memory.n_states if n_states is None else int(n_states)
+    Cm = C.connection_matrix(n) if isinstance(C, Clusters) else sp.csr_matrix(C, dtype=np.float64)
+    if Cm.shape[0] != n:
+        raise ValueError(f"C has {Cm.shape[0]} rows for {n} level-1 states")
+    if Cm.shape[1] == 0:
+        raise ValueError("C has no clusters: there is no level-2 model yet")
+    if Cm.nnz and Cm.data.min() < 0:
+        raise ValueError("C holds a negative weight")
+    Ct = Cm.T.tocsr()
+    T2 = []
+    for T1 in memory.transition_matrices():
+        counts = (Ct @ T1[:n, :n] @ Cm).tocsr()
+        T2.append(_row_normalise(counts))
+    E1 = sp.csr_matrix((np.ones(n), (np.arange(n), memory.emission[:n])), shape=(n, memory.n_obs))
+    E2 = np.asarray((Ct @ E1).todense())
+    sums = E2.sum(1, keepdims=True)
+    if (sums == 0).any():
+        empty = int(np.flatnonzero(sums.ravel() == 0)[0])
+        raise ValueError(f"cluster {empty} has no level-1 state: drop empty clusters first")
+    E2 /= sums
+    B2 = np.asarray(Cm[memory.start_state].todense()).ravel() if 0 <= memory.start_state < n else np.zeros(Cm.shape[1])
+    B2 = B2 / B2.sum() if B2.sum() > 0 else np.full(Cm.shape[1], 1.0 / Cm.shape[1])
+    return ActionHMM(T2, E2, B2)
+
+
+def _row_normalise(M: sp.csr_matrix) -> sp.csr_matrix:
+    sums = np.asarray(M.sum(axis=1)).ravel()
+    scale = np.divide(1.0, sums, out=np.zeros_like(sums), where=sums > 0)
+    return sp.csr_matrix(sp.diags(scale) @ M)
+
+
+def weighted_purity(assignment, labels, skip_singletons: bool = False) -> float:
+    """Size-weighted purity of clusters: ``sum(purity * size) / sum(size)``.
+
+    Purity of a cluster = share of its most common true label.  The authors skip
+    clusters of size 1 (``skip_singletons=True``); NaN if no cluster counts.
+
+    >>> weighted_purity([0, 0, 0, 1, -1], [5, 5, 6, 7, 9])
+    0.75
+    >>> weighted_purity([0, 0, 0, 1], [5, 5, 6, 7], skip_singletons=True)
+    0.6666666666666666
+    """
+    a = np.asarray(assignment, dtype=np.int64)
+    lab = np.asarray(labels, dtype=np.int64)
+    if a.shape != lab.shape:
+        raise ValueError(f"assignment {a.shape} and labels {lab.shape} differ in shape")
+    keep = a >= 0
+    a, lab = a[keep], lab[keep]
+    if not a.size:
+        return float("nan")
+    sizes = np.bincount(a)
+    pair, counts = np.unique(a * (int(lab.max()) + 2) + (lab + 1), return_counts=True)
+    top = np.zeros_like(sizes)
+    np.maximum.at(top, pair // (int(lab.max()) + 2), counts)
+    use = sizes > (1 if skip_singletons else 0)
+    if not use.any():
+        return float("nan")
+    return float(top[use].sum() / sizes[use].sum())

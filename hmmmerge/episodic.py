@@ -1,0 +1,232 @@
+"""Level 1: the episodic memory of Algorithm 1.
+
+A deterministic HMM that stores every episode exactly: from the current state
+``h`` and action ``a`` the predicted state is ``T(h, a)``; if there is none, or
+it emits another observation than the one seen, a new state ``N + 1`` is
+created, ``T(h, a)`` is set to it (replacing the old link, as the algorithm
+writes it) and ``E(N + 1) = o``.  Each episode starts from a fixed start state
+whose one transition ``T(start, -1)`` leads to the state of the first
+observation.
+
+Storage is array-backed (``next_state`` A x capacity, grown geometrically), so
+50,000 or 500,000 states cost a few megabytes and no Python dict walk.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._io import atomic_savez
+from .rollouts import Trajectories
+
+__all__ = ["EpisodicMemory"]
+
+
+class EpisodicMemory:
+    """Algorithm 1: an online, perfectly storing episodic memory.
+
+    Parameters
+    ----------
+    n_obs, n_actions : sizes of the observation and action alphabets.
+
+    Attributes
+    ----------
+    n_states : number of states created so far.
+    next_state : (n_actions, n_states) int array, -1 where ``T(h, a)`` is unknown.
+    emission : (n_states,) observation of each state.
+    labels : (n_states,) true environment state when each state was created
+        (-1 if the caller gave none); for analysis only, never read by learning.
+    start_state : the state ``T(start, -1)`` of the first observation, or -1.
+
+    Examples
+    --------
+    >>> mem = EpisodicMemory(n_obs=2, n_actions=1)
+    >>> for o, a in [(0, -1), (1, 0), (0, 0)]:
+    ...     _ = mem.observe(o, a)
+    >>> mem.n_states, mem.emission.tolist()
+    (3, [0, 1, 0])
+    >>> mem.reset(); _ = mem.observe(0, -1); _ = mem.observe(1, 0)   # a repeated prefix reuses states
+    >>> mem.n_states
+    3
+    """
+
+    def __init__(self, n_obs: int, n_actions: int, capacity: int = 1024):
+        for name, v in (("n_obs", n_obs), ("n_actions", n_actions)):
+            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        self.n_obs = int(n_obs)
+        self.n_actions = int(n_actions)
+        capacity = max(int(capacity), 16)
+        self._next = np.full((self.n_actions, capacity), -1, dtype=np.int64)
+        self._emission = np.full(capacity, -1, dtype=np.int64)
+        self._labels = np.full(capacity, -1, dtype=np.int64)
+        self._scal = np.array([0, -1, -1], dtype=np.int64)  # n_states, current state, T(start, -1)
+
+    # ------------------------------------------------------------------ views
+    @property
+    def n_states(self) -> int:
+        return int(self._scal[0])
+
+    @property
+    def current_state(self) -> int:
+        """The state after the last observation; -1 at the start of an episode."""
+        return int(self._scal[1])
+
+    @property
+    def start_state(self) -> int:
+        return int(self._scal[2])
+
+    @property
+    def next_state(self) -> np.ndarray:
+        return self._next[:, : self.n_states]
+
+    @property
+    def emission(self) -> np.ndarray:
+        return self._emission[: self.n_states]
+
+    @property
+    def labels(self) -> np.ndarray:
+        return self._labels[: self.n_states]
+
+    @property
+    def capacity(self) -> int:
+        return self._emission.shape[0]
+
+    def __repr__(self) -> str:
+        return f"EpisodicMemory(n_states={self.n_states}, n_obs={self.n_obs}, n_actions={self.n_actions})"
+
+    def reserve(self, extra: int) -> None:
+        """Make room for ``extra`` more states (capacity at least doubles when it grows)."""
+        need = self.n_states + int(extra)
+        if need <= self.capacity:
+            return
+        cap = max(need, 2 * self.capacity)
+        grow = cap - self.capacity
+        self._next = np.concatenate([self._next, np.full((self.n_actions, grow), -1, np.int64)], axis=1)
+        self._emission = np.concatenate([self._emission, np.full(grow, -1, np.int64)])
+        self._labels = np.concatenate([self._labels, np.full(grow, -1, np.int64)])
+
+    # ------------------------------------------------------------ learning
+    def reset(self) -> None:
+        """Begin a new episode: the next observation comes from the start state."""
+        self._scal[1] = -1
+
+    def observe(self, obs: int, action: int, label: int = -1) -> int:
+        """Algorithm 1 for one step; returns the current state afterwards.
+
+        ``action == -1`` marks the first observation of an episode (and implies :meth:`reset`).
+        """
+        from ._memory_kernels import l1_observe
+
+        obs, action = int(obs), int(action)
+        if not 0 <= obs < self.n_obs:
+            raise ValueError(f"observation {obs} is outside 0..{self.n_obs - 1}")
+        if action == -1:
+            self.reset()
+        elif not 0 <= action < self.n_actions:
+            raise ValueError(f"action {action} is outside 0..{self.n_actions - 1} (or -1 at an episode start)")
+        elif self.current_state < 0:
+            raise ValueError("the first observation of an episode must come with action -1")
+        self.reserve(1)
+        return int(l1_observe(self._next, self._emission, self._labels, self._scal, action, obs, int(label)))
+
+    def observe_trajectories(self, traj: Trajectories) -> tuple[np.ndarray, np.ndarray]:
+        """Algorithm 1 over a batch of episodes, in order.
+
+        Returns ``(states, predicted)``: the level-1 state after each
+        observation and the observation level 1 predicted before it (-1 when it
+        had no prediction), both shaped like ``traj.obs``.  True labels are kept
+        when ``traj.states`` is given.
+
+        >>> from hmmmerge import gridworld, random_walk
+        >>> env = gridworld()
+        >>> mem = EpisodicMemory(env.n_obs, env.n_actions)
+        >>> states, predicted = mem.observe_trajectories(random_walk(env, 20, seed=0))
+        >>> int(states.max()) + 1 == mem.n_states
+        True
+        """
+        from ._memory_kernels import observe_batch
+
+        if not isinstance(traj, Trajectories):
+            raise TypeError(f"traj must be Trajectories, got {type(traj).__name__}")
+        self._check_symbols(traj.obs, traj.actions)
+        self.reserve(traj.n_steps)
+        out_states = np.empty_like(traj.obs)
+        out_pred = np.empty_like(traj.obs)
+        labels = traj.states if traj.states is not None else np.empty((0, 0), dtype=np.int64)
+        observe_batch(traj.obs, traj.actions, labels, self._next, self._emission, self._labels, self._scal,
+                      out_states, out_pred)
+        return out_states, out_pred
+
+    def _check_symbols(self, obs: np.ndarray, actions: np.ndarray) -> None:
+        if obs.max() >= self.n_obs:
+            raise ValueError(f"observation {int(obs.max())} is outside 0..{self.n_obs - 1}")
+        if actions.shape[1] > 1 and actions[:, 1:].max() >= self.n_actions:
+            raise ValueError(f"action {int(actions[:, 1:].max())} is outside 0..{self.n_actions - 1}")
+
+    # ------------------------------------------------------------ models
+    def to_hmm(self):
+        """Level 1 as a sparse deterministic :class:`~hmmmerge.hmm.ActionHMM` (B = the first state).
+
+        >>> mem = EpisodicMemory(2, 1); _ = mem.observe(0, -1); _ = mem.observe(1, 0)
+        >>> mem.to_hmm().log_likelihood([0, 1])
+        0.0
+        """
+        from .hmm import ActionHMM
+
+        if self.n_states == 0:
+            raise ValueError("the memory is empty: observe something first")
+        return ActionHMM.from_deterministic(self.next_state, self.emission, self.n_obs, start=self.start_state)
+
+    def transition_matrices(self):
+        """``T1[a]`` as binary CSR matrices (n_states x n_states), one per action."""
+        import scipy.sparse as sp
+
+        n = self.n_states
+        mats = []
+        for a in range(self.n_actions):
+            src = np.flatnonzero(self.next_state[a] >= 0)
+            mats.append(sp.csr_matrix((np.ones(len(src)), (src, self.next_state[a, src])), shape=(n, n)))
+        return mats
+
+    # ------------------------------------------------------------ files
+    def state_dict(self) -> dict:
+        """Arrays that fully describe the memory (for ``.npz`` files)."""
+        return {
+            "l1_n_obs": np.int64(self.n_obs),
+            "l1_n_actions": np.int64(self.n_actions),
+            "l1_next_state": self.next_state.copy(),
+            "l1_emission": self.emission.copy(),
+            "l1_labels": self.labels.copy(),
+            "l1_scalars": self._scal.copy(),
+        }
+
+    @classmethod
+    def from_state_dict(cls, d, source: str = "<dict>") -> "EpisodicMemory":
+        try:
+            mem = cls(int(d["l1_n_obs"]), int(d["l1_n_actions"]))
+            ns, em, lab, scal = (np.asarray(d[k], dtype=np.int64) for k in
+                                 ("l1_next_state", "l1_emission", "l1_labels", "l1_scalars"))
+        except KeyError as e:
+            raise ValueError(f"{source}: missing array {e.args[0]!r}") from None
+        n = em.shape[0]
+        if ns.shape != (mem.n_actions, n) or lab.shape != (n,) or scal.shape != (3,) or scal[0] != n:
+            raise ValueError(f"{source}: level-1 arrays have inconsistent shapes")
+        if n and (ns.max() >= n or ns.min() < -1 or em.min() < 0 or em.max() >= mem.n_obs
+                  or scal[1] >= n or scal[2] >= n):
+            raise ValueError(f"{source}: level-1 arrays hold out-of-range entries")
+        mem.reserve(n)
+        mem._next[:, :n] = ns
+        mem._emission[:n] = em
+        mem._labels[:n] = lab
+        mem._scal[:] = scal
+        return mem
+
+    def save(self, path) -> None:
+        """Write the memory to ``path`` (``.npz``, no pickle), atomically."""
+        atomic_savez(path, **self.state_dict())
+
+    @classmethod
+    def load(cls, path) -> "EpisodicMemory":
+        with np.load(path, allow_pickle=False) as d:
+            return cls.from_state_dict(dict(d), source=str(path))

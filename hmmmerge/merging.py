@@ -1,0 +1,165 @@
+"""Merging clusters of level-1 states (Algorithm 3) and the random baseline.
+
+One merge iteration (:func:`merge_iteration`), as in the authors' experiment:
+
+1. choose one observation (colour) at random with weight ``(its number of
+   clusters) - 1``;
+2. compute the successor features (Algorithm 2) of each of its clusters, with
+   the cluster's states as the initial set; a cluster whose BFS dies out
+   before ``min_depth`` is not eligible;
+3. shuffle the eligible clusters: the first half are probes, the second half
+   candidates;
+4. the merger pairs probes with candidates; each accepted pair is merged.
+
+:class:`SFMerger` is Algorithm 3: for every probe, the most similar candidate
+is accepted with probability ``Phi((max - mean) / std)`` of the probe's row of
+similarities, and only if ``max > threshold``.  :class:`RandomMerger` pairs
+each probe with a uniformly random candidate, always accepted.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.stats import norm
+
+from ._random import as_generator
+from .successor import pairwise_similarity, successor_features
+
+__all__ = ["SFMerger", "RandomMerger", "merge_iteration"]
+
+
+class SFMerger:
+    """Algorithm 3: successor-feature guided merging.
+
+    Parameters
+    ----------
+    similarity : ``"euclidean"`` (exp(-distance), default), ``"cosine"``, ``"kl"``,
+        ``"correlation"`` or a callable ``f(X, Y) -> (n x k)``.
+    threshold : minimum similarity ``l`` of an accepted pair (0.5).
+    gamma, horizon, min_depth : successor-feature discount, BFS depth and the
+        depth a cluster's BFS must reach to be eligible.
+
+    >>> import numpy as np
+    >>> m = SFMerger()
+    >>> probes = np.array([[1.0, 0.0], [0.0, 1.0]])
+    >>> cands = np.array([[0.0, 1.0], [1.0, 0.0], [5.0, 5.0]])
+    >>> m.select_pairs(probes, cands, seed=0)[1].tolist()   # best candidate of each probe
+    [1, 0]
+    """
+
+    needs_features = True
+
+    def __init__(self, similarity="euclidean", threshold: float = 0.5, gamma: float = 0.8,
+                 horizon: int = 25, min_depth: int = 5, one_merge_per_candidate: bool = True):
+        self.one_merge_per_candidate = bool(one_merge_per_candidate)
+        self.similarity = similarity
+        self.threshold = float(threshold)
+        self.gamma = float(gamma)
+        self.horizon = int(horizon)
+        self.min_depth = int(min_depth)
+        if self.min_depth > self.horizon:
+            raise ValueError(f"min_depth={min_depth} exceeds horizon={horizon}: no cluster could be eligible")
+
+    def acceptance(self, sim: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Row-wise ``argmax``, ``max`` and ``Phi((max - mean) / std)`` (std 0 gives z = 0)."""
+        best = sim.argmax(axis=1)
+        top = sim[np.arange(len(sim)), best]
+        mean, std = sim.mean(axis=1), sim.std(axis=1)
+        z = np.divide(top - mean, std, out=np.zeros_like(top), where=std > 0)
+        return best, top, norm.cdf(z)
+
+    def select_pairs(self, probe_features, candidate_features, seed=0):
+        """Algorithm 3 on probe and candidate embeddings: ``(probe_index, candidate_index)`` arrays."""
+        rng = as_generator(seed)
+        sim = pairwise_similarity(probe_features, candidate_features, self.similarity)
+        best, top, p_accept = self.acceptance(sim)
+        draw = rng.random(len(best)) < p_accept
+        keep = np.flatnonzero(draw & (top > self.threshold))
+        return keep, best[keep]
+
+
+class RandomMerger(SFMerger):
+    """The paper's random baseline: each probe merges with a uniformly random candidate.
+
+    >>> import numpy as np
+    >>> RandomMerger().select_pairs(np.zeros((3, 2)), np.zeros((4, 2)), seed=0)[0].tolist()
+    [0, 1, 2]
+    """
+
+    needs_features = False
+
+    def __init__(self, gamma: float = 0.8, horizon: int = 25, min_depth: int = 5,
+                 one_merge_per_candidate: bool = True):
+        super().__init__(gamma=gamma, horizon=horizon, min_depth=min_depth,
+                         one_merge_per_candidate=one_merge_per_candidate)
+
+    def select_pairs(self, probe_features, candidate_features, seed=0):
+        rng = as_generator(seed)
+        n, k = len(probe_features), len(candidate_features)
+        return np.arange(n), rng.integers(0, k, size=n)
+
+
+def cluster_sets(assignment: np.ndarray, cluster_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """CSR ``(ptr, idx)`` of the member states of ``cluster_ids`` (in that order)."""
+    k = int(assignment.max()) + 1 if assignment.size else 0
+    pos = np.full(max(k, 1), -1, dtype=np.int64)
+    pos[cluster_ids] = np.arange(len(cluster_ids))
+    member = np.flatnonzero(assignment >= 0)
+    member = member[pos[assignment[member]] >= 0]
+    order = np.argsort(pos[assignment[member]], kind="stable")
+    idx = member[order]
+    ptr = np.zeros(len(cluster_ids) + 1, dtype=np.int64)
+    ptr[1:] = np.cumsum(np.bincount(pos[assignment[idx]], minlength=len(cluster_ids)))
+    return ptr, idx
+
+
+def merge_iteration(memory, clusters, merger, seed=0) -> dict:
+    """One merge iteration over ``clusters`` of ``memory`` (see the module docstring).
+
+    Returns a small report: the colour chosen, numbers of eligible clusters,
+    probes and merges.
+
+    >>> from hmmmerge import gridworld, random_walk
+    >>> from hmmmerge.episodic import EpisodicMemory
+    >>> from hmmmerge.clusters import Clusters
+    >>> env = gridworld(); mem = EpisodicMemory(env.n_obs, env.n_actions)
+    >>> _ = mem.observe_trajectories(random_walk(env, 100, seed=0))
+    >>> cl = Clusters(n_states=mem.n_states); _ = cl.partition_unassigned(mem.emission, 10, seed=0)
+    >>> before = cl.n_clusters
+    >>> report = merge_iteration(mem, cl, SFMerger(), seed=0)
+    >>> cl.n_clusters == before - report["merges"]
+    True
+    """
+    import scipy.sparse as sp
+
+    rng = as_generator(seed)
+    report = {"colour": -1, "eligible": 0, "probes": 0, "merges": 0}
+    n = memory.n_states
+    clusters.grow(n)
+    colour_of = clusters.cluster_emission(memory.emission)
+    counts = np.bincount(colour_of[colour_of >= 0], minlength=memory.n_obs)
+    weights = np.maximum(counts - 1, 0).astype(float)
+    if weights.sum() == 0:
+        return report
+    colour = int(rng.choice(memory.n_obs, p=weights / weights.sum()))
+    ids = np.flatnonzero(colour_of == colour)
+    ptr, idx = cluster_sets(clusters.assignment[:n], ids)
+    sets = sp.csr_matrix((np.ones(len(idx)), idx, ptr), shape=(len(ids), n))
+    sf, depth = successor_features(memory, sets, merger.gamma, merger.horizon, return_depth=True)
+    eligible = rng.permutation(np.flatnonzero(depth >= merger.min_depth))
+    half = len(eligible) // 2
+    probes, candidates = eligible[:half], eligible[half:]
+    report.update(colour=colour, eligible=len(eligible), probes=len(probes))
+    if len(probes) == 0:
+        return report
+    pi, ci = merger.select_pairs(sf[probes], sf[candidates], rng)
+    if merger.one_merge_per_candidate:
+        # Pairs applied in probe order with C[:, cand] moved into C[:, probe]:
+        # a candidate absorbed once is empty for later probes.
+        ci, first = np.unique(ci, return_index=True)
+        pi = pi[first]
+    pairs = np.column_stack([ids[candidates[ci]], ids[probes[pi]]])
+    before = clusters.n_clusters
+    clusters.merge(pairs)
+    report["merges"] = before - clusters.n_clusters
+    return report
