@@ -8,13 +8,19 @@ import numpy as np
 
 
 def as_generator(seed) -> np.random.Generator:
-    """A ``numpy.random.Generator`` from an int seed, a Generator (returned as is) or ``None``.
+    """A ``numpy.random.Generator`` from an int seed, a tuple of ints, a Generator (returned as is) or ``None``.
 
     >>> as_generator(3).integers(100) == as_generator(3).integers(100)
     True
     """
     if isinstance(seed, np.random.Generator):
         return seed
-    if seed is None or (isinstance(seed, Integral) and not isinstance(seed, bool) and seed >= 0):
+    if seed is None or _is_seed_int(seed):
         return np.random.default_rng(seed)
-    raise TypeError(f"seed must be a non-negative int, a numpy Generator or None, got {seed!r}")
+    if isinstance(seed, (tuple, list)) and seed and all(_is_seed_int(s) for s in seed):
+        return np.random.default_rng([int(s) for s in seed])  # e.g. (run seed, episode offset)
+    raise TypeError(f"seed must be a non-negative int (or a tuple of them), a numpy Generator or None, got {seed!r}")
+
+
+def _is_seed_int(x) -> bool:
+    return isinstance(x, Integral) and not isinstance(x, bool) and x >= 0

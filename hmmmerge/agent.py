@@ -138,19 +138,17 @@ class TwoLevelMemory:
         A = self.n_actions
         assign = self.clusters.assignment
         ns = self.memory.next_state
-        rows, cols = [], []
-        for a in range(A):
-            src = np.flatnonzero((ns[a] >= 0) & (assign[:n] >= 0))
-            dst = ns[a, src]
-            ok = assign[dst] >= 0
-            rows.append(a * k + assign[src[ok]])
-            cols.append(assign[dst[ok]])
-        r, c = np.concatenate(rows), np.concatenate(cols)
-        counts = sp.csr_matrix((np.ones(len(r)), (r, c)), shape=(A * max(k, 1), max(k, 1)))
-        sums = np.asarray(counts.sum(axis=1)).ravel()
-        T2 = sp.csr_matrix(sp.diags(np.divide(1.0, sums, out=np.zeros_like(sums), where=sums > 0)) @ counts)
-        T2.sort_indices()
-        self._t2 = (T2.indptr.astype(np.int64), T2.indices.astype(np.int64), T2.data.astype(np.float64))
+        # key (a * k + c_src) * k + c_dst of every level-1 link between clustered states
+        c_src = np.broadcast_to(assign[:n], (A, n))
+        c_dst = np.where(ns >= 0, assign[np.maximum(ns, 0)], -1)
+        ok = (c_src >= 0) & (c_dst >= 0)
+        a_idx = np.broadcast_to(np.arange(A)[:, None], (A, n))
+        keys, counts = np.unique((a_idx[ok] * k + c_src[ok]) * k + c_dst[ok], return_counts=True)
+        rows, cols = keys // max(k, 1), keys % max(k, 1)
+        row_sums = np.bincount(rows, weights=counts, minlength=A * max(k, 1))
+        indptr = np.zeros(A * max(k, 1) + 1, dtype=np.int64)
+        indptr[1:] = np.cumsum(np.bincount(rows, minlength=A * max(k, 1)))
+        self._t2 = (indptr, cols.astype(np.int64), counts / row_sums[rows])
         self._cluster_obs = self.clusters.cluster_emission(self.memory.emission)
         order = np.argsort(self._cluster_obs, kind="stable")
         self._em_idx = order[self._cluster_obs[order] >= 0].astype(np.int64)
@@ -185,7 +183,10 @@ class TwoLevelMemory:
     def fit(self, traj: Trajectories, progress: bool = False) -> "TwoLevelMemory":
         """Live through the episodes of ``traj`` in order (online; call again to continue).
 
-        Per-episode metrics accumulate in :meth:`history`.
+        Per-episode metrics accumulate in :meth:`history`; the per-step
+        predictions of this call are kept in ``last_predictions_`` (predictor
+        name -> (E, L+1) int array, -1 = no prediction, -2 = not scored: the
+        first observation of an episode) and the level-1 states in ``last_states_``.
         """
         from . import _memory_kernels as K
 
@@ -233,6 +234,7 @@ class TwoLevelMemory:
         self._history.append(_episode_metrics(traj.obs, [o.reshape(E, L1) for o in outs[:4]], stats,
                                               self.episodes - E))
         self.last_states_ = outs[4].reshape(E, L1)
+        self.last_predictions_ = {name: outs[j].reshape(E, L1) for name, j in zip(PREDICTORS, (0, 2, 3, 1))}
         return self
 
     def _fo_prev(self) -> np.ndarray:
@@ -297,6 +299,7 @@ class TwoLevelMemory:
         hist = self.history()
         atomic_savez(path, **self.memory.state_dict(), assignment=self.clusters.assignment[:n].copy(),
                      fo_counts=self.fo_counts, meta=np.array(json.dumps(meta)),
+                     t2_indptr=self._t2[0], t2_indices=self._t2[1], t2_data=self._t2[2],
                      **{f"history_{k}": v for k, v in hist.items()})
 
     @classmethod
@@ -331,6 +334,11 @@ class TwoLevelMemory:
         if len(hist) == len(_HISTORY_KEYS) and len(hist["episode"]):
             agent._history = [hist]
         agent._set_level2()
+        # T2 as last refreshed (it may lag level 1 by up to refresh_every steps): resume exactly
+        t2 = tuple(np.asarray(data[f"t2_{x}"]) for x in ("indptr", "indices", "data"))
+        if t2[0].shape != agent._t2[0].shape:
+            raise ValueError(f"{src}: stored level-2 transitions do not match the clusters")
+        agent._t2 = (t2[0].astype(np.int64), t2[1].astype(np.int64), t2[2].astype(np.float64))
         return agent
 
 

@@ -13,7 +13,7 @@ import importlib
 import json
 import sys
 
-COMMANDS = ["env", "demo"]
+COMMANDS = ["env", "run", "demo"]
 
 
 class _Parser(argparse.ArgumentParser):

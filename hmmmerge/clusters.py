@@ -111,10 +111,7 @@ class Clusters:
 
         graph = sp.coo_matrix((np.ones(len(pairs)), (pairs[:, 0], pairs[:, 1])), shape=(self._k, self._k))
         _, roots = connected_components(graph, directed=False)
-        a = self.assignment
-        mask = a >= 0
-        a[mask] = roots[a[mask]]
-        self._compact()
+        self._compact(roots)
 
     def disconnect(self, states) -> None:
         """Separate level-1 states back out of their clusters (the paper's reversibility)."""
@@ -132,12 +129,16 @@ class Clusters:
         self._compact()
         return int(self.assignment[states[0]])
 
-    def _compact(self) -> None:
+    def _compact(self, ids=None) -> None:
+        """Renumber clusters ``0..k-1`` keeping their order; ``ids`` optionally maps old ids first."""
         a = self.assignment
         mask = a >= 0
-        used, inverse = np.unique(a[mask], return_inverse=True)
-        a[mask] = inverse
-        self._k = len(used)
+        old = a[mask] if ids is None else ids[a[mask]]
+        k = int(old.max()) + 1 if old.size else 0
+        used = np.bincount(old, minlength=k) > 0
+        new_id = np.cumsum(used) - 1
+        a[mask] = new_id[old]
+        self._k = int(used.sum())
 
     # ------------------------------------------------------------ partitions
     def partition_unassigned(self, emission: np.ndarray, size: int, seed=0, n_states: int | None = None) -> int:

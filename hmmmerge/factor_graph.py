@@ -30,6 +30,7 @@ import scipy.sparse as sp
 __all__ = [
     "draw_factor_graph",
     "pgmpy_filter",
+    "to_markov_network",
     "to_dynamic_bayesian_network",
     "to_factor_graph",
     "two_level_factor_graph",
@@ -103,8 +104,38 @@ def _assemble(variables, factors):
     fg.add_factors(*factors)
     for f in factors:
         fg.add_edges_from([(v, f) for v in f.variables])
-    fg.check_model()
+    # fg.check_model() holds by construction; pgmpy's check hashes every factor
+    # repeatedly (seconds for a 40-step window), so it is left to the caller.
     return fg
+
+
+def _variables(factor_graph) -> list:
+    """Variable nodes (without pgmpy's slow check_model)."""
+    return sorted({v for f in factor_graph.factors for v in f.variables}, key=lambda v: (_split(v)[1], str(v)))
+
+
+def to_markov_network(factor_graph):
+    """The same factors as a pgmpy ``DiscreteMarkovNetwork`` (what pgmpy's exact inference runs on).
+
+    pgmpy 1.1's VariableElimination treats a FactorGraph's factor nodes as
+    variables, so inference goes through this equivalent Markov network.
+
+    >>> import numpy as np
+    >>> from hmmmerge import ActionHMM
+    >>> fg, ev = to_factor_graph(ActionHMM(np.full((1, 2, 2), 0.5), np.eye(2), [1.0, 0.0]), [0, 1])
+    >>> sorted(to_markov_network(fg).nodes())
+    ['A_1', 'H_0', 'H_1', 'O_0', 'O_1']
+    """
+    import itertools
+
+    from pgmpy.models import DiscreteMarkovNetwork
+
+    mm = DiscreteMarkovNetwork()
+    mm.add_nodes_from(_variables(factor_graph))
+    for f in factor_graph.factors:
+        mm.add_edges_from(itertools.combinations(f.variables, 2))
+    mm.add_factors(*factor_graph.factors)
+    return mm
 
 
 def _evidence(o, a) -> dict:
@@ -244,33 +275,43 @@ def pgmpy_filter(factor_graph, evidence, variable: str = "H", *, method: str = "
     """Filtered posteriors and log-likelihood by pgmpy exact inference (a cross-check).
 
     For every ``t`` the posterior of ``{variable}_t`` given all actions of the
-    window and the observations ``O_0..O_t``.  With ``method="ve"``
-    (VariableElimination) the unnormalised result also gives
-    ``log P(o_0..o_t | a)``; with ``method="bp"`` (BeliefPropagation on the
-    junction tree) the log-likelihood is taken from the last step's
-    unnormalised clique belief.  Returns ``(log_likelihood, posteriors)``
-    with ``posteriors`` of shape (L, card).  Cost grows as L^2; for short windows only.
+    window and the observations ``O_0..O_t``.
+
+    * ``method="ve"``: VariableElimination; the unnormalised result of the
+      query at ``t`` is ``P(o_0..o_t, {variable}_t | a)``, so the last one also
+      gives ``log P(o | a)``.  Unscaled: it underflows on long windows.
+    * ``method="bp"``: BeliefPropagation on the junction tree; each query asks
+      the joint ``P({variable}_t, O_t | o_<t, a)`` (normalised by pgmpy), which
+      gives the posterior and the predictive probability of ``o_t``; the
+      log-likelihood is the sum of their logs.  (The unnormalised clique
+      beliefs are no use here: pgmpy's convergence test compares them with an
+      absolute tolerance of 1e-8, so on windows longer than a few steps it
+      stops before calibration.)
+
+    Returns ``(log_likelihood, posteriors)``, ``posteriors`` of shape (L, card).
+    Cost grows as L^2; for short windows only.
 
     >>> import numpy as np
     >>> from hmmmerge import ActionHMM
     >>> hmm = ActionHMM(np.full((1, 2, 2), 0.5), np.eye(2), [0.5, 0.5])
     >>> ll, post = pgmpy_filter(*to_factor_graph(hmm, [0, 1, 1]))
-    >>> round(ll, 6) == round(3 * np.log(0.5), 6), post[-1].tolist()
-    (True, [0.0, 1.0])
+    >>> round(ll, 6), round(float(3 * np.log(0.5)), 6), post[-1].tolist()
+    (-2.079442, -2.079442, [0.0, 1.0])
     """
     from pgmpy.inference import BeliefPropagation, VariableElimination
 
     if method not in ("ve", "bp"):
         raise ValueError(f"method must be 've' or 'bp', got {method!r}")
-    L = sum(1 for name in evidence if name.startswith("O_"))
+    L = sum(1 for name in evidence if str(name).startswith("O_"))
     if L == 0:
         raise ValueError("evidence holds no observations O_t")
-    actions = {k: v for k, v in evidence.items() if k.startswith("A_")}
-    engine = VariableElimination(factor_graph) if method == "ve" else BeliefPropagation(factor_graph)
-    posts, loglik = [], None
+    actions = {k: v for k, v in evidence.items() if str(k).startswith("A_")}
+    mm = to_markov_network(factor_graph)
+    engine = VariableElimination(mm) if method == "ve" else BeliefPropagation(mm)
+    posts, loglik = [], 0.0
     for t in range(L):
         ev = dict(actions)
-        ev.update({f"O_{s}": evidence[f"O_{s}"] for s in range(t + 1)})
+        ev.update({f"O_{s}": evidence[f"O_{s}"] for s in range(t + (method == "ve"))})
         target = f"{variable}_{t}"
         if method == "ve":
             order = _elimination_order(factor_graph, target, ev)
@@ -280,16 +321,18 @@ def pgmpy_filter(factor_graph, evidence, variable: str = "H", *, method: str = "
             if t == L - 1:
                 loglik = float(np.log(total)) if total > 0 else -np.inf
         else:
-            phi = engine.query([target], evidence=ev, show_progress=False)
-            values = np.asarray(phi.values, dtype=np.float64)
+            phi = engine.query([target, f"O_{t}"], evidence=ev, joint=True, show_progress=False)
+            joint = np.asarray(phi.values, dtype=np.float64)
+            if list(phi.variables) != [target, f"O_{t}"]:
+                joint = joint.T
+            values = joint[:, evidence[f"O_{t}"]]
             total = values.sum()
+            loglik += float(np.log(total)) if total > 0 else -np.inf
         if not total > 0:
             raise ValueError(
                 f"the evidence up to step {t} has probability 0 (or underflowed) under the exported model"
             )
         posts.append(values / total)
-    if method == "bp":
-        loglik = _bp_log_likelihood(factor_graph, evidence)
     return loglik, np.array(posts)
 
 
@@ -302,7 +345,7 @@ def _elimination_order(factor_graph, target: str, evidence) -> list:
     chain variables, so the cost is linear in the window.
     """
     _, t0 = _split(target)
-    free = [v for v in factor_graph.get_variable_nodes() if v not in evidence and v != target]
+    free = [v for v in _variables(factor_graph) if v not in evidence and v != target]
     chain_prefix = "H1" if any(str(v).startswith("H1_") for v in free + [target]) else "H"
     chain = [v for v in free if _split(v)[0] == chain_prefix]
     leaves = [v for v in free if _split(v)[0] != chain_prefix]
@@ -310,31 +353,6 @@ def _elimination_order(factor_graph, target: str, evidence) -> list:
     return leaves + chain
 
 
-def _bp_log_likelihood(factor_graph, evidence) -> float:
-    """log P(evidence): calibrate a junction tree of the evidence-reduced factors; any clique belief sums to Z."""
-    from pgmpy.inference import BeliefPropagation
-    from pgmpy.models import FactorGraph
-
-    reduced = []
-    for f in factor_graph.get_factors():
-        keep = [(v, evidence[v]) for v in f.variables if v in evidence]
-        if len(keep) == len(f.variables):
-            continue  # a constant: fold it in below
-        reduced.append(f.reduce(keep, inplace=False) if keep else f.copy())
-    const = 0.0
-    for f in factor_graph.get_factors():
-        if all(v in evidence for v in f.variables):
-            idx = tuple(evidence[v] for v in f.variables)
-            const += np.log(f.values[idx])
-    fg = FactorGraph()
-    fg.add_nodes_from({v for f in reduced for v in f.variables})
-    fg.add_factors(*reduced)
-    for f in reduced:
-        fg.add_edges_from([(v, f) for v in f.variables])
-    bp = BeliefPropagation(fg)
-    bp.calibrate()
-    belief = next(iter(bp.get_clique_beliefs().values()))
-    return float(np.log(np.asarray(belief.values).sum()) + const)
 
 
 # --------------------------------------------------------------------------- drawing
@@ -384,8 +402,8 @@ def draw_factor_graph(factor_graph, path=None, *, ax=None, title: str | None = N
     from ._io import atomic_write_bytes
 
     evidence = evidence or {}
-    variables = list(factor_graph.get_variable_nodes())
-    factors = list(factor_graph.get_factors())
+    variables = _variables(factor_graph)
+    factors = list(factor_graph.factors)
     pos, labels = {}, {}
     for v in variables:
         prefix, t = _split(v)

@@ -68,17 +68,25 @@ def _check_int(name, value, low):
 
 def _component_pmfs(size, clones, counts):
     """The pmfs of the independent counts Y_i (rows, length size + 1) and P(sum Y = size)."""
-    from scipy import stats
+    from scipy.special import gammaln, xlog1py, xlogy
 
-    j = np.arange(size + 1)
-    if counts is None:
+    j = np.arange(size + 1, dtype=float)
+    if counts is None:  # Y_i ~ Poisson(size / clones), sum ~ Poisson(size)
         lam = size / clones
-        row = stats.poisson.pmf(j, lam)
-        return np.tile(row, (clones, 1)), float(stats.poisson.pmf(size, size))
+        row = np.exp(xlogy(j, lam) - lam - gammaln(j + 1))
+        total = np.exp(xlogy(size, size) - size - gammaln(size + 1))
+        return np.tile(row, (clones, 1)), float(total)
+
+    def binom_pmf(k, n, p):  # k may exceed n: probability 0
+        k, n = np.broadcast_arrays(np.asarray(k, dtype=float), np.asarray(n, dtype=float))
+        ok = k <= n
+        kk, nn = np.where(ok, k, 0.0), np.where(ok, n, 0.0)
+        log = gammaln(nn + 1) - gammaln(kk + 1) - gammaln(nn - kk + 1) + xlogy(kk, p) + xlog1py(nn - kk, -p)
+        return np.where(ok, np.exp(log), 0.0)
+
     total = int(counts.sum())
-    p = size / total
-    rows = stats.binom.pmf(j[None, :], counts[:, None], p)
-    return rows, float(stats.binom.pmf(size, total, p))
+    p = size / total  # Y_i ~ Binomial(counts[i], p), sum ~ Binomial(total, p)
+    return binom_pmf(j[None, :], counts[:, None], p), float(binom_pmf(size, total, p))
 
 
 def _coefficient(rows, size):

@@ -94,12 +94,14 @@ def transition_adjacency(env: Environment) -> sp.csr_matrix:
     return adj
 
 
-def markov_radii(env: Environment, chunk_size: int | None = None) -> np.ndarray:
+def markov_radii(env: Environment) -> np.ndarray:
     """Markov radius of every state (int array in the order of ``env.nodes``).
 
-    Balls of all states grow together, one BFS layer per sparse product;
-    a state leaves the computation once its ball repeats an observation or
-    stops growing (see the module docstring for both cases).
+    One breadth-first search per state (compiled with numba) that stops at the
+    first BFS layer whose new states repeat an observation of the ball, or when
+    the ball stops growing (see the module docstring for both cases).  The work
+    per state is the size of its largest Markov ball plus one layer, so the cost
+    is about ``n_states x`` (typical Markov ball size).
 
     >>> from hmmmerge import Environment
     >>> env = Environment.from_arrays([[1, 2, 3, 0]], [0, 1, 2, 0])  # a 4-cycle, obs 0 twice
@@ -107,35 +109,61 @@ def markov_radii(env: Environment, chunk_size: int | None = None) -> np.ndarray:
     [2, 2, 1, 0]
     """
     _check_env(env)
-    n = env.n_states
-    adj = transition_adjacency(env).astype(np.int32)
-    onehot = sp.csr_matrix(
-        (np.ones(n, dtype=np.int32), (np.arange(n), env.obs)), shape=(n, env.n_obs)
+    adj = transition_adjacency(env)
+    radii = np.zeros(env.n_states, dtype=np.int64)
+    _radii_kernel()(
+        adj.indptr.astype(np.int64), adj.indices.astype(np.int64), env.obs.astype(np.int64), env.n_obs, radii
     )
-    radii = np.zeros(n, dtype=np.int64)
-    if chunk_size is None:
-        chunk_size = int(np.clip(20_000_000 // max(n, 1), 1, n))
-    for lo in range(0, n, chunk_size):
-        rows = np.arange(lo, min(lo + chunk_size, n))
-        reached = sp.csr_matrix(
-            (np.ones(len(rows), dtype=np.int32), (np.arange(len(rows)), rows)), shape=(len(rows), n)
-        )
-        front = reached
-        depth = 0
-        while len(rows):
-            depth += 1
-            new = (front @ adj) > 0
-            new = (new.astype(np.int32) - new.multiply(reached)).tocsr()
-            new.eliminate_zeros()
-            grew = np.diff(new.indptr) > 0
-            reached = reached + new
-            collide = ((reached @ onehot).max(axis=1).toarray().ravel() > 1) & grew
-            done = collide | ~grew
-            # radius = last depth whose ball was Markov and still growing
-            radii[rows[done]] = depth - 1
-            keep = np.flatnonzero(~done)
-            rows, reached, front = rows[keep], reached[keep], new[keep]
     return radii
+
+
+_RADII_KERNEL = None
+
+
+def _radii_kernel():
+    """The numba-compiled :func:`_radii_bfs` (numba is imported on first use only)."""
+    global _RADII_KERNEL
+    if _RADII_KERNEL is None:
+        from numba import njit
+
+        _RADII_KERNEL = njit(cache=True, nogil=True)(_radii_bfs)
+    return _RADII_KERNEL
+
+
+def _radii_bfs(indptr, indices, obs, n_obs, radii):
+    """Per-vertex layered BFS over a CSR adjacency; writes each vertex's Markov radius into ``radii``."""
+    n = radii.shape[0]
+    seen = np.full(n, -1, np.int64)  # seen[w] == v: w is in the ball of v
+    obs_seen = np.full(n_obs, -1, np.int64)  # obs_seen[o] == v: the ball of v shows o
+    queue = np.empty(n, np.int64)
+    for v in range(n):
+        seen[v] = v
+        obs_seen[obs[v]] = v
+        queue[0] = v
+        head = 0
+        tail = 1
+        depth = 0
+        while True:
+            depth += 1
+            layer_end = tail
+            collided = False
+            while head < layer_end and not collided:
+                u = queue[head]
+                head += 1
+                for k in range(indptr[u], indptr[u + 1]):
+                    w = indices[k]
+                    if seen[w] != v:
+                        seen[w] = v
+                        if obs_seen[obs[w]] == v:
+                            collided = True
+                            break
+                        obs_seen[obs[w]] = v
+                        queue[tail] = w
+                        tail += 1
+            if collided or tail == layer_end:
+                # the ball of depth - 1 was the last Markov one (or the last that grew)
+                radii[v] = depth - 1
+                break
 
 
 def markov_radius(env: Environment) -> int:
@@ -216,7 +244,7 @@ def aliasing_depths(env: Environment, max_depth: int | None = None) -> np.ndarra
     return depth
 
 
-def observation_sequence_counts(env: Environment, k: int) -> np.ndarray:
+def observation_sequence_counts(env: Environment, k: int, max_nodes: int = 5_000_000) -> np.ndarray:
     """Per vertex: how many distinct observation sequences ``k`` moves from it can show.
 
     Every one of the ``n_actions ** k`` action sequences of ``k`` moves from a
@@ -226,7 +254,8 @@ def observation_sequence_counts(env: Environment, k: int) -> np.ndarray:
     the observation trie of each vertex: a trie node is the set of states
     consistent with an observation prefix, and one sparse product per move
     expands all nodes of all vertices at once.  Memory grows with the number
-    of trie nodes, at most ``n_states * n_actions ** k``.
+    of trie nodes, at most ``n_states * n_actions ** k``; a ``ValueError``
+    is raised when a level would exceed ``max_nodes`` (choose a smaller ``k``).
 
     >>> from hmmmerge import gridworld
     >>> env = gridworld(3, 3, n_colours=9, seed=0)  # all colours distinct
@@ -248,6 +277,8 @@ def observation_sequence_counts(env: Environment, k: int) -> np.ndarray:
         reach = (nodes @ succ).tocoo()
         key = reach.row.astype(np.int64) * env.n_obs + env.obs[reach.col]
         keys, trie_row = np.unique(key, return_inverse=True)
+        if len(keys) > max_nodes:
+            raise ValueError(f"k={k} needs more than max_nodes={max_nodes} trie nodes; choose a smaller k")
         nodes = sp.csr_matrix(
             (np.ones(len(key), dtype=np.int32), (trie_row.reshape(-1), reach.col)), shape=(len(keys), n)
         )

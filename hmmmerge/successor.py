@@ -150,9 +150,9 @@ def _kl(X, Y):
     """exp(-KL(x || y)) of the SFs normalised to distributions (0 where y misses x's support)."""
     P = X / np.maximum(X.sum(1, keepdims=True), 1e-300)
     Q = Y / np.maximum(Y.sum(1, keepdims=True), 1e-300)
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"):
         logQ = np.log(Q)
-    cross = np.where(P[:, None, :] > 0, P[:, None, :] * logQ[None, :, :], 0.0).sum(-1)
+        cross = np.where(P[:, None, :] > 0, P[:, None, :] * logQ[None, :, :], 0.0).sum(-1)
     ent = xlogy(P, P).sum(1)[:, None]
     return np.exp(-(ent - cross))
 

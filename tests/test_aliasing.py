@@ -116,3 +116,11 @@ def test_validation():
         aliasing_depths(env, max_depth=-2)
     with pytest.raises(TypeError, match="env"):
         aliasing_depths("grid")
+
+
+def test_sequence_count_guard():
+    env = gridworld(4, 4, n_colours=4, seed=0)
+    full = observation_sequence_counts(env, 3)
+    assert full.sum() > 100
+    with pytest.raises(ValueError, match="max_nodes"):
+        observation_sequence_counts(env, 3, max_nodes=100)

@@ -347,8 +347,12 @@ def test_bad_data_raise():
         m.fit(([0, 1, 1], [-1, 0, 2]), n_actions=2)
     with pytest.raises(ValueError, match="shape"):
         m.fit(([0, 1, 1], [-1, 0]))
-    with pytest.raises(ValueError, match=r"actions\[:, 0\]"):
+    with pytest.raises(ValueError, match=r"actions\[0\]"):
         m.fit(([0, 1], [0, 0]))
+    with pytest.raises(ValueError, match=r"actions\[:, 0\]"):
+        m.fit(([[0, 1]], [[0, 0]]))
+    with pytest.raises(ValueError, match="n_obs"):
+        m.fit(([0, 1], [-1, 0]), n_obs=0)
     with pytest.raises(TypeError, match="traj"):
         m.fit("not data")
     with pytest.raises(ValueError, match="not fitted"):

@@ -160,3 +160,14 @@ def test_env_errors(capsys):
     assert "--k" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["env", "--world", "maze", "--grid", "3x3"])  # mutually exclusive
+
+
+def test_env_rejects_graphs_that_are_not_environments(tmp_path, capsys):
+    g = nx.MultiDiGraph()
+    g.add_node("a", obs=0)
+    g.add_node("b", obs=1)
+    g.add_edge("a", "b", action=0)  # b has no move for action 0
+    nx.write_graphml(g, tmp_path / "broken.graphml")
+    assert main(["env", "--graph", str(tmp_path / "broken.graphml")]) == 2
+    err = capsys.readouterr().err
+    assert "broken.graphml" in err and "no edge for action 0" in err

@@ -31,17 +31,43 @@ from numba import njit
 NEG_INF = -np.inf
 
 
+def lgamma_table(alpha, max_count, max_n=64):
+    """``tab[n, c] = lgamma(c + alpha / n)`` for ``1 <= n < max_n`` and ``tab[0, c] = lgamma(alpha + c)``.
+
+    Counts are integers, so the kernels look these up instead of calling lgamma.
+    """
+    from scipy.special import gammaln
+
+    c = np.arange(int(max_count) + 1, dtype=np.float64)
+    n = np.arange(1, max_n, dtype=np.float64)
+    tab = np.empty((max_n, len(c)))
+    tab[0] = gammaln(alpha + c)
+    tab[1:] = gammaln(c[None, :] + alpha / n[:, None])
+    return tab
+
+
 @njit(cache=True)
-def row_term_from(n, C, S, alpha):
+def lg(c, n, alpha, tab):
+    """``lgamma(c + alpha / n)`` for an integer count ``c >= 0``."""
+    if n < tab.shape[0]:
+        ci = int(c)
+        if ci < tab.shape[1]:
+            return tab[n, ci]
+    return math.lgamma(c + alpha / n)
+
+
+@njit(cache=True)
+def row_term_from(n, C, S, alpha, tab):
     """Log evidence of a row with ``n`` successors, total ``C`` and ``S = sum lgamma(c_j + alpha/n)``."""
     if n == 0:
         return 0.0
-    beta = alpha / n
-    return math.lgamma(alpha) - math.lgamma(alpha + C) + S - n * math.lgamma(beta)
+    ci = int(C)
+    lg_ac = tab[0, ci] if ci < tab.shape[1] else math.lgamma(alpha + C)
+    return tab[0, 0] - lg_ac + S - n * lg(0.0, n, alpha, tab)
 
 
 @njit(cache=True)
-def refresh_row(row, out_head, out_next, cnt, row_n, row_C, row_term, alpha):
+def refresh_row(row, out_head, out_next, cnt, row_n, row_C, row_term, alpha, tab):
     n = 0
     C = 0.0
     e = out_head[row]
@@ -51,14 +77,13 @@ def refresh_row(row, out_head, out_next, cnt, row_n, row_C, row_term, alpha):
         e = out_next[e]
     S = 0.0
     if n > 0:
-        beta = alpha / n
         e = out_head[row]
         while e >= 0:
-            S += math.lgamma(cnt[e] + beta)
+            S += lg(cnt[e], n, alpha, tab)
             e = out_next[e]
     row_n[row] = n
     row_C[row] = C
-    row_term[row] = row_term_from(n, C, S, alpha)
+    row_term[row] = row_term_from(n, C, S, alpha, tab)
 
 
 @njit(cache=True)
@@ -84,7 +109,7 @@ def build_lists(n_states, A1, src, act, dst, out_head, out_next, in_head, in_nex
 
 
 @njit(cache=True)
-def pair_delta(x, y, A1, alpha, dst, act, src, cnt, out_head, out_next, in_head, in_next,
+def pair_delta(x, y, A1, alpha, tab, dst, act, src, cnt, out_head, out_next, in_head, in_next,
                row_n, row_C, row_term, acc, touched, mark):
     """Change of the log evidence and number of transitions removed if ``x`` and ``y`` merge.
 
@@ -101,6 +126,17 @@ def pair_delta(x, y, A1, alpha, dst, act, src, cnt, out_head, out_next, in_head,
         ry = y * A1 + a
         if out_head[rx] < 0 and out_head[ry] < 0:
             continue
+        if out_head[rx] < 0 or out_head[ry] < 0:
+            # one row only: it changes only if it leads to both x and y
+            r1 = rx if out_head[ry] < 0 else ry
+            hits = 0
+            e = out_head[r1]
+            while e >= 0:
+                if dst[e] == x or dst[e] == y:
+                    hits += 1
+                e = out_next[e]
+            if hits < 2:
+                continue
         nt = 0
         C = 0.0
         for rr in (rx, ry):
@@ -115,13 +151,12 @@ def pair_delta(x, y, A1, alpha, dst, act, src, cnt, out_head, out_next, in_head,
                 acc[t] += cnt[e]
                 C += cnt[e]
                 e = out_next[e]
-        beta = alpha / nt
         S = 0.0
         for i in range(nt):
             t = touched[i]
-            S += math.lgamma(acc[t] + beta)
+            S += lg(acc[t], nt, alpha, tab)
             acc[t] = 0.0
-        dl += row_term_from(nt, C, S, alpha) - row_term[rx] - row_term[ry]
+        dl += row_term_from(nt, C, S, alpha, tab) - row_term[rx] - row_term[ry]
         r += row_n[rx] + row_n[ry] - nt
     # rows of other states leading to both x and y
     e = in_head[x]
@@ -138,14 +173,13 @@ def pair_delta(x, y, A1, alpha, dst, act, src, cnt, out_head, out_next, in_head,
             e2 = mark[row]
             if e2 >= 0:
                 n_new = row_n[row] - 1
-                beta = alpha / n_new
-                S = math.lgamma(cnt[e] + cnt[e2] + beta)
+                S = lg(cnt[e] + cnt[e2], n_new, alpha, tab)
                 f = out_head[row]
                 while f >= 0:
                     if f != e and f != e2:
-                        S += math.lgamma(cnt[f] + beta)
+                        S += lg(cnt[f], n_new, alpha, tab)
                     f = out_next[f]
-                dl += row_term_from(n_new, row_C[row], S, alpha) - row_term[row]
+                dl += row_term_from(n_new, row_C[row], S, alpha, tab) - row_term[row]
                 r += 1
         e = in_next[e]
     e = in_head[x]
@@ -190,7 +224,7 @@ def _unlink_dead_out(row, out_head, out_next, alive_e):
 
 
 @njit(cache=True)
-def merge_states(x, y, A1, alpha, src, act, dst, cnt, alive_e, out_head, out_next, in_head, in_next,
+def merge_states(x, y, A1, alpha, tab, src, act, dst, cnt, alive_e, out_head, out_next, in_head, in_next,
                  row_n, row_C, row_term, mark, collapsed):
     """Merge state ``y`` into ``x`` in place; return the number of rows of other states that collapsed.
 
@@ -303,9 +337,9 @@ def merge_states(x, y, A1, alpha, src, act, dst, cnt, alive_e, out_head, out_nex
             mark[src[e] * A1 + act[e]] = -1
         e = in_next[e]
     for a in range(A1):
-        refresh_row(x * A1 + a, out_head, out_next, cnt, row_n, row_C, row_term, alpha)
+        refresh_row(x * A1 + a, out_head, out_next, cnt, row_n, row_C, row_term, alpha, tab)
     for i in range(n_col):
-        refresh_row(collapsed[i], out_head, out_next, cnt, row_n, row_C, row_term, alpha)
+        refresh_row(collapsed[i], out_head, out_next, cnt, row_n, row_C, row_term, alpha, tab)
     return n_col, removed
 
 
@@ -332,7 +366,7 @@ def _row_best(u, pos, col, col_off, col_n, members, loc_off, local, rem, alive, 
 
 @njit(cache=True)
 def _eval_pairs_of(u, done, pos, col, col_off, col_n, members, loc_off, local, rem, allowed, alive,
-                   rowbest, rowarg, lam_logq, A1, alpha, src, act, dst, cnt, out_head, out_next,
+                   rowbest, rowarg, lam_logq, A1, alpha, tab, src, act, dst, cnt, out_head, out_next,
                    in_head, in_next, row_n, row_C, row_term, acc, touched, mark):
     """Re-evaluate every pair (u, v) of u's colour (skipping v with ``done[v]``)."""
     c = col[u]
@@ -350,7 +384,7 @@ def _eval_pairs_of(u, done, pos, col, col_off, col_n, members, loc_off, local, r
             d = local[iuv]
             rr = rem[iuv]
         elif allowed[iuv]:
-            d, rr = pair_delta(u, v, A1, alpha, dst, act, src, cnt, out_head, out_next, in_head,
+            d, rr = pair_delta(u, v, A1, alpha, tab, dst, act, src, cnt, out_head, out_next, in_head,
                                in_next, row_n, row_C, row_term, acc, touched, mark)
             local[iuv] = d
             local[ivu] = d
@@ -373,13 +407,43 @@ def _eval_pairs_of(u, done, pos, col, col_off, col_n, members, loc_off, local, r
 
 
 @njit(cache=True)
-def run_merging(n_states, A1, alpha, lam, log_o1, src, act, dst, cnt, alive_e, out_head, out_next,
+def _update_pair(u, v, pos, col, col_n, loc_off, local, rem, allowed, alive, rowbest, rowarg, lam_logq, A1,
+                 alpha, tab, src, act, dst, cnt, out_head, out_next, in_head, in_next, row_n, row_C, row_term,
+                 acc, touched, mark):
+    """Re-evaluate one pair if it is a live same-emission candidate; raise the rows' bounds. Returns 1 if evaluated."""
+    if u == v or not alive[u] or not alive[v] or col[u] != col[v]:
+        return 0
+    c = col[u]
+    n = col_n[c]
+    iuv = loc_off[c] + pos[u] * n + pos[v]
+    if not allowed[iuv]:
+        return 0
+    ivu = loc_off[c] + pos[v] * n + pos[u]
+    d, rr = pair_delta(u, v, A1, alpha, tab, dst, act, src, cnt, out_head, out_next, in_head, in_next,
+                       row_n, row_C, row_term, acc, touched, mark)
+    local[iuv] = d
+    local[ivu] = d
+    rem[iuv] = rr
+    rem[ivu] = rr
+    sc = d + lam_logq * rr
+    if sc > rowbest[u]:
+        rowbest[u] = sc
+        rowarg[u] = v
+    if sc > rowbest[v]:
+        rowbest[v] = sc
+        rowarg[v] = u
+    return 1
+
+
+@njit(cache=True)
+def run_merging(n_states, A1, alpha, tab, lam, log_o1, src, act, dst, cnt, alive_e, out_head, out_next,
                 in_head, in_next, row_n, row_C, row_term, emitting, col, col_off, col_n, members, pos,
-                loc_off, allowed, n_trans, max_merges, merges, deltas):
+                loc_off, allowed, n_trans, max_merges, merges, deltas, stats):
     """Greedy best-first merging until no merge raises the log posterior.
 
     Returns the number of merges done; ``merges[k] = (kept, removed)`` and
-    ``deltas[k]`` (the log posterior change of merge k) are filled in.
+    ``deltas[k]`` (the log posterior change of merge k) are filled in;
+    ``stats`` receives (pair evaluations, row refreshes).
     """
     H = n_states
     alive = emitting.copy()
@@ -400,6 +464,8 @@ def run_merging(n_states, A1, alpha, lam, log_o1, src, act, dst, cnt, alive_e, o
     done = np.zeros(H, np.bool_)
     in_dirty = np.zeros(H, np.bool_)
     dirty = np.zeros(H, np.int64)
+    pe_src = np.zeros(src.shape[0], np.int64)
+    pe_act = np.zeros(src.shape[0], np.int64)
 
     lam_logq = lam * math.log(q) if q > 0 else 0.0
     # all pairs, once
@@ -412,8 +478,9 @@ def run_merging(n_states, A1, alpha, lam, log_o1, src, act, dst, cnt, alive_e, o
                 if not allowed[k]:
                     continue
                 v = members[col_off[c] + j]
-                d, rr = pair_delta(u, v, A1, alpha, dst, act, src, cnt, out_head, out_next, in_head,
+                d, rr = pair_delta(u, v, A1, alpha, tab, dst, act, src, cnt, out_head, out_next, in_head,
                                    in_next, row_n, row_C, row_term, acc, touched, mark)
+                stats[0] += 1
                 local[k] = d
                 rem[k] = rr
                 k2 = loc_off[c] + j * n + i
@@ -441,6 +508,7 @@ def run_merging(n_states, A1, alpha, lam, log_o1, src, act, dst, cnt, alive_e, o
             if u < 0 or fresh[u] == it:
                 break
             b2, a2 = _row_best(u, pos, col, col_off, col_n, members, loc_off, local, rem, alive, lam_logq)
+            stats[1] += 1
             rowbest[u] = b2
             rowarg[u] = a2
             fresh[u] = it
@@ -453,17 +521,22 @@ def run_merging(n_states, A1, alpha, lam, log_o1, src, act, dst, cnt, alive_e, o
         y = rowarg[u]
         if y < x:
             x, y = y, x
-        # dirty states: predecessors of y (their rows get relabelled)
-        nd = 0
+        # in-edges of x and y before the merge: pairs (u -a-> x, v -a-> y) change
+        npx = 0
+        e = in_head[x]
+        while e >= 0:
+            pe_src[npx] = src[e]
+            pe_act[npx] = act[e]
+            npx += 1
+            e = in_next[e]
+        npy = npx
         e = in_head[y]
         while e >= 0:
-            k = src[e]
-            if emitting[k] and not in_dirty[k]:
-                in_dirty[k] = True
-                dirty[nd] = k
-                nd += 1
+            pe_src[npy] = src[e]
+            pe_act[npy] = act[e]
+            npy += 1
             e = in_next[e]
-        n_col, removed = merge_states(x, y, A1, alpha, src, act, dst, cnt, alive_e, out_head, out_next,
+        n_col, removed = merge_states(x, y, A1, alpha, tab, src, act, dst, cnt, alive_e, out_head, out_next,
                                       in_head, in_next, row_n, row_C, row_term, mark, collapsed)
         alive[y] = False
         rowbest[y] = NEG_INF
@@ -487,37 +560,54 @@ def run_merging(n_states, A1, alpha, lam, log_o1, src, act, dst, cnt, alive_e, o
         if q <= 1:
             break
         lam_logq = lam * math.log(q)
-        # dirty: x, successors of x, successors of collapsed rows
-        if not in_dirty[x]:
-            in_dirty[x] = True
-            dirty[nd] = x
-            nd += 1
-        for a in range(A1):
-            e = out_head[x * A1 + a]
-            while e >= 0:
-                t = dst[e]
-                if emitting[t] and not in_dirty[t]:
-                    in_dirty[t] = True
-                    dirty[nd] = t
-                    nd += 1
-                e = out_next[e]
+        # 1. every pair of x and of the states whose rows collapsed
+        nd = 0
+        dirty[nd] = x
+        nd += 1
         for i in range(n_col):
-            e = out_head[collapsed[i]]
-            while e >= 0:
-                t = dst[e]
-                if emitting[t] and not in_dirty[t]:
-                    in_dirty[t] = True
-                    dirty[nd] = t
-                    nd += 1
-                e = out_next[e]
+            k = collapsed[i] // A1
+            if emitting[k] and not in_dirty[k]:
+                in_dirty[k] = True
+                dirty[nd] = k
+                nd += 1
         for i in range(nd):
-            s = dirty[i]
-            if alive[s]:
-                _eval_pairs_of(s, done, pos, col, col_off, col_n, members, loc_off, local, rem, allowed,
-                               alive, rowbest, rowarg, lam_logq, A1, alpha, src, act, dst, cnt, out_head,
+            s_ = dirty[i]
+            if alive[s_]:
+                stats[0] += col_n[col[s_]]
+                _eval_pairs_of(s_, done, pos, col, col_off, col_n, members, loc_off, local, rem, allowed,
+                               alive, rowbest, rowarg, lam_logq, A1, alpha, tab, src, act, dst, cnt, out_head,
                                out_next, in_head, in_next, row_n, row_C, row_term, acc, touched, mark)
-                fresh[s] = it
-                done[s] = True
+                fresh[s_] = it
+                done[s_] = True
+        # 2. pairs (u, v) with u -a-> x and v -a-> y before the merge (now one shared target)
+        for i in range(npx):
+            u = pe_src[i]
+            if not emitting[u] or done[u]:
+                continue
+            for j in range(npx, npy):
+                v = pe_src[j]
+                if pe_act[j] == pe_act[i] and emitting[v] and not done[v]:
+                    stats[0] += _update_pair(u, v, pos, col, col_n, loc_off, local, rem, allowed, alive,
+                                             rowbest, rowarg, lam_logq, A1, alpha, tab, src, act, dst, cnt,
+                                             out_head, out_next, in_head, in_next, row_n, row_C, row_term,
+                                             acc, touched, mark)
+        # 3. pairs of successors of a changed row (x's merged rows, collapsed rows): new common predecessor
+        for i in range(A1 + n_col):
+            row = x * A1 + i if i < A1 else collapsed[i - A1]
+            e = out_head[row]
+            while e >= 0:
+                u = dst[e]
+                if emitting[u] and not done[u]:
+                    f = out_next[e]
+                    while f >= 0:
+                        v = dst[f]
+                        if emitting[v] and not done[v]:
+                            stats[0] += _update_pair(u, v, pos, col, col_n, loc_off, local, rem, allowed,
+                                                     alive, rowbest, rowarg, lam_logq, A1, alpha, tab, src,
+                                                     act, dst, cnt, out_head, out_next, in_head, in_next,
+                                                     row_n, row_C, row_term, acc, touched, mark)
+                        f = out_next[f]
+                e = out_next[e]
         for i in range(nd):
             done[dirty[i]] = False
             in_dirty[dirty[i]] = False

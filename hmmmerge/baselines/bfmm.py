@@ -383,8 +383,9 @@ class BestFirstMerging:
         row_n = np.zeros(Hs * A1, np.int64)
         row_C = np.zeros(Hs * A1)
         row_term = np.zeros(Hs * A1)
+        tab = K.lgamma_table(self.prior_weight, cnt.sum())
         for row in np.unique(src * A1 + act):
-            K.refresh_row(row, out_head, out_next, cnt, row_n, row_C, row_term, self.prior_weight)
+            K.refresh_row(row, out_head, out_next, cnt, row_n, row_C, row_term, self.prior_weight, tab)
 
         emitting = np.zeros(Hs, dtype=np.bool_)
         emitting[:H] = True
@@ -402,11 +403,13 @@ class BestFirstMerging:
         merges = np.zeros((max(min(max_merges, H), 1), 2), np.int64)
         deltas = np.zeros(len(merges))
         lp0 = viterbi_log_posterior(src, act, dst, cnt, H, O, self.prior_weight, self.structure_prior)
+        stats = np.zeros(2, np.int64)
         n_done = K.run_merging(
-            Hs, A1, self.prior_weight, self.structure_prior, float(np.log(O + 1)), src, act, dst, cnt,
+            Hs, A1, self.prior_weight, tab, self.structure_prior, float(np.log(O + 1)), src, act, dst, cnt,
             alive_e, out_head, out_next, in_head, in_next, row_n, row_C, row_term, emitting, col, col_off,
-            col_n, members, pos, loc_off, allowed, int(alive_e.sum()), max_merges, merges, deltas,
+            col_n, members, pos, loc_off, allowed, int(alive_e.sum()), max_merges, merges, deltas, stats,
         )
+        self.n_pair_evaluations_, self.n_row_refreshes_ = int(stats[0]), int(stats[1])
         self.initial_model_ = model
         self.merges_ = merges[:n_done].copy()
         self.n_merges_ = int(n_done)
@@ -551,9 +554,10 @@ class _Workspace:
         self.row_n = np.zeros(Hs * A1, np.int64)
         self.row_C = np.zeros(Hs * A1)
         self.row_term = np.zeros(Hs * A1)
+        self.tab = K.lgamma_table(self.alpha, self.cnt.sum())
         for row in np.unique(self.src * A1 + self.act):
             K.refresh_row(row, self.out_head, self.out_next, self.cnt, self.row_n, self.row_C, self.row_term,
-                          self.alpha)
+                          self.alpha, self.tab)
         self.acc = np.zeros(Hs)
         self.touched = np.zeros(Hs, np.int64)
         self.mark = np.full(Hs * A1, -1, np.int64)
@@ -562,13 +566,13 @@ class _Workspace:
 
     def delta(self, x: int, y: int):
         """(change of the log evidence, transitions removed) if x and y merge."""
-        return self.K.pair_delta(x, y, self.A1, self.alpha, self.dst, self.act, self.src, self.cnt,
+        return self.K.pair_delta(x, y, self.A1, self.alpha, self.tab, self.dst, self.act, self.src, self.cnt,
                                  self.out_head, self.out_next, self.in_head, self.in_next, self.row_n,
                                  self.row_C, self.row_term, self.acc, self.touched, self.mark)
 
     def merge(self, x: int, y: int) -> int:
         """Merge y into x; returns the number of transitions removed."""
-        _, removed = self.K.merge_states(x, y, self.A1, self.alpha, self.src, self.act, self.dst, self.cnt,
+        _, removed = self.K.merge_states(x, y, self.A1, self.alpha, self.tab, self.src, self.act, self.dst, self.cnt,
                                          self.alive_e, self.out_head, self.out_next, self.in_head,
                                          self.in_next, self.row_n, self.row_C, self.row_term, self.mark,
                                          self.collapsed)

@@ -145,16 +145,29 @@ class CloneHMM:
     def _sequence(self, traj, n_obs=None, n_actions=None):
         """Concatenated (obs, acts) with -1 at episode starts, plus n_obs, n_actions."""
         if isinstance(traj, Trajectories):
-            t = traj
+            obs, acts = traj.obs.ravel(), traj.actions.ravel()
         elif isinstance(traj, (tuple, list)) and len(traj) == 2:
             obs, acts = (np.asarray(x) for x in traj)
             if obs.shape != acts.shape:
                 raise ValueError(f"actions has shape {acts.shape} but obs has {obs.shape}")
-            t = Trajectories(obs, acts)
+            if obs.ndim == 1:  # one sequence; -1 in actions starts a new episode
+                if obs.size == 0:
+                    raise ValueError("obs is empty")
+                for name, x in (("obs", obs), ("actions", acts)):
+                    if not np.issubdtype(x.dtype, np.integer):
+                        raise ValueError(f"{name} must hold integers, got dtype {x.dtype}")
+                if acts[0] != -1:
+                    raise ValueError("actions[0] must be -1 (the first observation comes with no move)")
+                if obs.min() < 0:
+                    raise ValueError(f"obs holds a negative value ({int(obs.min())})")
+                if acts.min() < -1:
+                    raise ValueError(f"actions holds {int(acts.min())}; only -1 (episode start) may be negative")
+                obs, acts = obs.astype(np.int64), acts.astype(np.int64)
+            else:
+                t = Trajectories(obs, acts)
+                obs, acts = t.obs.ravel(), t.actions.ravel()
         else:
             raise TypeError("traj must be a Trajectories or a pair (obs, actions) of int arrays")
-        obs = t.obs.ravel()
-        acts = t.actions.ravel()
         if n_obs is None:
             n_obs = int(obs.max()) + 1
         elif not isinstance(n_obs, Integral) or n_obs < 1:
@@ -180,8 +193,9 @@ class CloneHMM:
 
         ``traj``: a :class:`~hmmmerge.rollouts.Trajectories` (every episode
         restarts from ``B``, which is learned from the episodes' first clones)
-        or a pair ``(obs, actions)`` of int arrays (1-D: one long sequence,
-        ``actions[0] == -1``).  ``n_obs``/``n_actions`` default to the largest
+        or a pair ``(obs, actions)`` of int arrays: 2-D (episodes x steps) or
+        1-D, one sequence where every ``-1`` in ``actions`` starts an episode
+        (so episodes may differ in length; ``actions[0] == -1``).  ``n_obs``/``n_actions`` default to the largest
         value seen plus one.
 
         >>> import numpy as np
@@ -342,6 +356,16 @@ class _Data:
             self._groups = (np.ascontiguousarray(moves[order]), bounds.astype(np.int64))
         return self._groups
 
+    def _first_blocks(self):
+        """Flat positions and clone indices of the blocks of the episodes' first steps."""
+        if not hasattr(self, "_first_flat"):
+            o = self.obs[self.first]
+            self._first_len = self.sizes[o]
+            within = np.arange(self._first_len.sum()) - np.repeat(np.cumsum(self._first_len) - self._first_len, self._first_len)
+            self._first_flat = np.repeat(self.off[self.first], self._first_len) + within
+            self._first_states = np.repeat(self.starts[o], self._first_len) + within
+        return self._first_flat, self._first_states
+
     def log_likelihood(self, T, B) -> float:
         return float(
             self.K.forward(
@@ -365,10 +389,8 @@ class _Data:
             T, self.starts, self.sizes, self.obs, self.acts, self.off, self.alpha, self.bk, order, bounds, C
         )
         # posteriors at episode starts: gamma = alpha * bk * c
-        for t in self.first:
-            blk = slice(self.off[t], self.off[t + 1])
-            s0 = self.starts[self.obs[t]]
-            Bc[s0 : s0 + self.sizes[self.obs[t]]] += self.alpha[blk] * self.bk[blk] * self.scale[t]
+        flat, states = self._first_blocks()
+        np.add.at(Bc, states, self.alpha[flat] * self.bk[flat] * np.repeat(self.scale[self.first], self._first_len))
         return ll, C, Bc
 
     def posteriors(self, T, B) -> np.ndarray:

@@ -1,0 +1,113 @@
+"""``hmmmerge run``: the paper's online agent on one world, with its metrics."""
+
+from __future__ import annotations
+
+
+def add_parser(sub) -> None:
+    from .env import add_world_arguments
+
+    p = sub.add_parser("run", help="run the two-level memory (the paper's agent) and report its metrics",
+                       description="Live the paper's protocol: random-walk episodes from the start cell, "
+                                   "level 1 learned online, sleeps with partitions and merges. Accuracies are "
+                                   "means over the last 50 episodes; surprise is measured on fresh episodes.")
+    add_world_arguments(p)
+    p.add_argument("--episodes", type=int, default=1000)
+    p.add_argument("--episode-length", type=int, default=50)
+    p.add_argument("--size", type=int, default=10, help="initial cluster size (1, 10, 100 in the paper)")
+    p.add_argument("--merge", choices=["sf", "random", "none"], default="sf")
+    p.add_argument("--merge-iterations", type=int, default=5)
+    p.add_argument("--similarity", choices=["euclidean", "cosine", "kl", "correlation"], default="euclidean")
+    p.add_argument("--agent-seed", type=int, default=None,
+                   help="seed of the walk, partitions and merges (default: --seed)")
+    p.add_argument("--eval-episodes", type=int, default=100, help="fresh episodes for the surprise (0: skip)")
+    p.add_argument("--out", metavar="DIR", help="write per-episode curves (CSV) and the trained memory (.npz)")
+    p.add_argument("--resume", metavar="FILE", help="continue a memory saved by --out (agent.npz)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--progress", action="store_true", help="show a progress bar on stderr")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    import os
+    import sys
+    import time
+
+    from ..agent import TwoLevelMemory
+    from ..cli import print_json
+    from ..rollouts import random_walk
+    from .env import world_from_args
+
+    for name in ("episodes", "episode_length", "size", "eval_episodes", "merge_iterations"):
+        value = getattr(args, name)
+        low = 0 if name in ("eval_episodes", "merge_iterations") else 1
+        if value < low:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= {low}, got {value}")
+    env = world_from_args(args)
+    seed = args.seed if args.agent_seed is None else args.agent_seed
+    start = time.perf_counter()
+    if args.resume:
+        agent = TwoLevelMemory.load(args.resume)
+        if agent.n_obs != env.n_obs or agent.n_actions != env.n_actions:
+            raise ValueError(f"{args.resume} was trained on another kind of world")
+    else:
+        agent = TwoLevelMemory(env.n_obs, env.n_actions, merge=args.merge, initial_size=args.size,
+                               merge_iterations=args.merge_iterations, similarity=args.similarity, seed=seed)
+    traj = random_walk(env, args.episodes, args.episode_length, seed=(seed, agent.episodes) if args.resume else seed)
+    show = args.progress and not args.json and sys.stderr.isatty()
+    agent.fit(traj, progress=show)
+    wall = time.perf_counter() - start
+    out = agent.summary()
+    out.update(settings=agent.settings, seed=seed, wall_s=round(wall, 3), n_states_world=env.n_states)
+    if args.eval_episodes:
+        out.update(_surprise(env, agent, args.eval_episodes, args.episode_length, seed))
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        agent.save(os.path.join(args.out, "agent.npz"))
+        write_history_csv(os.path.join(args.out, "history.csv"), agent.history())
+        out["out"] = args.out
+    if args.json:
+        print_json(out)
+    else:
+        print(f"{agent}  ({wall:.1f} s)")
+        for key in ("l1_accuracy", "l2_accuracy", "l2_filter_accuracy", "first_order_accuracy",
+                    "no_prediction_share", "purity", "surprise"):
+            if key in out:
+                print(f"  {key:24s} {out[key]:.4f}")
+    return 0
+
+
+def _surprise(env, agent, n_episodes, episode_length, seed) -> dict:
+    """Surprise (nats per move) of level 2 on fresh episodes, with the default smoothing of the evaluator."""
+    import numpy as np
+
+    from ..rollouts import random_walk
+
+    if agent.n_clusters == 0:
+        return {"surprise": float("inf"), "surprise_zero_prob_steps": None}
+    fresh = random_walk(env, n_episodes, episode_length, seed=np.random.default_rng([seed, 7919]))
+    res = agent.level2_hmm().run_filter(fresh, predictions=True)
+    logp = res.log_probs[:, 1:]
+    zero = int(np.isinf(logp).sum())
+    eps = 1e-3
+    p = np.take_along_axis(res.predictions[:, 1:], fresh.obs[:, 1:, None], axis=2)[..., 0]
+    smoothed = -np.log((1 - eps) * p + eps / env.n_obs)
+    return {"surprise": float(-logp.mean()) if zero == 0 else float("inf"),
+            "surprise_smoothed": float(smoothed.mean()), "surprise_smoothing_epsilon": eps,
+            "surprise_zero_prob_steps": zero}
+
+
+def write_history_csv(path, history) -> None:
+    """Per-episode curves as CSV, written atomically."""
+    import io
+
+    import numpy as np
+
+    from .._io import atomic_write_text
+
+    keys = list(history)
+    buf = io.StringIO()
+    buf.write(",".join(keys) + "\n")
+    cols = [np.asarray(history[k]) for k in keys]
+    for row in zip(*cols):
+        buf.write(",".join(repr(float(v)) if isinstance(v, (float, np.floating)) else str(v) for v in row) + "\n")
+    atomic_write_text(path, buf.getvalue())

@@ -1,0 +1,136 @@
+"""The online two-level agent: protocol, no-prediction rule, level-1 consistency, files."""
+
+import numpy as np
+import pytest
+
+from hmmmerge import Trajectories, gridworld, random_walk
+from hmmmerge.agent import PREDICTORS, TwoLevelMemory
+from hmmmerge.episodic import EpisodicMemory
+
+
+@pytest.fixture(scope="module")
+def world():
+    env = gridworld(seed=0)
+    return env, random_walk(env, 80, seed=1)
+
+
+def _fit(traj, **kw):
+    kw.setdefault("seed", 0)
+    return TwoLevelMemory(10, 4, **kw).fit(traj)
+
+
+def test_deterministic_under_seed(world):
+    _, traj = world
+    a, b = _fit(traj, merge="sf"), _fit(traj, merge="sf")
+    ha, hb = a.history(), b.history()
+    for key in ha:
+        assert np.array_equal(ha[key], hb[key], equal_nan=True), key
+    assert np.array_equal(a.clusters.assignment, b.clusters.assignment)
+    c = _fit(traj, merge="sf", seed=5)
+    assert not np.array_equal(a.clusters.assignment[: a.memory.n_states], c.clusters.assignment[: c.memory.n_states])
+
+
+def test_level1_inside_agent_is_algorithm_1(world):
+    _, traj = world
+    agent = _fit(traj, merge="random")
+    mem = EpisodicMemory(10, 4)
+    states, pred = mem.observe_trajectories(traj)
+    assert np.array_equal(agent.memory.next_state, mem.next_state)
+    assert np.array_equal(agent.last_states_, states)
+    l1 = (pred[:, 1:] == traj.obs[:, 1:]).mean(axis=1)
+    assert np.allclose(agent.history()["l1_accuracy"], l1)
+    assert np.allclose(agent.history()["l1_no_prediction"], (pred[:, 1:] < 0).mean(axis=1))
+
+
+def test_first_order_predictions(world):
+    _, traj = world
+    agent = _fit(traj, merge="none")
+    counts = np.zeros((10, 4, 10), dtype=int)
+    correct = np.zeros(traj.n_episodes)
+    for e in range(traj.n_episodes):
+        for t in range(1, traj.obs.shape[1]):
+            row = counts[traj.obs[e, t - 1], traj.actions[e, t]]
+            guess = int(row.argmax()) if row.sum() else -1
+            correct[e] += guess == traj.obs[e, t]
+            counts[traj.obs[e, t - 1], traj.actions[e, t], traj.obs[e, t]] += 1
+    assert np.allclose(agent.history()["first_order_accuracy"], correct / (traj.obs.shape[1] - 1))
+
+
+def test_size1_without_merges_is_level1(world):
+    """With singleton clusters and no merges, level 2 predicts exactly what level 1 predicts, or nothing."""
+    _, traj = world
+    agent = TwoLevelMemory(10, 4, merge="none", initial_size=1, seed=0).fit(traj)
+    l1, l2 = agent.last_predictions_["l1"], agent.last_predictions_["l2"]
+    said = l2 >= 0
+    assert said.sum() > 100
+    assert np.array_equal(l2[said], l1[said])
+    assert (agent.history()["l2_accuracy"] <= agent.history()["l1_accuracy"] + 1e-12).all()
+
+
+def test_no_prediction_counts_as_wrong():
+    env = gridworld(seed=0)
+    traj = random_walk(env, 3, seed=0)
+    agent = TwoLevelMemory(10, 4).fit(traj)  # no sleep yet: level 2 has no clusters
+    h = agent.history()
+    assert (h["l2_no_prediction"] == 1.0).all() and (h["l2_accuracy"] == 0.0).all()
+    # level 1 on its very first episode predicts nothing, hence accuracy 0 even if colour 0 is common
+    assert h["l1_accuracy"][0] == 0.0 and h["l1_no_prediction"][0] == 1.0
+
+
+def test_sleep_schedule(world):
+    _, traj = world  # 80 episodes x 51 steps = 4080 steps
+    agent = _fit(traj, merge="sf")
+    assert agent.steps == 80 * 51
+    # a sleep is due after every 500 steps and applied at the next episode start
+    due = [(k * 500) // 51 + 1 for k in range(1, 9)]   # episode index where each sleep runs
+    assert agent.sleeps == sum(d < 80 for d in due)
+    n_clusters = agent.history()["n_clusters"]
+    assert n_clusters[: due[0]].max() == 0 and n_clusters[due[0]] > 0
+
+
+def test_save_load_resume_is_exact(tmp_path, world):
+    _, traj = world
+    whole = _fit(traj, merge="sf")
+    part = _fit(traj[:37], merge="sf")
+    path = tmp_path / "agent.npz"
+    part.save(path)
+    resumed = TwoLevelMemory.load(path).fit(traj[37:])
+    hw, hr = whole.history(), resumed.history()
+    for key in hw:
+        assert np.allclose(hw[key], hr[key], equal_nan=True), key
+    assert np.array_equal(whole.clusters.assignment[: whole.memory.n_states],
+                          resumed.clusters.assignment[: resumed.memory.n_states])
+    assert resumed.summary()["episodes"] == 80
+
+
+def test_summary_keys_and_models(world):
+    _, traj = world
+    agent = _fit(traj, merge="sf")
+    s = agent.summary()
+    for key in ("l1_accuracy", "l2_accuracy", "first_order_accuracy", "no_prediction_share", "purity",
+                "n_clusters", "n_first_level_states"):
+        assert key in s
+    assert 0 <= s["purity"] <= 1
+    l2 = agent.level2_hmm()
+    assert l2.n_states == agent.n_clusters
+    assert agent.level1_hmm().n_states == agent.memory.n_states
+    assert set(PREDICTORS) == {"l1", "l2", "l2_filter", "first_order"}
+
+
+def test_bad_inputs(tmp_path):
+    with pytest.raises(ValueError, match="merge"):
+        TwoLevelMemory(10, 4, merge="kmeans")
+    with pytest.raises(ValueError, match="initial_size"):
+        TwoLevelMemory(10, 4, initial_size=0)
+    agent = TwoLevelMemory(3, 2)
+    with pytest.raises(ValueError, match="observation 5"):
+        agent.fit(Trajectories([[0, 5]], [[-1, 0]]))
+    with pytest.raises(ValueError, match="action 3"):
+        agent.fit(Trajectories([[0, 1]], [[-1, 3]]))
+    with pytest.raises(ValueError, match="no episodes"):
+        agent.summary()
+    with pytest.raises(ValueError, match="observations"):
+        agent.run(gridworld(), 2)
+    np.savez(tmp_path / "junk.npz", x=np.zeros(3))
+    with pytest.raises(ValueError, match="junk.npz"):
+        TwoLevelMemory.load(tmp_path / "junk.npz")
