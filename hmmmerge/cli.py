@@ -13,7 +13,7 @@ import importlib
 import json
 import sys
 
-COMMANDS = ["env", "run", "demo"]
+COMMANDS = ["env", "run", "evaluate", "baseline", "demo", "reproduce"]
 
 
 class _Parser(argparse.ArgumentParser):

@@ -167,9 +167,9 @@ def _score(model, traj: Trajectories, smoothing, score_first: bool, predictions:
     ci = None
     if N > 1:
         if np.isfinite(per_episode).all():
-            from scipy.stats import t as student_t
+            from scipy.special import stdtrit  # Student t quantile (scipy.stats is slow to import)
 
-            half = float(student_t.ppf(0.975, N - 1) * per_episode.std(ddof=1) / np.sqrt(N))
+            half = float(stdtrit(N - 1, 0.975) * per_episode.std(ddof=1) / np.sqrt(N))
             ci = (mean - half, mean + half)
         else:
             ci = (float("inf"), float("inf"))

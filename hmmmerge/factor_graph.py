@@ -314,8 +314,7 @@ def pgmpy_filter(factor_graph, evidence, variable: str = "H", *, method: str = "
         ev.update({f"O_{s}": evidence[f"O_{s}"] for s in range(t + (method == "ve"))})
         target = f"{variable}_{t}"
         if method == "ve":
-            order = _elimination_order(factor_graph, target, ev)
-            phi = engine.query([target], evidence=ev, elimination_order=order, show_progress=False)
+            phi = engine.query([target], evidence=ev, show_progress=False)  # "greedy" einsum contraction
             values = np.asarray(phi.values, dtype=np.float64)
             total = values.sum()
             if t == L - 1:
@@ -334,25 +333,6 @@ def pgmpy_filter(factor_graph, evidence, variable: str = "H", *, method: str = "
             )
         posts.append(values / total)
     return loglik, np.array(posts)
-
-
-def _elimination_order(factor_graph, target: str, evidence) -> list:
-    """Leaves first (unobserved ``O_s``, other ``H2_s``), then the state chain from both ends inwards.
-
-    pgmpy's default ("greedy" tensor contraction) fails on a FactorGraph in
-    pgmpy 1.1 and its other heuristics fall back to an arbitrary order for
-    non-Bayesian models; this order keeps every intermediate factor at two
-    chain variables, so the cost is linear in the window.
-    """
-    _, t0 = _split(target)
-    free = [v for v in _variables(factor_graph) if v not in evidence and v != target]
-    chain_prefix = "H1" if any(str(v).startswith("H1_") for v in free + [target]) else "H"
-    chain = [v for v in free if _split(v)[0] == chain_prefix]
-    leaves = [v for v in free if _split(v)[0] != chain_prefix]
-    chain.sort(key=lambda v: -abs(_split(v)[1] - t0))
-    return leaves + chain
-
-
 
 
 # --------------------------------------------------------------------------- drawing
@@ -407,7 +387,7 @@ def draw_factor_graph(factor_graph, path=None, *, ax=None, title: str | None = N
     pos, labels = {}, {}
     for v in variables:
         prefix, t = _split(v)
-        pos[v] = (2.0 * t, _ROWS.get(prefix, 2.0))
+        pos[v] = (2.0 * t - (prefix == "A"), _ROWS.get(prefix, 2.0))  # a move sits under its transition
         labels[v] = f"${prefix[0].lower()}^{{{prefix[1:]}}}_{{{t}}}$" if len(prefix) > 1 else f"${prefix.lower()}_{{{t}}}$"
     flabels = {}
     for f in factors:

@@ -267,6 +267,9 @@ def test_deterministic_under_seed():
     assert not np.array_equal(a.T_, c.T_)
     g = CloneHMM(n_clones=2, n_iter=5, seed=np.random.default_rng(7)).fit(traj)
     np.testing.assert_array_equal(g.T_, a.T_)
+    s1 = CloneHMM(n_clones=2, n_iter=2, seed=[1, 7]).fit(traj)
+    s2 = CloneHMM(n_clones=2, n_iter=2, seed=[1, 7]).fit(traj)
+    np.testing.assert_array_equal(s1.T_, s2.T_)
 
 
 def test_episodes_restart_from_B():
@@ -296,6 +299,7 @@ def test_score_and_to_hmm_agree_with_the_kernel():
     traj = random_walk(aliased_cycle(), 12, 9, seed=5)
     m = CloneHMM(n_clones=[2, 3], n_iter=6, pseudocount=0.05).fit(traj)
     hmm = m.to_hmm()
+    assert CloneHMM(n_clones=[1, 1, 2], n_iter=1).fit(traj).to_hmm().n_obs == 3  # n_obs from n_clones
     assert hmm.n_states == 5 and hmm.E[:2, 0].tolist() == [1.0, 1.0] and hmm.E[2:, 1].tolist() == [1, 1, 1]
     assert m.score(traj) == pytest.approx(m.log_likelihood_, rel=1e-10)
     assert m.to_hmm(sparse=True).log_likelihood(traj) == pytest.approx(m.log_likelihood_, rel=1e-10)
@@ -331,6 +335,7 @@ def test_recovers_aliased_cycle():
         ({"tol": float("nan")}, "tol"),
         ({"n_init": 0}, "n_init"),
         ({"viterbi_pseudocount": -1.0}, "viterbi_pseudocount"),
+        ({"seed": [1, -2]}, "seed"),
     ],
 )
 def test_bad_parameters_raise(kwargs, field):

@@ -80,6 +80,7 @@ def test_numpy_integer_labels_are_accepted():
         (lambda g: g.remove_edge("b", "b", 0), ["'b'", "no edge for action 1"]),
         (lambda g: g.add_edge("c", "a", action=0), ["'c'", "obs"]),  # new node without obs
     ],
+    ids=[f"case{i}" for i in range(12)],
 )
 def test_invalid_graph_names_the_culprit(mutate, words):
     g = two_state_graph()
@@ -215,6 +216,31 @@ def test_json_round_trip_mixed_labels_and_numpy_attributes(tmp_path):
     assert os.listdir(tmp_path) == ["mixed.json"]
 
 
+def test_failed_save_leaves_old_file_and_no_temp(tmp_path, monkeypatch):
+    import hmmmerge._io
+
+    path = tmp_path / "env.json"
+    gridworld(3, 3, n_colours=3, seed=0).save(path)
+    before = path.read_bytes()
+
+    def broken_replace(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(hmmmerge._io.os, "replace", broken_replace)
+    with pytest.raises(OSError, match="disk full"):
+        gridworld(4, 4, n_colours=4, seed=1).save(path)
+    assert path.read_bytes() == before
+    assert os.listdir(tmp_path) == ["env.json"]
+
+
+def test_unserialisable_attribute_is_a_clear_type_error(tmp_path):
+    g = two_state_graph()
+    g.nodes["a"]["extra"] = object()
+    with pytest.raises(TypeError, match="not JSON serialisable"):
+        Environment(g).save(tmp_path / "x.json")
+    assert os.listdir(tmp_path) == []
+
+
 def write(tmp_path, name, text):
     p = tmp_path / name
     p.write_text(text) if isinstance(text, str) else p.write_bytes(text)
@@ -246,6 +272,7 @@ def valid_payload():
         (lambda p: p["graph"]["graph"].update(n_obs=1), "n_obs=1"),
         (lambda p: p["graph"].update(graph=[1]), "'graph.graph'"),
     ],
+    ids=[f"case{i}" for i in range(17)],
 )
 def test_hand_edited_json_gives_clear_error(tmp_path, edit, words):
     payload = valid_payload()

@@ -63,7 +63,11 @@ def row_term_from(n, C, S, alpha, tab):
         return 0.0
     ci = int(C)
     lg_ac = tab[0, ci] if ci < tab.shape[1] else math.lgamma(alpha + C)
-    return tab[0, 0] - lg_ac + S - n * lg(0.0, n, alpha, tab)
+    if n < tab.shape[0]:
+        lg_b = tab[n, 0]
+    else:
+        lg_b = math.lgamma(alpha / n)
+    return tab[0, 0] - lg_ac + S - n * lg_b
 
 
 @njit(cache=True)
@@ -139,8 +143,8 @@ def pair_delta(x, y, A1, alpha, tab, dst, act, src, cnt, out_head, out_next, in_
                 continue
         nt = 0
         C = 0.0
-        for rr in (rx, ry):
-            e = out_head[rr]
+        for side in range(2):
+            e = out_head[rx] if side == 0 else out_head[ry]
             while e >= 0:
                 t = dst[e]
                 if t == y:
@@ -498,21 +502,21 @@ def run_merging(n_states, A1, alpha, tab, lam, log_o1, src, act, dst, cnt, alive
     while n_done < max_merges and q > 1:
         lam_logq = lam * math.log(q)
         # lazy best-first: rowbest holds upper bounds; refresh the top row until it is fresh
+        u = H
         while True:
-            u = -1
             b = NEG_INF
             for s in range(H):
                 if rowbest[s] > b:
                     b = rowbest[s]
                     u = s
-            if u < 0 or fresh[u] == it:
+            if b == NEG_INF or fresh[u] == it:
                 break
             b2, a2 = _row_best(u, pos, col, col_off, col_n, members, loc_off, local, rem, alive, lam_logq)
             stats[1] += 1
             rowbest[u] = b2
             rowarg[u] = a2
             fresh[u] = it
-        if u < 0:
+        if b == NEG_INF:
             break
         gain = rowbest[u] + lam * (n_trans * math.log((q + 1.0) / q) + log_o1)
         if not gain > 0.0:

@@ -128,13 +128,13 @@ def viterbi(logT, logB, starts, sizes, obs, acts, off, max_size, path):
     Fills ``path`` (N,) with the most probable clone sequence of every episode
     (ties go to the lowest clone index) and returns the sum over episodes of
     ``log P(path, X)``; ``-inf`` if some episode has no path of positive
-    probability.
+    probability.  The forward sweep keeps only the max-product messages
+    ``delta`` (flat, a branch-free max that vectorises); the back-pointer of
+    each decoded clone is recomputed during the backtrack (one block column
+    per step) instead of storing a pointer per clone and step.
     """
     N = obs.shape[0]
-    bp = np.empty(off[N], dtype=np.int64)
-    delta = np.empty(max_size)
-    dnew = np.empty(max_size)
-    arg = np.empty(max_size, dtype=np.int64)
+    delta = np.empty(off[N])
     total = 0.0
     for t in range(N):
         o = obs[t]
@@ -143,42 +143,52 @@ def viterbi(logT, logB, starts, sizes, obs, acts, off, max_size, path):
         base = off[t]
         if acts[t] < 0:
             for k in range(n):
-                dnew[k] = logB[s0 + k]
-                arg[k] = -1
+                delta[base + k] = logB[s0 + k]
         else:
             po = obs[t - 1]
             p0 = starts[po]
+            pb = off[t - 1]
             La = logT[acts[t]]
+            cur = delta[base:base + n]
             for k in range(n):
-                dnew[k] = -np.inf
-                arg[k] = 0
+                cur[k] = -np.inf
             for i in range(sizes[po]):
-                d = delta[i]
+                d = delta[pb + i]
                 if d == -np.inf:
                     continue
                 row = La[p0 + i, s0:s0 + n]
                 for k in range(n):
                     v = d + row[k]
-                    if v > dnew[k]:
-                        dnew[k] = v
-                        arg[k] = i
-        for k in range(n):
-            delta[k] = dnew[k]
-            bp[base + k] = arg[k]
+                    cur[k] = v if v > cur[k] else cur[k]
         if t == N - 1 or acts[t + 1] < 0:
             best = 0
             for k in range(1, n):
-                if delta[k] > delta[best]:
+                if delta[base + k] > delta[base + best]:
                     best = k
-            total += delta[best]
-            # backtrack to this episode's start
+            total += delta[base + best]
+            # backtrack to this episode's start, re-deriving each back-pointer
             s = t
             k = best
             while True:
                 path[s] = starts[obs[s]] + k
                 if acts[s] < 0:
                     break
-                k = bp[off[s] + k]
+                target = delta[off[s] + k]
+                po = obs[s - 1]
+                p0 = starts[po]
+                pb = off[s - 1]
+                col = starts[obs[s]] + k
+                La = logT[acts[s]]
+                arg = 0
+                bestv = -np.inf
+                for i in range(sizes[po]):
+                    v = delta[pb + i] + La[p0 + i, col]
+                    if v > bestv:
+                        bestv = v
+                        arg = i
+                        if v == target:
+                            break
+                k = arg
                 s -= 1
     return total
 
@@ -208,16 +218,32 @@ def transition_counts(T, starts, sizes, obs, acts, off, alpha, bk, order, bounds
         for i in range(npv):
             for k in range(nc):
                 G[i, k] = 0.0
-        for q in range(bounds[g], bounds[g + 1]):
-            t = order[q]
-            pb = off[t - 1]
-            cb = off[t]
-            cur = bk[cb:cb + nc]
+        # four steps at a time: one load/store of G per four multiply-adds
+        q = bounds[g]
+        end = bounds[g + 1]
+        while q + 4 <= end:
+            t1, t2, t3, t4 = order[q], order[q + 1], order[q + 2], order[q + 3]
+            b1 = bk[off[t1]:off[t1] + nc]
+            b2 = bk[off[t2]:off[t2] + nc]
+            b3 = bk[off[t3]:off[t3] + nc]
+            b4 = bk[off[t4]:off[t4] + nc]
+            x1, x2, x3, x4 = off[t1 - 1], off[t2 - 1], off[t3 - 1], off[t4 - 1]
             for i in range(npv):
-                ai = alpha[pb + i]
+                w1, w2, w3, w4 = alpha[x1 + i], alpha[x2 + i], alpha[x3 + i], alpha[x4 + i]
                 Gi = G[i]
                 for k in range(nc):
-                    Gi[k] += ai * cur[k]
+                    Gi[k] += w1 * b1[k] + w2 * b2[k] + w3 * b3[k] + w4 * b4[k]
+            q += 4
+        while q < end:
+            t = order[q]
+            cur = bk[off[t]:off[t] + nc]
+            x = off[t - 1]
+            for i in range(npv):
+                w = alpha[x + i]
+                Gi = G[i]
+                for k in range(nc):
+                    Gi[k] += w * cur[k]
+            q += 1
         Ta = T[a]
         Ca = C[a]
         for i in range(npv):

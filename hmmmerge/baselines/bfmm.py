@@ -36,13 +36,19 @@ it touches (the out-rows of the two states, the rows of other states that
 lead to both) plus two global terms (Q and the number of transitions), so
 it is computed in time linear in those rows.
 
-**Search.** All same-emission pairs are scored once; after a merge only the
-pairs of *dirty* states are re-scored (the merged state, the predecessors of
-the removed state, the successors of the merged state and of collapsed
-rows); a lazy upper-bound scan picks the best pair.  Cost: ``O(sum_c n_c^2 d)``
-to start (``n_c`` states of colour ``c``, ``d`` the mean number of edges per
-state), ``O(D n_c d + H)`` per merge (``D`` dirty states, H states), memory
-``O(sum_c n_c^2)``; the algorithm is quadratic in the data by nature.
+**Search.** All same-emission pairs are scored once and cached (local
+evidence change, transitions removed).  After merging ``y`` into ``x`` only
+the pairs whose touched rows changed are re-scored: every pair of ``x`` and
+of states whose row collapsed; pairs ``(u, v)`` with ``u -a-> x`` and
+``v -a-> y``; pairs of successors of a changed row (they gained a common
+predecessor).  Each state keeps an upper bound of its best pair score (the
+prior term ``r log Q`` only falls as Q falls); a lazy scan refreshes the top
+row until it is exact, so every merge is the true best.  Cost:
+``O(sum_c n_c^2 d)`` to start (``n_c`` states of colour ``c``, ``d`` edges
+per state), ``O(P d + H)`` per merge (``P`` re-scored pairs, H states),
+memory ``O(sum_c n_c^2)``; quadratic in the data by nature.  Measured on
+the 10x10 world: about episodes^2 in time (100 episodes, 4,754 states: 3 s;
+300 episodes: 26 s).
 
 **Candidates.** ``candidates`` (a callable, e.g. :func:`sf_candidates`)
 returns the pairs of initial states that may merge; a merged state may merge
@@ -205,7 +211,7 @@ def viterbi_log_posterior(src, act, dst, count, n_states, n_obs, prior_weight=1.
     number of emitting states Q.  See the module docstring for the formula.
 
     >>> round(viterbi_log_posterior([0, 0], [0, 0], [0, 1], [1.0, 1.0], n_states=2, n_obs=2), 4)
-    -6.5924
+    -6.4739
     """
     src = np.asarray(src, dtype=np.int64)
     act = np.asarray(act, dtype=np.int64)
@@ -320,13 +326,17 @@ class BestFirstMerging:
 
     Examples
     --------
-    >>> obs = [[0, 1, 0, 1, 0], [0, 1, 0, 1, 0], [0, 1, 0, 1, 0]]
-    >>> acts = [[-1, 0, 0, 0, 0]] * 3
-    >>> bf = BestFirstMerging().fit(Trajectories(obs, acts))
-    >>> bf.n_states_, bf.n_merges_
-    (2, 3)
-    >>> bf.to_hmm().log_likelihood([0, 1, 0, 1, 0, 1], [-1, 0, 0, 0, 0, 0])
-    0.0
+    Strings of (ab)+ ending in the marker 2, one action, three episodes:
+
+    >>> obs = [[0, 1, 2, 0, 1, 0, 1, 2, 0, 1, 2], [0, 1, 0, 1, 2, 0, 1, 2, 0, 1, 0],
+    ...        [0, 1, 2, 0, 1, 2, 0, 1, 0, 1, 2]]
+    >>> acts = [[-1] + [0] * 10] * 3
+    >>> bf = BestFirstMerging(structure_prior=2.0).fit(Trajectories(obs, acts))
+    >>> bf.n_initial_states_, bf.n_states_, bf.n_merges_
+    (26, 3, 23)
+    >>> hmm = bf.to_hmm()
+    >>> hmm.E.argmax(1).tolist(), hmm.T[0].toarray().round(2).tolist()
+    ([0, 2, 1], [[0.0, 0.0, 1.0], [1.0, 0.0, 0.0], [0.35, 0.65, 0.0]])
     """
 
     def __init__(self, prior_weight: float = 1.0, structure_prior: float = 1.0, candidates=None,

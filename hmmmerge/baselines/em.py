@@ -44,8 +44,8 @@ class CloneHMM:
     tol : float >= 0
         Early stop when one iteration improves the total training
         log-likelihood (nats) by less than ``tol``.
-    seed : int, numpy Generator or None
-        Seed of the random initialisation.
+    seed : int, sequence of ints, numpy Generator or None
+        Seed of the random initialisation (a sequence seeds a SeedSequence).
     viterbi_refine : bool
         After EM, run hard-EM: decode the most probable clone path (max-product
         restricted to blocks), re-estimate from the path's counts, repeat.
@@ -74,12 +74,14 @@ class CloneHMM:
     --------
     >>> import numpy as np
     >>> from hmmmerge import Environment, random_walk
-    >>> env = Environment.from_arrays([[1, 2, 3, 0]], [0, 1, 0, 1])   # aliased 4-cycle
-    >>> traj = random_walk(env, 20, 12, seed=0)
-    >>> model = CloneHMM(n_clones=2, n_iter=50, pseudocount=1e-6, seed=0).fit(traj)
+    >>> # a 4-cycle (action 0 forward, 1 back) coloured 0 0 1 1: aliased, first order fails
+    >>> env = Environment.from_arrays([[1, 2, 3, 0], [3, 0, 1, 2]], [0, 0, 1, 1])
+    >>> traj = random_walk(env, 40, 20, seed=0)
+    >>> model = CloneHMM(n_clones=3, n_iter=200, pseudocount=1e-4, seed=0, n_init=3).fit(traj)
     >>> model.to_hmm().n_states
-    4
-    >>> bool(-model.score(traj) / traj.n_steps < 0.05)
+    6
+    >>> fresh = random_walk(env, 20, 20, seed=1)
+    >>> bool(-model.score(fresh) / fresh.n_steps < 0.05)
     True
     """
 
@@ -195,8 +197,10 @@ class CloneHMM:
         restarts from ``B``, which is learned from the episodes' first clones)
         or a pair ``(obs, actions)`` of int arrays: 2-D (episodes x steps) or
         1-D, one sequence where every ``-1`` in ``actions`` starts an episode
-        (so episodes may differ in length; ``actions[0] == -1``).  ``n_obs``/``n_actions`` default to the largest
-        value seen plus one.
+        (so episodes may differ in length; ``actions[0] == -1``).
+        ``n_obs`` defaults to ``len(n_clones)`` when that is an array, else to
+        the largest observation plus one; ``n_actions`` to the largest action
+        plus one.
 
         >>> import numpy as np
         >>> obs = np.array([0, 1, 0, 1, 0]); acts = np.array([-1, 0, 0, 0, 0])
@@ -208,11 +212,18 @@ class CloneHMM:
 
         t0 = time.perf_counter()
         self._check_params()
+        if n_obs is None and np.ndim(self.n_clones) == 1:
+            n_obs = len(self.n_clones)
         obs, acts, n_obs, n_actions = self._sequence(traj, n_obs, n_actions)
         nc = self._clone_counts(n_obs)
         data = _Data(K, obs, acts, nc)
         H = data.H
-        rng = as_generator(self.seed)
+        seed = self.seed
+        if isinstance(seed, (list, tuple)):  # entropy for numpy's SeedSequence, e.g. [run, seed]
+            if not all(isinstance(x, Integral) and not isinstance(x, bool) and x >= 0 for x in seed):
+                raise ValueError(f"seed as a sequence must hold non-negative ints, got {seed!r}")
+            seed = np.random.default_rng(list(seed))
+        rng = as_generator(seed)
         best = None
         for _ in range(self.n_init):
             T = rng.random((n_actions, H, H))
@@ -360,10 +371,11 @@ class _Data:
         """Flat positions and clone indices of the blocks of the episodes' first steps."""
         if not hasattr(self, "_first_flat"):
             o = self.obs[self.first]
-            self._first_len = self.sizes[o]
-            within = np.arange(self._first_len.sum()) - np.repeat(np.cumsum(self._first_len) - self._first_len, self._first_len)
-            self._first_flat = np.repeat(self.off[self.first], self._first_len) + within
-            self._first_states = np.repeat(self.starts[o], self._first_len) + within
+            n = self.sizes[o]
+            within = np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n)  # 0..n-1 per block
+            self._first_len = n
+            self._first_flat = np.repeat(self.off[self.first], n) + within
+            self._first_states = np.repeat(self.starts[o], n) + within
         return self._first_flat, self._first_states
 
     def log_likelihood(self, T, B) -> float:
@@ -390,7 +402,8 @@ class _Data:
         )
         # posteriors at episode starts: gamma = alpha * bk * c
         flat, states = self._first_blocks()
-        np.add.at(Bc, states, self.alpha[flat] * self.bk[flat] * np.repeat(self.scale[self.first], self._first_len))
+        c = np.repeat(self.scale[self.first], self._first_len)
+        np.add.at(Bc, states, self.alpha[flat] * self.bk[flat] * c)
         return ll, C, Bc
 
     def posteriors(self, T, B) -> np.ndarray:
@@ -405,7 +418,9 @@ class _Data:
         with np.errstate(divide="ignore"):
             logT, logB = np.log(T), np.log(B)
         path = np.empty_like(self.obs)
-        lp = self.K.viterbi(logT, logB, self.starts, self.sizes, self.obs, self.acts, self.off, self.max_size, path)
+        lp = self.K.viterbi(
+            logT, logB, self.starts, self.sizes, self.obs, self.acts, self.off, self.max_size, path
+        )
         return float(lp), path
 
     def path_counts(self, path, n_actions):
