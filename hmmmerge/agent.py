@@ -42,7 +42,7 @@ import scipy.sparse as sp
 
 from ._io import atomic_savez
 from ._random import as_generator
-from .clusters import Clusters, level2_hmm, weighted_purity
+from .clusters import Clusters, level2_hmm
 from .episodic import EpisodicMemory
 from .merging import RandomMerger, SFMerger, merge_iteration
 from .rollouts import Trajectories
@@ -73,7 +73,7 @@ class TwoLevelMemory:
     >>> agent = TwoLevelMemory(env.n_obs, env.n_actions, merge="sf", initial_size=10, seed=0)
     >>> _ = agent.fit(random_walk(env, 60, seed=0))
     >>> h = agent.history()
-    >>> len(h["episode"]), agent.memory.n_states == h["n_states"][-1]
+    >>> len(h["episode"]), int(h["n_states"][-1]) == agent.memory.n_states
     (60, True)
     """
 
@@ -173,11 +173,20 @@ class TwoLevelMemory:
             for _ in range(s["merge_iterations"]):
                 reports.append(merge_iteration(self.memory, self.clusters, self.merger, self.rng))
         self.sleeps += 1
-        labels = self.memory.labels
-        self._purity = (weighted_purity(self.clusters.assignment[:n], labels),
-                        weighted_purity(self.clusters.assignment[:n], labels, skip_singletons=True))
+        self._purity = self._current_purity()
         self._set_level2()
         return reports
+
+    def _current_purity(self) -> tuple[float, float]:
+        """Weighted purity with and without singleton clusters (NaN without true labels)."""
+        from .evaluate import weighted_purity
+
+        n = self.memory.n_states
+        labels, assignment = self.memory.labels, self.clusters.assignment[:n]
+        if n == 0 or (labels[assignment >= 0] < 0).any():
+            return float("nan"), float("nan")
+        return (weighted_purity(assignment, labels, include_singletons=True),
+                weighted_purity(assignment, labels))
 
     # ------------------------------------------------------------ learning
     def fit(self, traj: Trajectories, progress: bool = False) -> "TwoLevelMemory":

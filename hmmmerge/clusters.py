@@ -17,7 +17,7 @@ import scipy.sparse as sp
 
 from ._random import as_generator
 
-__all__ = ["Clusters", "level2_hmm", "weighted_purity"]
+__all__ = ["Clusters", "level2_hmm"]
 
 
 class Clusters:
@@ -219,32 +219,3 @@ def _row_normalise(M: sp.csr_matrix) -> sp.csr_matrix:
     sums = np.asarray(M.sum(axis=1)).ravel()
     scale = np.divide(1.0, sums, out=np.zeros_like(sums), where=sums > 0)
     return sp.csr_matrix(sp.diags(scale) @ M)
-
-
-def weighted_purity(assignment, labels, skip_singletons: bool = False) -> float:
-    """Size-weighted purity of clusters: ``sum(purity * size) / sum(size)``.
-
-    Purity of a cluster = share of its most common true label.  The authors skip
-    clusters of size 1 (``skip_singletons=True``); NaN if no cluster counts.
-
-    >>> weighted_purity([0, 0, 0, 1, -1], [5, 5, 6, 7, 9])
-    0.75
-    >>> weighted_purity([0, 0, 0, 1], [5, 5, 6, 7], skip_singletons=True)
-    0.6666666666666666
-    """
-    a = np.asarray(assignment, dtype=np.int64)
-    lab = np.asarray(labels, dtype=np.int64)
-    if a.shape != lab.shape:
-        raise ValueError(f"assignment {a.shape} and labels {lab.shape} differ in shape")
-    keep = a >= 0
-    a, lab = a[keep], lab[keep]
-    if not a.size:
-        return float("nan")
-    sizes = np.bincount(a)
-    pair, counts = np.unique(a * (int(lab.max()) + 2) + (lab + 1), return_counts=True)
-    top = np.zeros_like(sizes)
-    np.maximum.at(top, pair // (int(lab.max()) + 2), counts)
-    use = sizes > (1 if skip_singletons else 0)
-    if not use.any():
-        return float("nan")
-    return float(top[use].sum() / sizes[use].sum())

@@ -20,7 +20,7 @@ each probe with a uniformly random candidate, always accepted.
 from __future__ import annotations
 
 import numpy as np
-from scipy.stats import norm
+from scipy.special import ndtr
 
 from ._random import as_generator
 from .successor import pairwise_similarity, successor_features
@@ -66,7 +66,7 @@ class SFMerger:
         top = sim[np.arange(len(sim)), best]
         mean, std = sim.mean(axis=1), sim.std(axis=1)
         z = np.divide(top - mean, std, out=np.zeros_like(top), where=std > 0)
-        return best, top, norm.cdf(z)
+        return best, top, ndtr(z)  # the standard normal CDF Phi
 
     def select_pairs(self, probe_features, candidate_features, seed=0):
         """Algorithm 3 on probe and candidate embeddings: ``(probe_index, candidate_index)`` arrays."""

@@ -282,6 +282,15 @@ def make_executor(spec="local", max_workers: int | None = None):
     ex.shutdown(wait=True)
 
 
+def _window(ex, n_todo: int) -> int:
+    """How many runs to keep submitted at once: enough to keep every worker busy, few enough
+    that a failure or an interruption cancels the rest cleanly."""
+    if isinstance(ex, SerialExecutor):
+        return 1
+    workers = getattr(ex, "_max_workers", None)
+    return 2 * workers if workers else n_todo
+
+
 def _call(function_name: str, config: dict):
     """Worker side: import the function by name, run it, time it."""
     module, _, qual = function_name.partition(":")
@@ -392,27 +401,34 @@ def run_sweeps(sweeps, executor="local", progress=None, max_workers: int | None 
                    desc="runs", postfix={"skipped": sum(skipped)} if sum(skipped) else None)
         try:
             with make_executor(executor, max_workers) as ex:
-                futures = {}
-                for s_idx, i in todo:
-                    fut = ex.submit(_call, sweeps[s_idx].function_name, sweeps[s_idx].configs[i])
-                    futures[fut] = (s_idx, i)
+                window = _window(ex, len(todo))
+                queue = list(todo)
+                futures: dict = {}
                 try:
-                    for fut in cf.as_completed(futures):
-                        s_idx, i = futures[fut]
-                        if fut.cancelled():
-                            continue
-                        try:
-                            result, wall = fut.result()
-                            sw = sweeps[s_idx]
-                            write_result(sw.paths[i], sw.function_name, sw.configs[i], result, wall)
-                            ran[s_idx] += 1
-                        except cf.CancelledError:
-                            continue
-                        except Exception as e:  # noqa: BLE001 - reported below with the config
-                            failures.append((sweeps[s_idx].configs[i], e))
-                            for other in futures:
-                                other.cancel()
-                        bar.update(1)
+                    while queue or futures:
+                        while queue and len(futures) < window and not failures:
+                            s_idx, i = queue.pop(0)
+                            fut = ex.submit(_call, sweeps[s_idx].function_name, sweeps[s_idx].configs[i])
+                            futures[fut] = (s_idx, i)
+                        if not futures:
+                            break
+                        done, _ = cf.wait(list(futures), return_when=cf.FIRST_COMPLETED)
+                        for fut in done:
+                            s_idx, i = futures.pop(fut)
+                            if fut.cancelled():
+                                continue
+                            try:
+                                result, wall = fut.result()
+                                sw = sweeps[s_idx]
+                                write_result(sw.paths[i], sw.function_name, sw.configs[i], result, wall)
+                                ran[s_idx] += 1
+                            except cf.CancelledError:
+                                continue
+                            except Exception as e:  # noqa: BLE001 - reported below with the config
+                                failures.append((sweeps[s_idx].configs[i], e))
+                                for other in futures:
+                                    other.cancel()  # those not started yet; running ones finish and are kept
+                            bar.update(1)
                 except BaseException:
                     for other in futures:
                         other.cancel()

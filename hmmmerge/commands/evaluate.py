@@ -33,10 +33,51 @@ def build_first_order(env, train, args):
     return FirstOrderModel(pseudocount=args.pseudocount).fit(train, env.n_obs, env.n_actions).to_hmm()
 
 
+def build_level1(env, train, args):
+    """Level 1: the episodic memory of Algorithm 1 after the training episodes."""
+    from ..episodic import EpisodicMemory
+
+    mem = EpisodicMemory(env.n_obs, env.n_actions)
+    mem.observe_trajectories(train)
+    return mem.to_hmm()
+
+
+def _level2_builder(merge: str):
+    def build(env, train, args):
+        from ..agent import TwoLevelMemory
+
+        agent = TwoLevelMemory(env.n_obs, env.n_actions, merge=merge, initial_size=args.size, seed=args.seed)
+        return agent.fit(train).level2_hmm()
+
+    build.__doc__ = f"Level 2 of the paper's agent (merge={merge!r}, initial size --size) after the training episodes."
+    return build
+
+
+def build_em(env, train, args):
+    """EM on an action-conditioned clone HMM (``--clones`` per observation, ``--em-iter`` iterations)."""
+    from ..baselines.em import CloneHMM
+
+    return CloneHMM(n_clones=args.clones, n_iter=args.em_iter, seed=args.seed).fit(
+        train, env.n_obs, env.n_actions).to_hmm()
+
+
+def build_bfmm(env, train, args):
+    """Best-first model merging on the first ``--bfmm-episodes`` training episodes (it is quadratic)."""
+    from ..baselines.bfmm import BestFirstMerging
+
+    return BestFirstMerging(seed=args.seed).fit(train[: args.bfmm_episodes], env.n_obs, env.n_actions).to_hmm()
+
+
 #: name -> builder(env, train_trajectories, args) -> ActionHMM, in table order.
 MODELS = {
     "oracle": build_oracle,
     "first-order": build_first_order,
+    "level1": build_level1,
+    "level2-sf": _level2_builder("sf"),
+    "level2-random": _level2_builder("random"),
+    "level2-none": _level2_builder("none"),
+    "em": build_em,
+    "bfmm": build_bfmm,
 }
 
 
@@ -82,6 +123,11 @@ def add_experiment_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--score-first", action="store_true",
                    help="also score the first observation of each episode (predicted from B)")
     p.add_argument("--pseudocount", type=float, default=0.0, help="first-order model pseudocount (default 0)")
+    p.add_argument("--size", type=_positive_int, default=10, help="level 2: initial cluster size (default 10)")
+    p.add_argument("--clones", type=_positive_int, default=30, help="EM: clones per observation (default 30)")
+    p.add_argument("--em-iter", type=_positive_int, default=150, help="EM: iterations (default 150)")
+    p.add_argument("--bfmm-episodes", type=_positive_int, default=100,
+                   help="best-first merging: training episodes it uses (default 100; quadratic cost)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 

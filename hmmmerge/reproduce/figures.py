@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import os
+import warnings
 
 import numpy as np
 
@@ -121,8 +122,8 @@ def learning_curves(configs, results, key: str, sigma: float) -> dict:
 
 
 def _mean_std(runs: np.ndarray) -> dict:
-    with np.errstate(invalid="ignore"), np.testing.suppress_warnings() as sup:
-        sup.filter(RuntimeWarning)
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns give NaN, as meant
         mean = np.nanmean(runs, axis=0)
         std = np.nanstd(runs, axis=0)
     return {"mean": mean, "std": std, "n": len(runs), "runs": runs}
@@ -292,8 +293,8 @@ def cluster_stats(configs, results, key: str) -> dict:
     ``key``: ``similarity`` or ``correct`` (merge accuracy).  Also the mean
     chance level of the classification.
     """
-    with np.testing.suppress_warnings() as sup:
-        sup.filter(RuntimeWarning)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
         per_run = np.array([np.nanmean(r[key], axis=0) for r in results])  # runs x sizes x purities
         chance = np.nanmean(np.array([np.nanmean(r["chance"], axis=0) for r in results]), axis=0)
         purity = np.nanmean(np.array([np.nanmean(r["purity"], axis=0) for r in results]), axis=0)
@@ -364,8 +365,8 @@ def size_pos_figure(configs, results, out_dir, pos_sizes, name="size_pos_acc") -
         runs = [r for c, r in zip(configs, results) if int(c["colouring"]) == m]
         for s in pos_sizes:
             si = sizes.index(s)
-            with np.testing.suppress_warnings() as sup:
-                sup.filter(RuntimeWarning)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
                 a = np.nanmean(np.array([r["correct"][:, si, ui] for r in runs]), axis=0)
             acc[m, s] = a
             obs = runs[0]["obs"]
