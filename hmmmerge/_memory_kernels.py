@@ -255,3 +255,56 @@ def agent_chunk(
                     m_f[0] = _set_onehot(bel_f, sup_f, m_f[0], c)
                 else:
                     m_f[0] = _set_emitters(bel_f, sup_f, m_f[0], o, em_ptr, em_idx)
+
+
+@njit(cache=True)
+def level2_transitions(next_state, n, assignment, k):
+    """Row-normalised level-2 transitions as stacked CSR (row ``a * k + c``).
+
+    Counts the level-1 links ``i -a-> j`` with both ends connected to clusters
+    (``T2[a] ∝ C^T T1[a] C`` for a hard C) in two passes over the states.
+    Column indices within a row are unsorted.
+    """
+    A = next_state.shape[0]
+    rows = A * k
+    raw = np.zeros(rows + 1, dtype=np.int64)
+    for a in range(A):
+        for i in range(n):
+            j = next_state[a, i]
+            if j >= 0 and assignment[i] >= 0 and assignment[j] >= 0:
+                raw[a * k + assignment[i] + 1] += 1
+    for r in range(rows):
+        raw[r + 1] += raw[r]
+    fill = raw[:-1].copy()
+    cols = np.empty(raw[rows], dtype=np.int64)
+    for a in range(A):
+        for i in range(n):
+            j = next_state[a, i]
+            if j >= 0 and assignment[i] >= 0 and assignment[j] >= 0:
+                r = a * k + assignment[i]
+                cols[fill[r]] = assignment[j]
+                fill[r] += 1
+    # merge duplicate columns row by row
+    seen = np.full(max(k, 1), -1, dtype=np.int64)
+    slot = np.zeros(max(k, 1), dtype=np.int64)
+    indptr = np.zeros(rows + 1, dtype=np.int64)
+    indices = np.empty(raw[rows], dtype=np.int64)
+    data = np.empty(raw[rows], dtype=np.float64)
+    m = 0
+    for r in range(rows):
+        start = m
+        for p in range(raw[r], raw[r + 1]):
+            c = cols[p]
+            if seen[c] != r:
+                seen[c] = r
+                slot[c] = m
+                indices[m] = c
+                data[m] = 1.0
+                m += 1
+            else:
+                data[slot[c]] += 1.0
+        total = raw[r + 1] - raw[r]
+        for p in range(start, m):
+            data[p] /= total
+        indptr[r + 1] = m
+    return indptr, indices[:m].copy(), data[:m].copy()

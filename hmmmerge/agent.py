@@ -38,7 +38,6 @@ import json
 import time
 
 import numpy as np
-import scipy.sparse as sp
 
 from ._io import atomic_savez
 from ._random import as_generator
@@ -135,20 +134,9 @@ class TwoLevelMemory:
         n = self.memory.n_states
         self.clusters.grow(n)
         k = self.clusters.n_clusters
-        A = self.n_actions
-        assign = self.clusters.assignment
-        ns = self.memory.next_state
-        # key (a * k + c_src) * k + c_dst of every level-1 link between clustered states
-        c_src = np.broadcast_to(assign[:n], (A, n))
-        c_dst = np.where(ns >= 0, assign[np.maximum(ns, 0)], -1)
-        ok = (c_src >= 0) & (c_dst >= 0)
-        a_idx = np.broadcast_to(np.arange(A)[:, None], (A, n))
-        keys, counts = np.unique((a_idx[ok] * k + c_src[ok]) * k + c_dst[ok], return_counts=True)
-        rows, cols = keys // max(k, 1), keys % max(k, 1)
-        row_sums = np.bincount(rows, weights=counts, minlength=A * max(k, 1))
-        indptr = np.zeros(A * max(k, 1) + 1, dtype=np.int64)
-        indptr[1:] = np.cumsum(np.bincount(rows, minlength=A * max(k, 1)))
-        self._t2 = (indptr, cols.astype(np.int64), counts / row_sums[rows])
+        from ._memory_kernels import level2_transitions
+
+        self._t2 = level2_transitions(self.memory._next, n, self.clusters.assignment, k)
         self._cluster_obs = self.clusters.cluster_emission(self.memory.emission)
         order = np.argsort(self._cluster_obs, kind="stable")
         self._em_idx = order[self._cluster_obs[order] >= 0].astype(np.int64)

@@ -74,7 +74,8 @@ def _save(fig, path) -> None:
     import matplotlib.pyplot as plt
 
     buf = io.BytesIO()
-    fig.tight_layout()
+    if fig.get_layout_engine() is None:
+        fig.tight_layout()
     fig.savefig(buf, format="png", dpi=100)
     plt.close(fig)
     atomic_write_bytes(path, buf.getvalue())
@@ -271,7 +272,7 @@ def structure_figure(configs, results, true_T, out_dir, name="sf_gw_structure") 
         rows += [(mode, i, j, d["matrix"][i, j]) for i, j in nz]
     write_csv(csv, ["model", "from_position", "to_position", "probability"], rows)
     plt = _plt()
-    fig, axes = plt.subplots(1, len(data), figsize=(4.2 * len(data), 4.4))
+    fig, axes = plt.subplots(1, len(data), figsize=(4.2 * len(data), 4.9), layout="constrained")
     titles = {"none": "no merges", "random": "random merges", "sf": "sf merges", "ground truth": "ground truth"}
     for ax, (mode, d) in zip(np.atleast_1d(axes), data.items()):
         ax.imshow(d["matrix"], cmap="magma", vmin=0, vmax=0.5, interpolation="nearest")
@@ -374,8 +375,8 @@ def size_pos_figure(configs, results, out_dir, pos_sizes, name="size_pos_acc") -
     csv = os.path.join(out_dir, f"{name}.csv")
     write_csv(csv, ["map", "size", "position", "row", "col", "colour", "accuracy", "partitions"], rows)
     plt = _plt()
-    fig, axes = plt.subplots(len(maps), len(pos_sizes), figsize=(3.3 * len(pos_sizes), 3.0 * len(maps)),
-                             squeeze=False)
+    fig, axes = plt.subplots(len(maps), len(pos_sizes), figsize=(3.3 * len(pos_sizes), 3.1 * len(maps)),
+                             squeeze=False, layout="constrained")
     for i, m in enumerate(maps):
         env = world(m)
         for j, s in enumerate(pos_sizes):
@@ -431,7 +432,8 @@ def purity_random_figure(out_dir, sizes, clones_list, states_per_clone, n_partit
     csv = os.path.join(out_dir, f"{name}.csv")
     write_csv(csv, keys, [[r[k] for k in keys] for r in rows])
     plt = _plt()
-    fig, axes = plt.subplots(1, len(clones_list), figsize=(3.2 * len(clones_list), 3.4), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(1, len(clones_list), figsize=(3.2 * len(clones_list), 3.6), sharey=True, squeeze=False,
+                             layout="constrained")
     for ax, clones in zip(axes[0], clones_list):
         rs = [r for r in rows if r["clones"] == clones]
         x = [r["size"] for r in rs]
