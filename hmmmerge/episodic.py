@@ -95,6 +95,17 @@ class EpisodicMemory:
     def __repr__(self) -> str:
         return f"EpisodicMemory(n_states={self.n_states}, n_obs={self.n_obs}, n_actions={self.n_actions})"
 
+    def kernel_arrays(self) -> tuple[np.ndarray, np.ndarray, int]:
+        """``(next_state, emission, n_obs)`` buffers for numba kernels, without copying.
+
+        The buffers are longer than ``n_states`` (their capacity); entries past
+        ``n_states`` are never reached from existing states.
+
+        >>> EpisodicMemory(2, 3).kernel_arrays()[0].shape[0]
+        3
+        """
+        return self._next, self._emission, self.n_obs
+
     def reserve(self, extra: int) -> None:
         """Make room for ``extra`` more states (capacity at least doubles when it grows)."""
         need = self.n_states + int(extra)

@@ -28,6 +28,8 @@ def _transition_arrays(model) -> tuple[np.ndarray, np.ndarray, int]:
     """(next_state A x N with -1 unknown, emission N, n_obs) of a memory or an environment."""
     if isinstance(model, Environment):
         return np.asarray(model.next_state, dtype=np.int64), np.asarray(model.obs, dtype=np.int64), model.n_obs
+    if hasattr(model, "kernel_arrays"):  # EpisodicMemory: its buffers, without copying
+        return model.kernel_arrays()
     if hasattr(model, "next_state") and hasattr(model, "emission"):
         return (np.ascontiguousarray(model.next_state, dtype=np.int64),
                 np.ascontiguousarray(model.emission, dtype=np.int64), int(model.n_obs))
@@ -82,11 +84,12 @@ def successor_features(memory, state_sets, gamma: float = 0.8, horizon: int = 25
         raise ValueError(f"gamma must lie in (0, 1), got {gamma!r}")
     if not isinstance(horizon, (int, np.integer)) or horizon < 1:
         raise ValueError(f"horizon must be a positive integer, got {horizon!r}")
-    ptr, idx = _as_sets(state_sets, emission.shape[0])
+    n_states = memory.n_states if hasattr(memory, "kernel_arrays") else emission.shape[0]
+    ptr, idx = _as_sets(state_sets, n_states)
     m = len(ptr) - 1
     sf = np.zeros((m, n_obs))
     depth = np.zeros(m, dtype=np.int64)
-    if m and emission.shape[0]:
+    if m and n_states:
         set_successor_features(next_state, emission, n_obs, ptr, idx, float(gamma), int(horizon), sf, depth)
     return (sf, depth) if return_depth else sf
 
