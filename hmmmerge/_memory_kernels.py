@@ -194,6 +194,30 @@ def _set_emitters(bel, sup, m, o, em_ptr, em_idx):
 
 
 @njit(cache=True)
+def _connect_online(h, o, cluster_of, bel, sup, m, em_ptr, u_connect, u_choose):
+    """Connect level-1 state ``h`` to a cluster drawn from the belief, with probability 1 - exp(H)/n_o."""
+    entropy = 0.0
+    for q in range(m):
+        p = bel[sup[q]]
+        if p > 0.0:
+            entropy -= p * np.log(p)
+    n_o = em_ptr[o + 1] - em_ptr[o]
+    if n_o == 0:
+        return
+    p_connect = 1.0 - np.exp(entropy) / n_o
+    if p_connect <= 1e-12 or u_connect >= p_connect:  # a uniform belief never connects (round-off aside)
+        return
+    acc = 0.0
+    chosen = sup[m - 1]
+    for q in range(m):
+        acc += bel[sup[q]]
+        if u_choose < acc:
+            chosen = sup[q]
+            break
+    cluster_of[h] = chosen
+
+
+@njit(cache=True)
 def agent_chunk(
     obs, actions, states, g0, g1,
     next_state, emission, labels, scal, cluster_of,
@@ -202,6 +226,7 @@ def agent_chunk(
     bel_a, sup_a, m_a, bel_f, sup_f, m_f,
     pred, touched, tlist, dist,
     out_l1, out_fo, out_l2, out_l2f, out_h1,
+    online, uniforms,
 ):
     """The online agent over flat steps ``g0 <= g < g1`` (see :class:`hmmmerge.agent.TwoLevelMemory`).
 
@@ -210,6 +235,12 @@ def agent_chunk(
     state (the paper's predictor) and the pure level-2 filter (-1: none); then
     it learns level 1 (Algorithm 1) and the first-order counts, and updates the
     two level-2 beliefs.  ``m_a``/``m_f``/``fo_prev`` are 1-element arrays.
+
+    With ``online``, a level-1 state without a cluster is connected to a
+    cluster drawn from the anchored level-2 posterior ``q`` (over the clusters
+    emitting the observation) with probability ``1 - exp(H(q)) / n_o``, where
+    ``n_o`` is the number of clusters emitting it; ``uniforms[g]`` holds the
+    two uniform draws of step ``g``.  The belief stays the posterior that step.
     """
     for g in range(g0, g1):
         a = actions[g]
@@ -246,7 +277,9 @@ def agent_chunk(
         out_h1[g] = h1
         if k > 0:
             c = cluster_of[h1]
-            if c >= 0:
+            if c < 0 and online and a >= 0 and m_a[0] > 0:
+                _connect_online(h1, o, cluster_of, bel_a, sup_a, m_a[0], em_ptr, uniforms[g, 0], uniforms[g, 1])
+            elif c >= 0:
                 m_a[0] = _set_onehot(bel_a, sup_a, m_a[0], c)
             elif a < 0:
                 m_a[0] = _set_emitters(bel_a, sup_a, m_a[0], o, em_ptr, em_idx)

@@ -79,7 +79,8 @@ class TwoLevelMemory:
     def __init__(self, n_obs: int, n_actions: int, *, merge: str = "sf", initial_size: int = 10,
                  merge_iterations: int = 5, refresh_every: int = 200, sleep_every: int = 500,
                  gamma: float = 0.8, horizon: int = 25, min_depth: int = 5, threshold: float = 0.5,
-                 similarity="euclidean", seed=0):
+                 similarity="euclidean", online_connect: bool = True, split_contradictions: bool = True,
+                 seed=0):
         if merge not in _MERGE_MODES:
             raise ValueError(f"merge must be one of {_MERGE_MODES}, got {merge!r}")
         for name, v in (("initial_size", initial_size), ("merge_iterations", merge_iterations),
@@ -89,7 +90,8 @@ class TwoLevelMemory:
         self.settings = dict(merge=merge, initial_size=int(initial_size), merge_iterations=int(merge_iterations),
                              refresh_every=int(refresh_every), sleep_every=int(sleep_every), gamma=float(gamma),
                              horizon=int(horizon), min_depth=int(min_depth), threshold=float(threshold),
-                             similarity=similarity if isinstance(similarity, str) else "custom")
+                             similarity=similarity if isinstance(similarity, str) else "custom",
+                             online_connect=bool(online_connect), split_contradictions=bool(split_contradictions))
         self._similarity = similarity
         self.merger = self._make_merger()
         self.rng = as_generator(seed)
@@ -107,9 +109,11 @@ class TwoLevelMemory:
     def _make_merger(self):
         s = self.settings
         if s["merge"] == "sf":
-            return SFMerger(self._similarity, s["threshold"], s["gamma"], s["horizon"], s["min_depth"])
+            return SFMerger(self._similarity, s["threshold"], s["gamma"], s["horizon"], s["min_depth"],
+                            split_contradictions=s["split_contradictions"])
         if s["merge"] == "random":
-            return RandomMerger(s["gamma"], s["horizon"], s["min_depth"])
+            return RandomMerger(s["gamma"], s["horizon"], s["min_depth"],
+                                split_contradictions=s["split_contradictions"])
         return None
 
     @property
@@ -202,6 +206,7 @@ class TwoLevelMemory:
         next_refresh = (self.steps // s["refresh_every"] + 1) * s["refresh_every"]
         next_sleep = (self.steps // s["sleep_every"] + 1) * s["sleep_every"]
         stats = np.zeros((E, 4))  # n_clusters, n_states, purity, purity without singletons
+        uniforms = np.zeros((obs.size, 2))
         bar = _progress(E, progress)
         for e in range(E):
             if self.sleep_pending:
@@ -209,12 +214,14 @@ class TwoLevelMemory:
                 self.clusters.grow(mem.capacity)
                 self.sleep_pending = False
             g, end = e * L1, (e + 1) * L1
+            if s["online_connect"]:
+                uniforms[g:end] = self.rng.random((L1, 2))
             while g < end:
                 stop = min(end, g + (next_refresh - self.steps))
                 K.agent_chunk(obs, act, lab, g, stop, mem._next, mem._emission, mem._labels, mem._scal,
                               self.clusters.assignment, self.fo_counts, self._fo_prev(),
                               self._k, *self._t2, self._cluster_obs, self._em_ptr, self._em_idx,
-                              *self._beliefs, *self._scratch, *outs)
+                              *self._beliefs, *self._scratch, *outs, s["online_connect"], uniforms)
                 self.steps += stop - g
                 g = stop
                 if self.steps >= next_refresh:

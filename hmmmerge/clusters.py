@@ -129,6 +129,14 @@ class Clusters:
         self._compact()
         return int(self.assignment[states[0]])
 
+    def compact(self) -> None:
+        """Renumber clusters ``0..k-1`` after the assignment was edited directly (empty ids vanish).
+
+        >>> cl = Clusters(np.array([0, 1, 2])); cl.assignment[1] = 0; cl.compact(); cl.assignment.tolist()
+        [0, 0, 1]
+        """
+        self._compact()
+
     def _compact(self, ids=None) -> None:
         """Renumber clusters ``0..k-1`` keeping their order; ``ids`` optionally maps old ids first."""
         a = self.assignment

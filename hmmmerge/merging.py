@@ -50,8 +50,8 @@ class SFMerger:
     needs_features = True
 
     def __init__(self, similarity="euclidean", threshold: float = 0.5, gamma: float = 0.8,
-                 horizon: int = 25, min_depth: int = 5, one_merge_per_candidate: bool = True):
-        self.one_merge_per_candidate = bool(one_merge_per_candidate)
+                 horizon: int = 25, min_depth: int = 5, split_contradictions: bool = True):
+        self.split_contradictions = bool(split_contradictions)
         self.similarity = similarity
         self.threshold = float(threshold)
         self.gamma = float(gamma)
@@ -89,9 +89,9 @@ class RandomMerger(SFMerger):
     needs_features = False
 
     def __init__(self, gamma: float = 0.8, horizon: int = 25, min_depth: int = 5,
-                 one_merge_per_candidate: bool = True):
+                 split_contradictions: bool = True):
         super().__init__(gamma=gamma, horizon=horizon, min_depth=min_depth,
-                         one_merge_per_candidate=one_merge_per_candidate)
+                         split_contradictions=split_contradictions)
 
     def select_pairs(self, probe_features, candidate_features, seed=0):
         rng = as_generator(seed)
@@ -153,13 +153,86 @@ def merge_iteration(memory, clusters, merger, seed=0) -> dict:
     if len(probes) == 0:
         return report
     pi, ci = merger.select_pairs(sf[probes], sf[candidates], rng)
-    if merger.one_merge_per_candidate:
-        # Pairs applied in probe order with C[:, cand] moved into C[:, probe]:
-        # a candidate absorbed once is empty for later probes.
-        ci, first = np.unique(ci, return_index=True)
-        pi = pi[first]
-    pairs = np.column_stack([ids[candidates[ci]], ids[probes[pi]]])
+    pairs = np.column_stack([ids[probes[pi]], ids[candidates[ci]]])
     before = clusters.n_clusters
-    clusters.merge(pairs)
+    if merger.split_contradictions:
+        members = {int(c): idx[ptr[i]:ptr[i + 1]] for i, c in enumerate(ids)}
+        merge_with_split(memory, clusters, pairs, members)
+    else:
+        clusters.merge(pairs)
     report["merges"] = before - clusters.n_clusters
     return report
+
+
+def split_by_next_observation(memory, states: np.ndarray) -> np.ndarray:
+    """Which of ``states`` agree with the majority on one action (a boolean mask).
+
+    The action is the first one with the fewest unknown successors among
+    ``states``; the majority is the most common observation of their known
+    successors (smallest on ties).  A state agrees if its successor under that
+    action is unknown or emits the majority observation.
+
+    >>> class Memory:  # anything with kernel_arrays(): (next_state A x N, emission N, n_obs)
+    ...     def kernel_arrays(self):
+    ...         return np.array([[2, 3, -1, -1]]), np.array([0, 0, 1, 2]), 3
+    >>> split_by_next_observation(Memory(), np.array([0, 1, 2])).tolist()  # successors see 1, 2, unknown
+    [True, False, True]
+    """
+    nxt, emission, _ = memory.kernel_arrays()
+    succ = nxt[:, states]
+    action = int(np.argmin((succ < 0).sum(axis=1)))
+    known = succ[action] >= 0
+    if not known.any():
+        return np.ones(len(states), dtype=bool)
+    seen = emission[succ[action, known]]
+    majority = int(np.bincount(seen).argmax())
+    agree = np.ones(len(states), dtype=bool)
+    agree[known] = seen == majority
+    return agree
+
+
+def merge_with_split(memory, clusters, pairs, members: dict | None = None) -> None:
+    """Apply merge pairs ``(probe, candidate)`` in order, splitting off contradictions.
+
+    For each pair, the states of both clusters are pooled; those that agree
+    with the majority next observation (see :func:`split_by_next_observation`)
+    form the probe, the others stay in the candidate.  A candidate left empty
+    disappears, and later pairs naming it refer to the probe that absorbed it.
+    Cluster ids are renumbered once at the end.  ``members`` may give the
+    states of clusters already known (cluster id -> state indices).
+
+    >>> from hmmmerge.clusters import Clusters
+    >>> from hmmmerge.episodic import EpisodicMemory
+    >>> mem = EpisodicMemory(2, 1)
+    >>> for ep in ([0, 1], [0, 1], [1, 0]):
+    ...     _ = [mem.observe(o, -1 if t == 0 else 0) for t, o in enumerate(ep)]
+    >>> cl = Clusters(np.array([0, 1, 2, 3]))        # states: 0 -> 1 (obs 0 -> 1), 2 -> 3 (obs 1 -> 0)
+    >>> merge_with_split(mem, cl, [(1, 2)]); cl.n_clusters   # both emit 1, state 2 has a successor
+    3
+    """
+    assignment = clusters.assignment
+    absorbed: dict[int, int] = {}
+    members = dict(members or {})
+
+    def states_of(c):
+        if c not in members:
+            members[c] = np.flatnonzero(assignment == c)
+        return members[c]
+
+    def resolve(c):
+        while c in absorbed:
+            c = absorbed[c]
+        return c
+
+    for probe, cand in np.asarray(pairs, dtype=np.int64).reshape(-1, 2).tolist():
+        probe, cand = resolve(probe), resolve(cand)
+        if probe == cand:
+            continue
+        pooled = np.concatenate([states_of(probe), states_of(cand)])
+        agree = split_by_next_observation(memory, pooled)
+        members[probe], members[cand] = pooled[agree], pooled[~agree]
+        if not len(members[cand]):
+            absorbed[cand] = probe
+    for c, states in members.items():
+        assignment[states] = c
+    clusters.compact()

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import contextlib
+import functools
 import hashlib
 import importlib
 import itertools
@@ -61,6 +62,7 @@ from ._io import atomic_savez
 
 __all__ = [
     "Sweep",
+    "code_fingerprint",
     "SweepError",
     "CorruptResult",
     "grid",
@@ -132,14 +134,51 @@ def _function_name(fn) -> str:
     return name
 
 
-def config_key(function_name: str, config: dict) -> str:
-    """Stable hash (hex, 16 characters) of a function name and a configuration.
+def config_key(function_name: str, config: dict, version: str | None = None) -> str:
+    """Stable hash (hex, 16 characters) of a function name, a configuration and a code version.
 
     >>> config_key("m:f", {"b": 1, "a": 2}) == config_key("m:f", {"a": 2, "b": 1})
     True
+    >>> config_key("m:f", {"a": 1}, "v1") == config_key("m:f", {"a": 1}, "v2")
+    False
     """
-    text = json.dumps({"function": function_name, "config": config}, sort_keys=True, separators=(",", ":"))
+    key = {"function": function_name, "config": config}
+    if version is not None:
+        key["version"] = version
+    text = json.dumps(key, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+# files of a package that cannot change what a run computes (drawing, command line, the sweep itself)
+FINGERPRINT_EXCLUDE = ("commands/", "plotting.py", "sweep.py", "reproduce/figures.py", "reproduce/paper.py",
+                       "reproduce/__init__.py")
+
+
+@functools.lru_cache(maxsize=None)
+def code_fingerprint(package: str = "hmmmerge", exclude: tuple = FINGERPRINT_EXCLUDE) -> str:
+    """Hash (hex, 16 characters) of the source of ``package`` (its ``.py`` files, minus ``exclude``).
+
+    A sweep with ``version="auto"`` keys its result files by it, so a change of
+    the code that computes the runs never reuses stale results; workers check
+    that they run the same code as the caller.  Cached per process.
+
+    >>> len(code_fingerprint()) == 16
+    True
+    """
+    root = os.path.dirname(importlib.import_module(package).__file__)
+    h = hashlib.sha256()
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "__pycache__")))
+        for name in sorted(filenames):
+            if not name.endswith(".py"):
+                continue
+            rel = os.path.relpath(os.path.join(dirpath, name), root).replace(os.sep, "/")
+            if any(rel == e or (e.endswith("/") and rel.startswith(e)) for e in exclude):
+                continue
+            h.update(rel.encode() + b"\0")
+            with open(os.path.join(dirpath, name), "rb") as f:
+                h.update(f.read() + b"\0")
+    return h.hexdigest()[:16]
 
 
 def _slug(config: dict) -> str:
@@ -178,19 +217,21 @@ def _as_arrays(result, where: str) -> dict:
     return out
 
 
-def write_result(path, function_name: str, config: dict, result: dict, wall_s: float = float("nan")) -> None:
-    """Write one run's result atomically, with its configuration and a checksum."""
+def write_result(path, function_name: str, config: dict, result: dict, wall_s: float = float("nan"),
+                 version: str | None = None) -> None:
+    """Write one run's result atomically, with its configuration, code version and a checksum."""
     arrays = _as_arrays(result, os.path.basename(str(path)))
-    meta = {"format": FORMAT, "function": function_name, "config": config, "keys": sorted(arrays),
+    meta = {"format": FORMAT, "function": function_name, "config": config, "version": version, "keys": sorted(arrays),
             "checksum": _checksum(arrays), "wall_s": float(wall_s), "written": time.time()}
     atomic_savez(path, **arrays, **{_META: np.array(json.dumps(meta, sort_keys=True))})
 
 
-def read_result(path, function_name: str | None = None, config: dict | None = None) -> dict:
+def read_result(path, function_name: str | None = None, config: dict | None = None, version=False) -> dict:
     """Read and verify a result file; raises :class:`CorruptResult` if it cannot be trusted.
 
     Checks: the file opens as ``.npz`` (no pickle), its metadata parses, the
-    function and configuration match those given, every listed key is present,
+    function, configuration and code ``version`` (unless ``False``) match those
+    given, every listed key is present,
     and the checksum of the arrays matches.  Returns the arrays plus
     ``"_meta"`` (the metadata dict).
     """
@@ -213,6 +254,8 @@ def read_result(path, function_name: str | None = None, config: dict | None = No
         raise CorruptResult(f"{path}: written by {meta.get('function')!r}, expected {function_name!r}")
     if config is not None and meta.get("config") != config:
         raise CorruptResult(f"{path}: holds another configuration")
+    if version is not False and meta.get("version") != version:
+        raise CorruptResult(f"{path}: computed by code version {meta.get('version')!r}, expected {version!r}")
     if sorted(data) != sorted(keys):
         raise CorruptResult(f"{path}: keys {sorted(data)} differ from the recorded {sorted(keys)}")
     if _checksum(data) != checksum:
@@ -291,9 +334,14 @@ def _window(ex, n_todo: int) -> int:
     return 2 * workers if workers else n_todo
 
 
-def _call(function_name: str, config: dict):
-    """Worker side: import the function by name, run it, time it."""
+def _call(function_name: str, config: dict, version: str | None = None):
+    """Worker side: check the code version, import the function by name, run it, time it."""
     module, _, qual = function_name.partition(":")
+    if version is not None:
+        mine = code_fingerprint(module.split(".")[0])
+        if mine != version:
+            raise RuntimeError(f"this worker runs {module.split('.')[0]} code {mine}, the sweep expects {version}: "
+                               "install the same version on every worker")
     fn = importlib.import_module(module)
     for part in qual.split("."):
         fn = getattr(fn, part)
@@ -313,14 +361,25 @@ class Sweep:
     configs : list of configuration dicts (JSON-like; validated here).
     validate : optional ``(config, result) -> None`` raising ``ValueError`` when a
         result is implausible (e.g. a curve of the wrong length); such files are redone.
+    version : ``None`` (results keyed by function and configuration only), a
+        string, or ``"auto"``: :func:`code_fingerprint` of the function's package,
+        so that changed code never reuses old results, and each worker checks it
+        runs the same code.
     """
 
-    def __init__(self, directory, function, configs, validate=None):
+    def __init__(self, directory, function, configs, validate=None, version=None):
         self.directory = os.fspath(directory)
         self.function_name = _function_name(function)
         self.configs = [_check_config(c) for c in configs]
         self.validate = validate
-        keys = [config_key(self.function_name, c) for c in self.configs]
+        auto = version == "auto"
+        if auto:
+            version = code_fingerprint(self.function_name.split(".")[0].split(":")[0])
+        if version is not None and not isinstance(version, str):
+            raise TypeError(f"version must be None, 'auto' or a string, got {type(version).__name__}")
+        self.version = version
+        self._worker_version = version if auto else None  # what workers must compute themselves
+        keys = [config_key(self.function_name, c, version) for c in self.configs]
         if len(set(keys)) != len(keys):
             raise ValueError("configs holds the same configuration twice")
         self.paths = [os.path.join(self.directory, f"{_slug(c)}-{k}.npz") for c, k in zip(self.configs, keys)]
@@ -334,7 +393,7 @@ class Sweep:
 
     def load_one(self, i: int) -> dict:
         """Verified result of run ``i`` (raises ``FileNotFoundError`` or :class:`CorruptResult`)."""
-        res = read_result(self.paths[i], self.function_name, self.configs[i])
+        res = read_result(self.paths[i], self.function_name, self.configs[i], self.version)
         if self.validate is not None:
             try:
                 self.validate(self.configs[i], res)
@@ -408,7 +467,8 @@ def run_sweeps(sweeps, executor="local", progress=None, max_workers: int | None 
                     while queue or futures:
                         while queue and len(futures) < window and not failures:
                             s_idx, i = queue.pop(0)
-                            fut = ex.submit(_call, sweeps[s_idx].function_name, sweeps[s_idx].configs[i])
+                            sw = sweeps[s_idx]
+                            fut = ex.submit(_call, sw.function_name, sw.configs[i], sw._worker_version)
                             futures[fut] = (s_idx, i)
                         if not futures:
                             break
@@ -420,7 +480,7 @@ def run_sweeps(sweeps, executor="local", progress=None, max_workers: int | None 
                             try:
                                 result, wall = fut.result()
                                 sw = sweeps[s_idx]
-                                write_result(sw.paths[i], sw.function_name, sw.configs[i], result, wall)
+                                write_result(sw.paths[i], sw.function_name, sw.configs[i], result, wall, sw.version)
                                 ran[s_idx] += 1
                             except cf.CancelledError:
                                 continue

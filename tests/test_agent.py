@@ -134,3 +134,46 @@ def test_bad_inputs(tmp_path):
     np.savez(tmp_path / "junk.npz", x=np.zeros(3))
     with pytest.raises(ValueError, match="junk.npz"):
         TwoLevelMemory.load(tmp_path / "junk.npz")
+
+
+def test_online_connection_probability_and_choice():
+    """A state joins a cluster with probability 1 - exp(H(q)) / n_o, drawn from q."""
+    from hmmmerge._memory_kernels import _connect_online
+
+    q = np.array([0.7, 0.2, 0.1])
+    bel = np.zeros(5)
+    sup = np.array([1, 3, 4, 0, 0])
+    bel[[1, 3, 4]] = q
+    em_ptr = np.array([0, 0, 4])        # four clusters emit observation 1
+    p_connect = 1 - np.exp(-(q * np.log(q)).sum()) / 4
+    grid = (np.arange(2000) + 0.5) / 2000
+    connected, chosen = 0, []
+    for u in grid:
+        cluster_of = np.full(3, -1)
+        _connect_online(2, 1, cluster_of, bel, sup, 3, em_ptr, u, 0.5)
+        connected += cluster_of[2] >= 0
+    assert connected / len(grid) == pytest.approx(p_connect, abs=1e-3)
+    for u in grid:
+        cluster_of = np.full(3, -1)
+        _connect_online(2, 1, cluster_of, bel, sup, 3, em_ptr, 0.0, u)
+        chosen.append(cluster_of[2])
+    freq = np.bincount(chosen, minlength=5)[[1, 3, 4]] / len(grid)
+    assert np.allclose(freq, q, atol=1e-3)
+    # a uniform belief over every cluster of the colour never connects
+    cluster_of = np.full(3, -1)
+    bel[[1, 3, 4]] = 1 / 3
+    _connect_online(2, 1, cluster_of, bel, sup, 3, np.array([0, 0, 3]), 0.0, 0.5)
+    assert cluster_of[2] == -1
+
+
+def test_literal_reading_switches(world):
+    """Without online connection or contradiction splits the agent is the literal text of the paper."""
+    _, traj = world
+    literal = _fit(traj, merge="sf", online_connect=False, split_contradictions=False)
+    assert literal.settings["online_connect"] is False
+    # without online connection only sleeps connect states: those of the last episode stay unconnected
+    fresh = slice(int(literal.history()["n_states"][-2]), literal.memory.n_states)
+    assert (literal.clusters.assignment[fresh] == -1).all()
+    online = _fit(traj, merge="sf")
+    fresh = slice(int(online.history()["n_states"][-2]), online.memory.n_states)
+    assert (online.clusters.assignment[fresh] >= 0).any()

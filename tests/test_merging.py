@@ -7,7 +7,8 @@ from scipy.stats import binomtest, norm
 from hmmmerge import gridworld, random_walk
 from hmmmerge.clusters import Clusters
 from hmmmerge.episodic import EpisodicMemory
-from hmmmerge.merging import RandomMerger, SFMerger, cluster_sets, merge_iteration
+from hmmmerge.merging import (RandomMerger, SFMerger, cluster_sets, merge_iteration, merge_with_split,
+                              split_by_next_observation)
 
 
 def test_acceptance_is_phi_of_z():
@@ -63,7 +64,7 @@ def memory():
     return mem
 
 
-@pytest.mark.parametrize("merger", [SFMerger(), RandomMerger(), SFMerger(one_merge_per_candidate=False)])
+@pytest.mark.parametrize("merger", [SFMerger(), RandomMerger(), SFMerger(split_contradictions=False)])
 def test_merge_iteration_invariants(memory, merger):
     cl = Clusters(n_states=memory.n_states)
     cl.partition_unassigned(memory.emission, 10, seed=1)
@@ -77,10 +78,10 @@ def test_merge_iteration_invariants(memory, merger):
     assert len(np.unique(memory.emission[changed])) <= 1
     assert np.array_equal(before < 0, cl.assignment < 0)
     assert np.array_equal(snapshot, memory.next_state)
-    if merger.one_merge_per_candidate:
-        # each candidate absorbs at most one probe: merged clusters hold at most two old ones
-        for c in range(cl.n_clusters):
-            assert len(np.unique(before[cl.assignment == c])) <= 2
+    if not merger.split_contradictions:
+        # plain unions: clusters only ever grow
+        for c in np.unique(before[before >= 0]):
+            assert len(np.unique(cl.assignment[before == c])) == 1
 
 
 def _canonical(assign):
@@ -106,3 +107,58 @@ def test_merge_iteration_deterministic(memory):
 def test_bad_configuration():
     with pytest.raises(ValueError, match="min_depth"):
         SFMerger(horizon=3, min_depth=5)
+
+
+class _Arrays:
+    def __init__(self, next_state, emission, n_obs):
+        self.next_state, self.emission, self.n_obs = np.asarray(next_state), np.asarray(emission), n_obs
+
+    def kernel_arrays(self):
+        return self.next_state, self.emission, self.n_obs
+
+
+def test_split_by_next_observation_picks_best_known_action():
+    # action 1 knows the successors of all four states; action 0 of only one
+    mem = _Arrays([[4, -1, -1, -1, -1, -1, -1],
+                   [4, 5, 6, 4, -1, -1, -1]], [0, 0, 0, 0, 1, 2, 1], 3)
+    assert split_by_next_observation(mem, np.array([0, 1, 2, 3])).tolist() == [True, False, True, True]
+    # no known successor at all: everyone agrees
+    assert split_by_next_observation(mem, np.array([4, 5])).tolist() == [True, True]
+
+
+def test_merge_with_split_pools_and_splits():
+    # states 0-3 emit 0; successors under the only action: 0->4 (1), 1->5 (2), 2->6 (1), 3 unknown
+    mem = _Arrays([[4, 5, 6, -1, -1, -1, -1]], [0, 0, 0, 0, 1, 2, 1], 3)
+    cl = Clusters(np.array([0, 0, 1, 1, 2, 3, 2]))
+    merge_with_split(mem, cl, [(0, 1)])
+    a = cl.assignment
+    assert a[0] == a[2] == a[3] != a[1]          # state 1 contradicts the majority (1) and is split off
+    assert cl.n_clusters == 4
+    # a candidate emptied by a merge is redirected to its probe
+    cl = Clusters(np.array([0, 1, 2, -1, 3, 3, 3]))
+    merge_with_split(mem, cl, [(0, 2), (1, 2)])   # 0 absorbs 2; (1, 2) becomes (1, 0)
+    a = cl.assignment
+    # pooling {1} with {0, 2}: 0 and 2 see colour 1 next, 1 sees colour 2 and stays behind alone
+    assert a[0] == a[2] != a[1] and a[3] == -1
+    assert cl.n_clusters == 3
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_merge_with_split_invariants(memory, seed):
+    cl = Clusters(n_states=memory.n_states)
+    cl.partition_unassigned(memory.emission, 10, seed=seed)
+    before = cl.assignment.copy()
+    rng = np.random.default_rng(seed)
+    colour = cl.cluster_emission(memory.emission)
+    ids = np.flatnonzero(colour == 3)
+    perm = rng.permutation(ids)
+    half = len(perm) // 2
+    pairs = np.column_stack([perm[:half], rng.choice(perm[half:], half)])
+    k = cl.n_clusters
+    merge_with_split(memory, cl, pairs)
+    assert np.array_equal(before < 0, cl.assignment < 0)           # nobody (dis)connected
+    assert cl.n_clusters <= k
+    for c in range(cl.n_clusters):                                  # clusters stay single-colour
+        assert len(np.unique(memory.emission[cl.members(c)])) == 1
+    untouched = ~np.isin(before, pairs.ravel())
+    assert np.array_equal(_canonical(before)[untouched], _canonical(cl.assignment)[untouched])

@@ -202,3 +202,24 @@ def test_final_table_arithmetic():
 def test_purity_numbers_small_case():
     r = purity_random_numbers([3], [3], 1, 500)[0]  # 3 states, 3 labels, one cluster of all: purity 1/3
     assert r["sim_mean"] == pytest.approx(1 / 3) and r["exact_mean"] == pytest.approx(1 / 3)
+
+
+def test_demo_small(tmp_path, capsys):
+    """`hmmmerge demo` end to end on a short run: table, figure, and the oracle at the physical limit."""
+    from hmmmerge.cli import main
+
+    args = ["demo", "--out", str(tmp_path), "--episodes", "20", "--json"]
+    assert main(args + ["--executor", "serial"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    for f in res["files"]:
+        assert os.path.getsize(f) > 0
+    rows = {r["model"]: r for r in res["table"]}
+    assert rows["oracle (true world)"]["heldout_accuracy"] == 1.0
+    assert len([m for m in rows if m.startswith("two-level")]) == 6
+    for r in res["table"]:
+        for k in ("online_accuracy", "heldout_accuracy"):
+            assert np.isnan(r[k]) or 0 <= r[k] <= 1
+    if res["em"]:
+        assert "EM (clone HMM, 20 clones/colour)" in rows
+    assert main(args) == 0
+    assert json.loads(capsys.readouterr().out)["runs"]["agent"]["ran"] == 0  # cached: only redrawn

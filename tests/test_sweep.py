@@ -214,3 +214,23 @@ def test_executor_context_passes_instances_through():
             assert ex is pool
             assert ex.submit(abs, -3).result() == 3
         assert pool.submit(abs, -4).result() == 4  # not shut down by make_executor
+
+
+def test_code_version_keys_results_and_is_checked_on_workers(tmp_path):
+    from hmmmerge.sweep import _call, code_fingerprint
+
+    log = str(tmp_path / "calls.log")
+    configs = [{"x": 1, "log": log}]
+    a = Sweep(tmp_path, example_run, configs, version="v1")
+    a.run(executor="serial", progress=False)
+    b = Sweep(tmp_path, example_run, configs, version="v2")  # new code: the old result is not reused
+    assert b.status()["missing"] == [0]
+    b.run(executor="serial", progress=False)
+    assert _log_counts(log)[1] == 2
+    # a file renamed to pose as another version's result is caught by its recorded version
+    os.replace(a.paths[0], b.paths[0])
+    assert b.status()["corrupt"] == [0]
+    auto = Sweep(tmp_path, example_run, configs, version="auto")
+    assert auto.version == code_fingerprint("hmmmerge")
+    with pytest.raises(RuntimeError, match="same version on every worker"):
+        _call(auto.function_name, configs[0], "0" * 16)

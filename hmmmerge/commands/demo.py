@@ -22,6 +22,7 @@ import os
 
 SIZES = (10, 1)
 MERGES = ("sf", "random", "none")
+_MERGE_TEXT = {"sf": "SF merges", "random": "random merges", "none": "no merges"}
 
 
 def add_parser(sub) -> None:
@@ -59,8 +60,9 @@ def sweeps(out, seeds, episodes, colouring, with_em=True):
         c.update(colouring=colouring, episodes=episodes, eval_episodes=100)
         if c["model"] == "em":
             c.update(clones=20, iterations=100)
-    return (Sweep(os.path.join(out, "runs", "demo-agent"), learning_run, agent, validate=validate_learning),
-            Sweep(os.path.join(out, "runs", "demo-baselines"), baseline_run, base))
+    return (Sweep(os.path.join(out, "runs", "demo-agent"), learning_run, agent, validate=validate_learning,
+                  version="auto"),
+            Sweep(os.path.join(out, "runs", "demo-baselines"), baseline_run, base, version="auto"))
 
 
 def _order(sweep_index, config):
@@ -78,7 +80,7 @@ def table(agent_cfg, agent_res, base_cfg, base_res, last=50) -> list[dict]:
         for merge in MERGES:
             rs = [r for c, r in zip(agent_cfg, agent_res) if c["size"] == size and c["merge"] == merge]
             rows.append({
-                "model": f"two-level, {merge} merges, size {size}",
+                "model": f"two-level, {_MERGE_TEXT[merge]}, size {size}",
                 "online_accuracy": float(np.mean([r["l2_accuracy"][-last:].mean() for r in rs])),
                 "online_no_prediction": float(np.mean([r["l2_no_prediction"][-last:].mean() for r in rs])),
                 "heldout_accuracy": float(np.mean([r["l2_heldout_accuracy"] for r in rs])),

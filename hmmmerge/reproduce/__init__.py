@@ -74,7 +74,8 @@ def learning_sweep(out_dir, protocol: Protocol):
     for c in configs:
         c.update(episodes=protocol.episodes, episode_length=protocol.episode_length,
                  structure=c["size"] == protocol.structure_size)
-    return Sweep(os.path.join(out_dir, "runs", "learning"), learning_run, configs, validate=validate_learning)
+    return Sweep(os.path.join(out_dir, "runs", "learning"), learning_run, configs, validate=validate_learning,
+                 version="auto")
 
 
 def cluster_sweep(out_dir, protocol: Protocol):
@@ -86,7 +87,8 @@ def cluster_sweep(out_dir, protocol: Protocol):
     for c in configs:
         c.update(memory_episodes=protocol.memory_episodes, sizes=list(protocol.cluster_sizes),
                  purities=list(protocol.cluster_purities))
-    return Sweep(os.path.join(out_dir, "runs", "clusters"), cluster_run, configs, validate=validate_cluster)
+    return Sweep(os.path.join(out_dir, "runs", "clusters"), cluster_run, configs, validate=validate_cluster,
+                 version="auto")
 
 
 def _cost(sweep_index, config) -> float:

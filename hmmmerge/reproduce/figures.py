@@ -55,7 +55,9 @@ def smooth(x, sigma: float) -> np.ndarray:
 
 
 def write_csv(path, header, rows) -> None:
-    """Write a CSV atomically (numbers with repr precision, NaN as empty)."""
+    """Write a CSV atomically (``csv`` module quoting; numbers with repr precision, NaN as empty)."""
+    import csv
+
     def fmt(v):
         if isinstance(v, (float, np.floating)):
             return "" if not np.isfinite(v) else repr(float(v))
@@ -64,9 +66,10 @@ def write_csv(path, header, rows) -> None:
         return str(v)
 
     buf = io.StringIO()
-    buf.write(",".join(header) + "\n")
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(header)
     for r in rows:
-        buf.write(",".join(fmt(v) for v in r) + "\n")
+        w.writerow([fmt(v) for v in r])
     atomic_write_text(path, buf.getvalue())
 
 
@@ -238,7 +241,7 @@ def true_position_matrix(env) -> np.ndarray:
 
 
 def structure_matrices(configs, results, true_T) -> dict:
-    """Mean position-to-position matrix per merge mode over the runs that carry one, with two errors.
+    """Position-to-position matrix per merge mode, each row averaged over the runs that have it, with two errors.
 
     ``off_structure``: mean over positions (rows with mass) of the probability
     put on moves the true world never makes; ``tv``: mean total-variation
@@ -249,7 +252,9 @@ def structure_matrices(configs, results, true_T) -> dict:
         mats = [r["structure"] for c, r in zip(configs, results) if c["merge"] == merge and "structure" in r]
         if not mats:
             continue
-        M = np.mean(mats, axis=0)
+        M = np.sum(mats, axis=0)  # each run's rows sum to 1 (or 0 where no cluster has that label):
+        sums = M.sum(1, keepdims=True)  # renormalising averages a row over the runs that have it
+        M = np.divide(M, sums, out=np.zeros_like(M), where=sums > 0)
         out[merge] = dict(matrix=M, runs=len(mats), **_structure_errors(M, true_T))
     out["ground truth"] = dict(matrix=true_T, runs=0, **_structure_errors(true_T, true_T))
     return out
