@@ -17,6 +17,9 @@ def add_parser(sub) -> None:
     p.add_argument("--merge", choices=["sf", "random", "none"], default="sf")
     p.add_argument("--merge-iterations", type=int, default=5)
     p.add_argument("--similarity", choices=["euclidean", "cosine", "kl", "correlation"], default="euclidean")
+    p.add_argument("--literal", action="store_true",
+                   help="the paper's text literally: no online connection, merges are plain unions "
+                        "(default: the authors' experiment, which produced the paper's figures)")
     p.add_argument("--agent-seed", type=int, default=None,
                    help="seed of the walk, partitions and merges (default: --seed)")
     p.add_argument("--eval-episodes", type=int, default=100, help="fresh episodes for the surprise (0: skip)")
@@ -51,7 +54,8 @@ def run(args) -> int:
             raise ValueError(f"{args.resume} was trained on another kind of world")
     else:
         agent = TwoLevelMemory(env.n_obs, env.n_actions, merge=args.merge, initial_size=args.size,
-                               merge_iterations=args.merge_iterations, similarity=args.similarity, seed=seed)
+                               merge_iterations=args.merge_iterations, similarity=args.similarity,
+                               online_connect=not args.literal, split_contradictions=not args.literal, seed=seed)
     traj = random_walk(env, args.episodes, args.episode_length, seed=(seed, agent.episodes) if args.resume else seed)
     show = args.progress and not args.json and sys.stderr.isatty()
     agent.fit(traj, progress=show)
