@@ -291,6 +291,11 @@ def pgmpy_filter(factor_graph, evidence, variable: str = "H", *, method: str = "
     Returns ``(log_likelihood, posteriors)``, ``posteriors`` of shape (L, card).
     Cost grows as L^2; for short windows only.
 
+    For a model with unknown transitions (rows of ``T`` summing to 0) the
+    later actions of the window carry information here (a state with no
+    successor under a later action becomes impossible), which our forward
+    filter does not use; compare such models on prefixes of the window.
+
     >>> import numpy as np
     >>> from hmmmerge import ActionHMM
     >>> hmm = ActionHMM(np.full((1, 2, 2), 0.5), np.eye(2), [0.5, 0.5])
