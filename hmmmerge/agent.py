@@ -172,7 +172,17 @@ class TwoLevelMemory:
             self._k = k
 
     def sleep(self) -> list[dict]:
-        """Partition the unclustered level-1 states and run the merge iterations now."""
+        """Partition the unclustered level-1 states and run the merge iterations now.
+
+        Returns one report per merge iteration (see :func:`~hmmmerge.merging.merge_iteration`).
+
+        >>> from hmmmerge import gridworld
+        >>> agent = TwoLevelMemory(10, 4, initial_size=5, merge_iterations=2, sleep_every=10**6)
+        >>> agent = agent.run(gridworld(), 10, seed=0); agent.n_clusters   # no sleep due yet
+        0
+        >>> reports = agent.sleep(); len(reports), agent.n_clusters > 0, agent.sleeps
+        (2, True, 1)
+        """
         n = self.memory.n_states
         self.clusters.grow(n)
         s = self.settings
@@ -205,6 +215,13 @@ class TwoLevelMemory:
         predictions of this call are kept in ``last_predictions_`` (predictor
         name -> (E, L+1) int array, -1 = no prediction, -2 = not scored: the
         first observation of an episode) and the level-1 states in ``last_states_``.
+
+        >>> from hmmmerge import gridworld, random_walk
+        >>> agent = TwoLevelMemory(10, 4, merge="none").fit(random_walk(gridworld(), 3, 10, seed=0))
+        >>> agent.episodes, agent.steps, agent.last_predictions_["l1"].shape
+        (3, 33, (3, 11))
+        >>> agent.last_predictions_["l1"][:, 0].tolist()   # first observations are not scored
+        [-2, -2, -2]
         """
         from . import _memory_kernels as K
 
@@ -280,13 +297,26 @@ class TwoLevelMemory:
 
     # ------------------------------------------------------------ results
     def history(self) -> dict[str, np.ndarray]:
-        """Per-episode metrics of every episode lived so far (a dict of equal-length arrays)."""
+        """Per-episode metrics of every episode lived so far (a dict of equal-length arrays).
+
+        >>> from hmmmerge import gridworld
+        >>> agent = TwoLevelMemory(10, 4, merge="none").run(gridworld(), 3, seed=0)
+        >>> h = agent.run(gridworld(), 2, seed=1).history()   # a second call continues the history
+        >>> h["episode"].tolist(), h["l1_accuracy"].shape
+        ([0, 1, 2, 3, 4], (5,))
+        """
         if not self._history:
             return {k: np.zeros(0) for k in _HISTORY_KEYS}
         return {k: np.concatenate([h[k] for h in self._history]) for k in _HISTORY_KEYS}
 
     def summary(self, last: int = 50) -> dict:
-        """Means over the last ``last`` episodes, plus the current sizes (the keys of ``hmmmerge run``)."""
+        """Means over the last ``last`` episodes, plus the current sizes (the keys of ``hmmmerge run``).
+
+        >>> from hmmmerge import gridworld
+        >>> s = TwoLevelMemory(10, 4).run(gridworld(), 20, seed=0).summary(last=10)
+        >>> s["episodes"], s["n_clusters"] > 0, sorted(k for k in s if k.endswith("_accuracy"))
+        (20, True, ['first_order_accuracy', 'l1_accuracy', 'l2_accuracy', 'l2_filter_accuracy'])
+        """
         h = self.history()
         if not len(h["episode"]):
             raise ValueError("no episodes yet: fit some data first")
@@ -304,17 +334,43 @@ class TwoLevelMemory:
         return out
 
     def level1_hmm(self):
-        """Level 1 as an :class:`~hmmmerge.hmm.ActionHMM`."""
+        """Level 1 as an :class:`~hmmmerge.hmm.ActionHMM`.
+
+        >>> from hmmmerge import gridworld, random_walk
+        >>> traj = random_walk(gridworld(), 5, seed=0)
+        >>> l1 = TwoLevelMemory(10, 4, merge="none").fit(traj).level1_hmm()
+        >>> l1.log_likelihood(traj.obs[-1:], traj.actions[-1:])   # the last episode is stored exactly
+        0.0
+        """
         return self.memory.to_hmm()
 
     def level2_hmm(self):
-        """Level 2 as an :class:`~hmmmerge.hmm.ActionHMM` (clusters are its states)."""
+        """Level 2 as an :class:`~hmmmerge.hmm.ActionHMM` (clusters are its states).
+
+        With clusters of one state and no merges, level 2 is level 1 on the clustered states:
+
+        >>> from hmmmerge import gridworld, random_walk
+        >>> traj = random_walk(gridworld(), 20, seed=0)
+        >>> agent = TwoLevelMemory(10, 4, merge="none", initial_size=1, online_connect=False).fit(traj)
+        >>> l2 = agent.level2_hmm()
+        >>> l2.n_states == agent.n_clusters, l2.log_likelihood(traj.obs[:5], traj.actions[:5])
+        (True, 0.0)
+        """
         self.clusters.grow(self.memory.n_states)
         return level2_hmm(self.memory, self.clusters)
 
     # ------------------------------------------------------------ files
     def save(self, path) -> None:
-        """Write level 1, C, the first-order counts, settings, counters and RNG state as ``.npz`` (no pickle)."""
+        """Write level 1, C, the first-order counts, settings, counters and RNG state as ``.npz`` (no pickle).
+
+        >>> import os, tempfile
+        >>> from hmmmerge import gridworld
+        >>> agent = TwoLevelMemory(10, 4).run(gridworld(), 12, seed=0)
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     path = os.path.join(d, "agent.npz"); agent.save(path); back = TwoLevelMemory.load(path)
+        >>> back.episodes, back.n_clusters == agent.n_clusters, back.memory.n_states == agent.memory.n_states
+        (12, True, True)
+        """
         n = self.memory.n_states
         meta = dict(settings=self.settings, steps=self.steps, episodes=self.episodes, sleeps=self.sleeps,
                     sleep_pending=self.sleep_pending, purity=list(self._purity),
@@ -327,7 +383,17 @@ class TwoLevelMemory:
 
     @classmethod
     def load(cls, path) -> "TwoLevelMemory":
-        """Read a memory written by :meth:`save`; :meth:`fit` then resumes where it stopped."""
+        """Read a memory written by :meth:`save`; :meth:`fit` then resumes where it stopped.
+
+        >>> import os, tempfile
+        >>> from hmmmerge import gridworld
+        >>> agent = TwoLevelMemory(10, 4).run(gridworld(), 12, seed=0)
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     path = os.path.join(d, "agent.npz"); agent.save(path); back = TwoLevelMemory.load(path)
+        >>> a, b = agent.run(gridworld(), 10, seed=5).history(), back.run(gridworld(), 10, seed=5).history()
+        >>> all(np.array_equal(a[k], b[k], equal_nan=True) for k in a)   # resumed exactly
+        True
+        """
         src = str(path)
         with np.load(path, allow_pickle=False) as d:
             data = dict(d)

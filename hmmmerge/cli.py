@@ -22,6 +22,12 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``hmmmerge`` argument parser with every sub-command of ``COMMANDS``.
+
+    >>> args = build_parser().parse_args(["env", "--grid", "4x4", "--colours", "3"])
+    >>> args.command, args.grid, args.colours, args.k
+    ('env', (4, 4), 3, 3)
+    """
     parser = _Parser(prog="hmmmerge", description="Learn cognitive maps from experience.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name in COMMANDS:
@@ -30,13 +36,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def print_json(obj) -> None:
-    """Print one JSON object on stdout (numpy scalars and arrays converted)."""
+    """Print one JSON object on stdout (numpy scalars and arrays converted).
+
+    >>> import numpy as np
+    >>> print_json({"n": np.int64(2), "curve": np.array([0.5, 1.0]), "mean": np.float32(0.25)})
+    {"curve": [0.5, 1.0], "mean": 0.25, "n": 2}
+    """
     print(json.dumps(obj, default=_json_default, sort_keys=True))
 
 
 def _json_default(x):
     import numpy as np
 
+    if isinstance(x, np.bool_):
+        return bool(x)
     if isinstance(x, np.integer):
         return int(x)
     if isinstance(x, np.floating):
@@ -47,6 +60,14 @@ def _json_default(x):
 
 
 def main(argv=None) -> int:
+    """Run ``hmmmerge`` with ``argv`` (default ``sys.argv[1:]``); returns the exit code.
+
+    >>> main(["env", "--world", "aliased-loop", "--json"])  # doctest: +ELLIPSIS
+    {"aliasing_depth": {...}, ..., "n_states": 12, ...}
+    0
+    >>> main(["env", "--colours", "0"])   # bad input: one line on stderr, exit code 2
+    2
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

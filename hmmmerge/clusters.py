@@ -51,11 +51,20 @@ class Clusters:
         return self.assignment.shape[0]
 
     def sizes(self) -> np.ndarray:
-        """Number of level-1 states in each cluster."""
+        """Number of level-1 states in each cluster.
+
+        >>> Clusters(np.array([0, 1, 1, -1, 1])).sizes().tolist()
+        [1, 3]
+        """
         a = self.assignment
         return np.bincount(a[a >= 0], minlength=self._k)
 
     def members(self, cluster: int) -> np.ndarray:
+        """The level-1 states of ``cluster``, in increasing order.
+
+        >>> Clusters(np.array([0, 1, 1, -1, 1])).members(1).tolist()
+        [1, 2, 4]
+        """
         return np.flatnonzero(self.assignment == cluster)
 
     def connection_matrix(self, n_states: int | None = None) -> sp.csr_matrix:
@@ -70,7 +79,11 @@ class Clusters:
         return sp.csr_matrix((np.ones(len(rows)), (rows, a[rows])), shape=(n, self._k))
 
     def cluster_emission(self, emission: np.ndarray) -> np.ndarray:
-        """The observation of each cluster (its members all share one); -1 for none."""
+        """The observation of each cluster (its members all share one); -1 for none.
+
+        >>> Clusters(np.array([1, 1, 0, -1])).cluster_emission(np.array([3, 3, 5, 7])).tolist()
+        [5, 3]
+        """
         out = np.full(self._k, -1, dtype=np.int64)
         a = self.assignment
         rows = np.flatnonzero(a[: len(emission)] >= 0)
@@ -79,14 +92,23 @@ class Clusters:
 
     # ------------------------------------------------------------ changes
     def grow(self, n_states: int) -> None:
-        """Extend to ``n_states`` level-1 states; new states are not connected."""
+        """Extend to ``n_states`` level-1 states; new states are not connected.
+
+        >>> cl = Clusters(np.array([0])); cl.grow(3); cl.assignment.tolist()
+        [0, -1, -1]
+        """
         if n_states > self.n_states:
             self.assignment = np.concatenate(
                 [self.assignment, np.full(n_states - self.n_states, -1, dtype=np.int64)]
             )
 
     def add_clusters(self, groups) -> np.ndarray:
-        """Connect each group of (unconnected) states to a new cluster; returns the new ids."""
+        """Connect each group of (unconnected) states to a new cluster; returns the new ids.
+
+        >>> cl = Clusters(np.array([0, -1, -1, -1]))
+        >>> cl.add_clusters([[1, 3], [2]]).tolist(), cl.assignment.tolist()
+        ([1, 2], [0, 1, 2, 1])
+        """
         ids = np.arange(self._k, self._k + len(groups))
         for cid, g in zip(ids, groups):
             g = np.asarray(g, dtype=np.int64)
@@ -101,6 +123,10 @@ class Clusters:
 
         Chains (``a->b``, ``b->c``) are followed (connected components of the
         pairs); cluster ids are then renumbered compactly.
+
+        >>> cl = Clusters(np.array([0, 1, 2, 3]))
+        >>> cl.merge([(0, 1), (1, 2)]); cl.assignment.tolist(), cl.n_clusters   # 0 -> 1 -> 2 chain
+        ([0, 0, 0, 1], 2)
         """
         pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
         if not len(pairs):
@@ -114,12 +140,22 @@ class Clusters:
         self._compact(roots)
 
     def disconnect(self, states) -> None:
-        """Separate level-1 states back out of their clusters (the paper's reversibility)."""
+        """Separate level-1 states back out of their clusters (the paper's reversibility).
+
+        >>> cl = Clusters(np.array([0, 0, 1])); cl.disconnect([2])   # cluster 1 empties and vanishes
+        >>> cl.assignment.tolist(), cl.n_clusters
+        ([0, 0, -1], 1)
+        """
         self.assignment[np.asarray(states, dtype=np.int64)] = -1
         self._compact()
 
     def split(self, states) -> int:
-        """Move ``states`` (all from one cluster) into a new cluster; returns its id."""
+        """Move ``states`` (all from one cluster) into a new cluster; returns its id.
+
+        >>> cl = Clusters(np.array([0, 0, 0, 1]))
+        >>> cl.split([1, 2]), cl.assignment.tolist(), cl.sizes().tolist()
+        (2, [0, 2, 2, 1], [1, 1, 2])
+        """
         states = np.asarray(states, dtype=np.int64)
         owners = np.unique(self.assignment[states])
         if len(owners) != 1 or owners[0] < 0:
@@ -177,6 +213,12 @@ class Clusters:
 
     # ------------------------------------------------------------ files
     def copy(self) -> "Clusters":
+        """An independent copy (changes to it leave this one alone).
+
+        >>> cl = Clusters(np.array([0, 1])); twin = cl.copy(); twin.merge([(1, 0)])
+        >>> cl.n_clusters, twin.n_clusters
+        (2, 1)
+        """
         return Clusters(self.assignment)
 
 

@@ -230,7 +230,12 @@ class Environment:
 
     # ------------------------------------------------------------ files
     def to_json_dict(self) -> dict:
-        """The JSON-ready node-link dictionary written by :meth:`save`."""
+        """The JSON-ready node-link dictionary written by :meth:`save`.
+
+        >>> d = Environment.from_arrays([[1, 0]], [0, 1]).to_json_dict()
+        >>> d["format"], d["version"], d["graph"]["graph"], len(d["graph"]["edges"])
+        ('hmmmerge.environment', 1, {'start': 0, 'n_obs': 2}, 2)
+        """
         data = nx.node_link_data(self.graph, edges="edges")
         for node in data["nodes"]:
             node["id"] = _to_json_label(node["id"])
@@ -244,13 +249,30 @@ class Environment:
         """Write the environment as JSON (networkx node-link form), atomically.
 
         Tuple node labels, such as the grid's ``(row, col)``, survive the round trip.
+
+        >>> import os, tempfile
+        >>> from hmmmerge import gridworld
+        >>> env = gridworld(3, 3, n_colours=3, seed=0)
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     path = os.path.join(d, "env.json"); env.save(path); back = Environment.load(path)
+        >>> back.start_node, bool((back.next_state == env.next_state).all())
+        ((2, 0), True)
         """
         text = json.dumps(self.to_json_dict(), default=_json_scalar)
         atomic_write_text(path, text)
 
     @classmethod
     def load(cls, path) -> "Environment":
-        """Read an environment written by :meth:`save` (or GraphML, by extension)."""
+        """Read an environment written by :meth:`save` (or GraphML, by extension).
+
+        >>> import os, tempfile
+        >>> import networkx as nx
+        >>> g = Environment.from_arrays([[1, 2, 0]], [0, 1, 0]).graph
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     path = os.path.join(d, "ring.graphml"); nx.write_graphml(g, path); env = Environment.load(path)
+        >>> env.n_states, env.n_actions, env.clones()
+        (3, 1, {0: [0, 2], 1: [1]})
+        """
         path = os.fspath(path)
         if path.endswith((".graphml", ".xml")):
             return cls._load_graphml(path)
@@ -263,7 +285,13 @@ class Environment:
 
     @classmethod
     def from_json_dict(cls, payload, source: str = "<dict>") -> "Environment":
-        """Build from the dictionary :meth:`to_json_dict` returns; errors name ``source``."""
+        """Build from the dictionary :meth:`to_json_dict` returns; errors name ``source``.
+
+        >>> env = Environment.from_arrays([[1, 2, 0]], [0, 1, 0], start=1)
+        >>> back = Environment.from_json_dict(env.to_json_dict())
+        >>> back.start, back.clones(), back.next_state.tolist()
+        (1, {0: [0, 2], 1: [1]}, [[1, 2, 0]])
+        """
         if not isinstance(payload, dict):
             raise ValueError(f"{source}: expected a JSON object, got {type(payload).__name__}")
         if payload.get("format") != _FORMAT:

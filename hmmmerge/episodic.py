@@ -107,7 +107,12 @@ class EpisodicMemory:
         return self._next, self._emission, self.n_obs
 
     def reserve(self, extra: int) -> None:
-        """Make room for ``extra`` more states (capacity at least doubles when it grows)."""
+        """Make room for ``extra`` more states (capacity at least doubles when it grows).
+
+        >>> mem = EpisodicMemory(2, 1); mem.reserve(5000)
+        >>> mem.capacity >= 5000, mem.n_states
+        (True, 0)
+        """
         need = self.n_states + int(extra)
         if need <= self.capacity:
             return
@@ -119,13 +124,26 @@ class EpisodicMemory:
 
     # ------------------------------------------------------------ learning
     def reset(self) -> None:
-        """Begin a new episode: the next observation comes from the start state."""
+        """Begin a new episode: the next observation comes from the start state.
+
+        >>> mem = EpisodicMemory(2, 1); _ = mem.observe(0, -1); _ = mem.observe(1, 0)
+        >>> mem.current_state
+        1
+        >>> mem.reset(); mem.current_state
+        -1
+        """
         self._scal[1] = -1
 
     def observe(self, obs: int, action: int, label: int = -1) -> int:
         """Algorithm 1 for one step; returns the current state afterwards.
 
         ``action == -1`` marks the first observation of an episode (and implies :meth:`reset`).
+
+        >>> mem = EpisodicMemory(2, 1)
+        >>> mem.observe(0, -1), mem.observe(1, 0), mem.observe(1, 0)
+        (0, 1, 2)
+        >>> mem.observe(0, -1), mem.observe(1, 0), mem.observe(0, 0)   # 1 -> 2 contradicted: new state 3
+        (0, 1, 3)
         """
         from ._memory_kernels import l1_observe
 
@@ -190,7 +208,14 @@ class EpisodicMemory:
         return ActionHMM.from_deterministic(self.next_state, self.emission, self.n_obs, start=self.start_state)
 
     def transition_matrices(self):
-        """``T1[a]`` as binary CSR matrices (n_states x n_states), one per action."""
+        """``T1[a]`` as binary CSR matrices (n_states x n_states), one per action.
+
+        >>> mem = EpisodicMemory(2, 1)
+        >>> for o, a in [(0, -1), (1, 0), (0, 0)]:
+        ...     _ = mem.observe(o, a)
+        >>> mem.transition_matrices()[0].toarray().tolist()
+        [[0.0, 1.0, 0.0], [0.0, 0.0, 1.0], [0.0, 0.0, 0.0]]
+        """
         import scipy.sparse as sp
 
         n = self.n_states
@@ -202,7 +227,12 @@ class EpisodicMemory:
 
     # ------------------------------------------------------------ files
     def state_dict(self) -> dict:
-        """Arrays that fully describe the memory (for ``.npz`` files)."""
+        """Arrays that fully describe the memory (for ``.npz`` files).
+
+        >>> mem = EpisodicMemory(2, 1); _ = mem.observe(0, -1); _ = mem.observe(1, 0)
+        >>> d = mem.state_dict(); sorted(d), d["l1_next_state"].tolist()
+        (['l1_emission', 'l1_labels', 'l1_n_actions', 'l1_n_obs', 'l1_next_state', 'l1_scalars'], [[1, -1]])
+        """
         return {
             "l1_n_obs": np.int64(self.n_obs),
             "l1_n_actions": np.int64(self.n_actions),
@@ -214,6 +244,13 @@ class EpisodicMemory:
 
     @classmethod
     def from_state_dict(cls, d, source: str = "<dict>") -> "EpisodicMemory":
+        """Rebuild a memory from :meth:`state_dict` arrays; errors name ``source``.
+
+        >>> mem = EpisodicMemory(2, 1); _ = mem.observe(0, -1); _ = mem.observe(1, 0)
+        >>> back = EpisodicMemory.from_state_dict(mem.state_dict())
+        >>> back.n_states, back.emission.tolist(), back.current_state
+        (2, [0, 1], 1)
+        """
         try:
             mem = cls(int(d["l1_n_obs"]), int(d["l1_n_actions"]))
             ns, em, lab, scal = (np.asarray(d[k], dtype=np.int64) for k in
@@ -234,10 +271,26 @@ class EpisodicMemory:
         return mem
 
     def save(self, path) -> None:
-        """Write the memory to ``path`` (``.npz``, no pickle), atomically."""
+        """Write the memory to ``path`` (``.npz``, no pickle), atomically.
+
+        >>> import os, tempfile
+        >>> mem = EpisodicMemory(2, 1); _ = mem.observe(0, -1); _ = mem.observe(1, 0)
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     mem.save(os.path.join(d, "mem.npz")); sorted(os.listdir(d))
+        ['mem.npz']
+        """
         atomic_savez(path, **self.state_dict())
 
     @classmethod
     def load(cls, path) -> "EpisodicMemory":
+        """Read a memory written by :meth:`save`; learning continues where it stopped.
+
+        >>> import os, tempfile
+        >>> mem = EpisodicMemory(2, 1); _ = mem.observe(0, -1); _ = mem.observe(1, 0)
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     path = os.path.join(d, "mem.npz"); mem.save(path); back = EpisodicMemory.load(path)
+        >>> back.next_state.tolist(), back.observe(0, 0)   # continues the episode: 1 -> new state 2
+        ([[1, -1]], 2)
+        """
         with np.load(path, allow_pickle=False) as d:
             return cls.from_state_dict(dict(d), source=str(path))

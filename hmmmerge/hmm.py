@@ -34,6 +34,15 @@ class FilterResult:
     predictions : (N, L, O) predictive distributions or ``None``; all-zero rows
         where there was no prediction.
     posteriors : (N, L, H) filtered beliefs or ``None``.
+
+    Examples
+    --------
+    A model that knows no successor of state 1 predicts nothing at the third step:
+
+    >>> hmm = ActionHMM.from_deterministic([[1, -1]], [0, 1], n_obs=2)
+    >>> r = hmm.run_filter([[0, 1, 0]], [[-1, 0, 0]])
+    >>> r.log_probs.tolist(), r.no_prediction.tolist(), r.log_likelihood
+    ([[0.0, 0.0, -inf]], [[False, False, True]], -inf)
     """
 
     def __init__(self, log_probs, no_prediction, predictions=None, posteriors=None):
@@ -164,11 +173,21 @@ class ActionHMM:
         return cls(T, E, B)
 
     def transition(self, a: int):
-        """``T[a]`` as stored (ndarray or CSR matrix)."""
+        """``T[a]`` as stored (ndarray or CSR matrix).
+
+        >>> hmm = ActionHMM.from_deterministic([[1, 0], [0, 1]], [0, 1], n_obs=2)
+        >>> hmm.transition(0).toarray().tolist()   # action 0 swaps the two states
+        [[0.0, 1.0], [1.0, 0.0]]
+        """
         return self.T[a]
 
     def to_dense(self) -> "ActionHMM":
-        """A dense copy (for small models, pgmpy export, tests)."""
+        """A dense copy (for small models, pgmpy export, tests); a dense model is returned as is.
+
+        >>> dense = ActionHMM.from_deterministic([[1, 0], [0, 1]], [0, 1], n_obs=2).to_dense()
+        >>> dense.is_sparse, dense.T.shape, dense.log_likelihood([0, 1, 1], [-1, 0, 1])
+        (False, (2, 2, 2), 0.0)
+        """
         if not self.is_sparse:
             return self
         return ActionHMM(np.stack([m.toarray() for m in self.T]), self.E, self.B)

@@ -61,7 +61,12 @@ class SFMerger:
             raise ValueError(f"min_depth={min_depth} exceeds horizon={horizon}: no cluster could be eligible")
 
     def acceptance(self, sim: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Row-wise ``argmax``, ``max`` and ``Phi((max - mean) / std)`` (std 0 gives z = 0)."""
+        """Row-wise ``argmax``, ``max`` and ``Phi((max - mean) / std)`` (std 0 gives z = 0).
+
+        >>> best, top, p = SFMerger().acceptance(np.array([[0.9, 0.1, 0.1], [0.5, 0.5, 0.5]]))
+        >>> best.tolist(), top.tolist(), p.round(3).tolist()   # a clear winner vs. a three-way tie
+        ([0, 0], [0.9, 0.5], [0.921, 0.5])
+        """
         best = sim.argmax(axis=1)
         top = sim[np.arange(len(sim)), best]
         mean, std = sim.mean(axis=1), sim.std(axis=1)
@@ -69,7 +74,14 @@ class SFMerger:
         return best, top, ndtr(z)  # the standard normal CDF Phi
 
     def select_pairs(self, probe_features, candidate_features, seed=0):
-        """Algorithm 3 on probe and candidate embeddings: ``(probe_index, candidate_index)`` arrays."""
+        """Algorithm 3 on probe and candidate embeddings: ``(probe_index, candidate_index)`` arrays.
+
+        >>> probes = np.array([[0.0, 0.0], [50.0, 50.0]])
+        >>> cands = np.vstack([[0.0, 0.0], np.full((9, 2), 10.0)])
+        >>> pi, ci = SFMerger().select_pairs(probes, cands, seed=0)
+        >>> pi.tolist(), ci.tolist()   # probe 1 is far from all: its best similarity is below the threshold
+        ([0], [0])
+        """
         rng = as_generator(seed)
         sim = pairwise_similarity(probe_features, candidate_features, self.similarity)
         best, top, p_accept = self.acceptance(sim)
@@ -94,13 +106,24 @@ class RandomMerger(SFMerger):
                          split_contradictions=split_contradictions)
 
     def select_pairs(self, probe_features, candidate_features, seed=0):
+        """Every probe with a uniformly random candidate (features only give the counts).
+
+        >>> pi, ci = RandomMerger().select_pairs(np.zeros((4, 2)), np.zeros((3, 2)), seed=1)
+        >>> pi.tolist(), ci.tolist()
+        ([0, 1, 2, 3], [1, 1, 2, 2])
+        """
         rng = as_generator(seed)
         n, k = len(probe_features), len(candidate_features)
         return np.arange(n), rng.integers(0, k, size=n)
 
 
 def cluster_sets(assignment: np.ndarray, cluster_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """CSR ``(ptr, idx)`` of the member states of ``cluster_ids`` (in that order)."""
+    """CSR ``(ptr, idx)`` of the member states of ``cluster_ids`` (in that order).
+
+    >>> ptr, idx = cluster_sets(np.array([1, 0, 1, -1, 2]), np.array([1, 2]))
+    >>> ptr.tolist(), idx.tolist()   # cluster 1 holds states 0, 2; cluster 2 holds state 4
+    ([0, 2, 3], [0, 2, 4])
+    """
     k = int(assignment.max()) + 1 if assignment.size else 0
     pos = np.full(max(k, 1), -1, dtype=np.int64)
     pos[cluster_ids] = np.arange(len(cluster_ids))

@@ -38,6 +38,14 @@ class PurityDistribution:
 
     ``purity[j] = (j + 1) / size`` are the possible values (the largest label
     count is ``j + 1``) and ``pmf[j]`` their probabilities.
+
+    Examples
+    --------
+    Three states over two equally likely labels: the largest count is 2 or 3.
+
+    >>> d = random_cluster_purity_distribution(3, 2)
+    >>> d.purity.round(3).tolist(), d.pmf.round(3).tolist(), d.cdf.round(3).tolist(), round(d.mean, 3)
+    ([0.333, 0.667, 1.0], [0.0, 0.75, 0.25], [0.0, 0.75, 1.0], 0.75)
     """
 
     size: int
@@ -56,7 +64,11 @@ class PurityDistribution:
         return np.minimum(np.cumsum(self.pmf), 1.0)
 
     def prob_pure(self) -> float:
-        """Probability that the cluster is pure (one label only)."""
+        """Probability that the cluster is pure (one label only).
+
+        >>> round(random_cluster_purity_distribution(3, 3).prob_pure(), 6)   # 3 * (1/3)**3
+        0.111111
+        """
         return float(self.pmf[-1])
 
 

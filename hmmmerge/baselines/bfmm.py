@@ -90,6 +90,14 @@ class InitialModel:
     (reached from the last state of every episode by the virtual action
     ``n_actions + 1``, when ``end_state``).  ``src, act, dst, count`` are the
     Viterbi transition counts; ``path[e, t]`` is the state of episode ``e`` at step ``t``.
+
+    Examples
+    --------
+    >>> m = prefix_tree(Trajectories(obs=[[0, 1, 0], [0, 1, 1]], actions=[[-1, 0, 0], [-1, 0, 0]]))
+    >>> m.start, m.final, m.path.tolist()   # the episodes share their prefix 0 -> 1
+    (4, 5, [[0, 1, 2], [0, 1, 3]])
+    >>> [(int(s), int(d), float(c)) for s, d, c in zip(m.src, m.dst, m.count) if s == m.start]
+    [(4, 0, 2.0)]
     """
 
     emission: np.ndarray
@@ -370,7 +378,13 @@ class BestFirstMerging:
 
     # ------------------------------------------------------------------ fit
     def fit(self, traj: Trajectories, n_obs: int | None = None, n_actions: int | None = None):
-        """Merge from the maximally specific model of ``traj`` until no merge raises the posterior."""
+        """Merge from the maximally specific model of ``traj`` until no merge raises the posterior.
+
+        >>> traj = Trajectories([[0, 1, 0, 1, 0, 1, 0, 1]], [[-1] + [0] * 7])
+        >>> bf = BestFirstMerging().fit(traj)
+        >>> bf.n_initial_states_, bf.n_states_, bool((np.diff(bf.log_posterior_) > 0).all())
+        (8, 2, True)
+        """
         from . import _bfmm_kernels as K
 
         build = prefix_tree if self.initial == "tree" else sequence_model
@@ -464,7 +478,13 @@ class BestFirstMerging:
             raise ValueError("this BestFirstMerging is not fitted yet: call fit(traj) first")
 
     def transition_counts(self):
-        """The Viterbi counts of the merged model: a list of A sparse (Q x Q) matrices and the start counts (Q,)."""
+        """The Viterbi counts of the merged model: a list of A sparse (Q x Q) matrices and the start counts (Q,).
+
+        >>> bf = BestFirstMerging().fit(Trajectories([[0, 1, 0, 1, 0, 1, 0, 1]], [[-1] + [0] * 7]))
+        >>> mats, start = bf.transition_counts()
+        >>> bf.emission_.tolist(), mats[0].toarray().tolist(), start.tolist()   # colour 1 -> 0 three times
+        ([1, 0], [[0.0, 3.0], [4.0, 0.0]], [0.0, 1.0])
+        """
         self._check_fitted()
         s, a, d, c = self._edges
         Q, A = self.n_states_, self.n_actions_
@@ -484,6 +504,11 @@ class BestFirstMerging:
         Rows ``(state, action)`` never seen in the data stay 0: the model
         makes no prediction there (no smoothing to unseen successors, as the
         prior only covers transitions in the structure).
+
+        >>> traj = Trajectories([[0, 1, 0, 1, 0, 1, 0, 1]], [[-1] + [0] * 7])
+        >>> hmm = BestFirstMerging().fit(traj).to_hmm()
+        >>> hmm.n_states, hmm.E.argmax(1).tolist(), hmm.T[0].toarray().tolist(), hmm.log_likelihood(traj)
+        (2, [1, 0], [[0.0, 1.0], [1.0, 0.0]], 0.0)
         """
         self._check_fitted()
         if estimate not in ("mean", "map"):

@@ -450,7 +450,16 @@ def _log_prior(T, B, pseudocount) -> float:
 
 
 def em_step(data: _Data, T, B, pseudocount: float):
-    """One Baum-Welch iteration: ``(log P(X | T, B), T_new, B_new)``."""
+    """One Baum-Welch iteration: ``(log P(X | T, B), T_new, B_new)``.
+
+    One clone per observation on the sequence 0 1 0 1: a single step finds the alternation.
+
+    >>> from hmmmerge.baselines import _em_kernels
+    >>> data = _Data(_em_kernels, [0, 1, 0, 1], [-1, 0, 0, 0], [1, 1])
+    >>> ll, T, B = em_step(data, np.full((1, 2, 2), 0.5), np.array([0.5, 0.5]), pseudocount=0.0)
+    >>> round(ll, 4) == round(4 * float(np.log(0.5)), 4), T[0].tolist(), B.tolist()
+    (True, [[0.0, 1.0], [1.0, 0.0]], [1.0, 0.0])
+    """
     ll, C, Bc = data.expected_counts(T, B)
     if not np.isfinite(ll):
         raise ValueError("the training data has probability 0 under the current model (pseudocount 0?)")
