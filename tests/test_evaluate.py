@@ -263,9 +263,17 @@ def test_cli_baseline_and_evaluate(capsys):
     assert oracle["model"] == "oracle" and oracle["episodes"] == 200 and oracle["seed"] == 3
     fo = _cli_json(capsys, ["baseline", "first-order", *common, "--smoothing", "0.01"])
     assert fo["n_states"] == 5 and fo["smoothing"] == 0.01 and 0 < fo["accuracy"] < 1
-    table = _cli_json(capsys, ["evaluate", *common, "--smoothing", "0.01"])
+    table = _cli_json(capsys, ["evaluate", *common, "--smoothing", "0.01", "--clones", "3", "--em-iter", "5",
+                               "--bfmm-episodes", "10"])
     rows = {r["model"]: r for r in table["models"]}
-    assert set(rows) == {"oracle", "first-order"}
+    from hmmmerge.commands.evaluate import MODELS
+
+    assert set(rows) == set(MODELS)
+    for r in rows.values():
+        assert 0 <= r["accuracy"] <= 1 and r["n_states"] >= 1 and r["surprise"] >= 0
+    assert rows["oracle"]["accuracy"] == 1.0
+    assert rows["em"]["n_states"] == 3 * 5
+    assert rows["level1"]["n_states"] > rows["level2-none"]["n_states"] > 0
     # same training and evaluation walks as `baseline`: identical numbers
     assert rows["first-order"]["accuracy"] == fo["accuracy"]
     assert rows["first-order"]["surprise"] == fo["surprise"]

@@ -143,10 +143,10 @@ def test_level2_prefix_queries_match_filter_while_no_mass_on_unknown_rows(small_
     level2 = agent.level2_hmm()
     known = [np.asarray(level2.T[k].sum(axis=1)).ravel() > 0 for k in range(env.n_actions)]
     assert not all(k.all() for k in known)  # some transitions are unknown: the case that needs care
-    test = random_walk(env, 100, 20, seed=1)
+    test = random_walk(env, 1000, 20, seed=1)
     checked = 0
     for e in range(test.n_episodes):
-        o, a = test.obs[e, :6], test.actions[e, :6]
+        o, a = test.obs[e, :5], test.actions[e, :5]
         post = level2.filter(o, a)
         logp = level2.run_filter(o, a).log_probs[0]
         clean = np.isfinite(logp).all() and all(post[t - 1][~known[a[t]]].sum() == 0 for t in range(1, len(o)))
