@@ -196,32 +196,17 @@ def pair_delta(x, y, A1, alpha, tab, dst, act, src, cnt, out_head, out_next, in_
 
 
 @njit(cache=True)
-def _unlink_dead_in(t, in_head, in_next, alive_e):
+def _unlink_dead(list_id, head, nxt_of, alive_e):
+    """Drop dead edges from the linked list ``list_id`` (in-list of a state or out-list of a row)."""
     prev = -1
-    e = in_head[t]
+    e = head[list_id]
     while e >= 0:
-        nxt = in_next[e]
+        nxt = nxt_of[e]
         if not alive_e[e]:
             if prev < 0:
-                in_head[t] = nxt
+                head[list_id] = nxt
             else:
-                in_next[prev] = nxt
-        else:
-            prev = e
-        e = nxt
-
-
-@njit(cache=True)
-def _unlink_dead_out(row, out_head, out_next, alive_e):
-    prev = -1
-    e = out_head[row]
-    while e >= 0:
-        nxt = out_next[e]
-        if not alive_e[e]:
-            if prev < 0:
-                out_head[row] = nxt
-            else:
-                out_next[prev] = nxt
+                nxt_of[prev] = nxt
         else:
             prev = e
         e = nxt
@@ -291,7 +276,7 @@ def merge_states(x, y, A1, alpha, tab, src, act, dst, cnt, alive_e, out_head, ou
                     out_next[prev] = nxt
                 if t != x:
                     # the dead edge still sits in t's in-list
-                    _unlink_dead_in(t, in_head, in_next, alive_e)
+                    _unlink_dead(t, in_head, in_next, alive_e)
             else:
                 mark[t] = e
                 prev = e
@@ -328,7 +313,7 @@ def merge_states(x, y, A1, alpha, tab, src, act, dst, cnt, alive_e, out_head, ou
                 in_head[x] = nxt
             else:
                 in_next[prev] = nxt
-            _unlink_dead_out(row, out_head, out_next, alive_e)
+            _unlink_dead(row, out_head, out_next, alive_e)
             collapsed[n_col] = row
             n_col += 1
         else:
