@@ -36,13 +36,29 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def print_json(obj) -> None:
-    """Print one JSON object on stdout (numpy scalars and arrays converted).
+    """Print one strict JSON object on stdout: numpy values converted, NaN and infinities as ``null``.
 
     >>> import numpy as np
     >>> print_json({"n": np.int64(2), "curve": np.array([0.5, 1.0]), "mean": np.float32(0.25)})
     {"curve": [0.5, 1.0], "mean": 0.25, "n": 2}
+    >>> print_json({"purity": float("nan"), "surprise": float("inf")})
+    {"purity": null, "surprise": null}
     """
-    print(json.dumps(obj, default=_json_default, sort_keys=True))
+    text = json.dumps(obj, default=_json_default, sort_keys=True)
+    print(json.dumps(_finite(json.loads(text)), sort_keys=True, allow_nan=False))
+
+
+def _finite(x):
+    """Replace non-finite floats by None, recursively."""
+    import math
+
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_finite(v) for v in x]
+    return x
 
 
 def _json_default(x):

@@ -23,6 +23,9 @@ def add_parser(sub) -> None:
     p.add_argument("--agent-seed", type=int, default=None,
                    help="seed of the walk, partitions and merges (default: --seed)")
     p.add_argument("--eval-episodes", type=int, default=100, help="fresh episodes for the surprise (0: skip)")
+    p.add_argument("--smoothing", type=float, default=1e-3, metavar="EPS",
+                   help="surprise scores (1-EPS) p + EPS/n_obs so that a zero-probability step stays finite "
+                        "(default 0.001; the unsmoothed value and the count of such steps are reported too)")
     p.add_argument("--out", metavar="DIR", help="write per-episode curves (CSV) and the trained memory (.npz)")
     p.add_argument("--resume", metavar="FILE", help="continue a memory saved by --out (agent.npz)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -40,6 +43,8 @@ def run(args) -> int:
     from ..rollouts import random_walk
     from .env import world_from_args
 
+    if not 0.0 < args.smoothing <= 1.0:
+        raise ValueError(f"--smoothing must be in (0, 1], got {args.smoothing}")
     for name in ("episodes", "episode_length", "size", "eval_episodes", "merge_iterations"):
         value = getattr(args, name)
         low = 0 if name in ("eval_episodes", "merge_iterations") else 1
@@ -63,7 +68,7 @@ def run(args) -> int:
     out = agent.summary()
     out.update(settings=agent.settings, seed=seed, wall_s=round(wall, 3), n_states_world=env.n_states)
     if args.eval_episodes:
-        out.update(_surprise(env, agent, args.eval_episodes, args.episode_length, seed))
+        out.update(_surprise(env, agent, args.eval_episodes, args.episode_length, seed, args.smoothing))
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         agent.save(os.path.join(args.out, "agent.npz"))
@@ -80,24 +85,31 @@ def run(args) -> int:
     return 0
 
 
-def _surprise(env, agent, n_episodes, episode_length, seed) -> dict:
-    """Surprise (nats per move) of level 2 on fresh episodes, with the default smoothing of the evaluator."""
+def _surprise(env, agent, n_episodes, episode_length, seed, smoothing) -> dict:
+    """Level-2 surprise (nats per move) and accuracy of the pure level-2 filter on fresh episodes.
+
+    ``surprise`` is the smoothed value (each prediction mixed with ``smoothing``
+    of uniform, stated in the output) so that one zero-probability step does not
+    make it infinite; ``surprise_unsmoothed`` is ``None`` when it is infinite,
+    and ``zero_prob_steps`` counts those steps.
+    """
+    import math
+
     import numpy as np
 
-    from ..rollouts import random_walk
+    from ..evaluate import evaluate_model
 
     if agent.n_clusters == 0:
-        return {"surprise": float("inf"), "surprise_zero_prob_steps": None}
-    fresh = random_walk(env, n_episodes, episode_length, seed=np.random.default_rng([seed, 7919]))
-    res = agent.level2_hmm().run_filter(fresh, predictions=True)
-    logp = res.log_probs[:, 1:]
-    zero = int(np.isinf(logp).sum())
-    eps = 1e-3
-    p = np.take_along_axis(res.predictions[:, 1:], fresh.obs[:, 1:, None], axis=2)[..., 0]
-    smoothed = -np.log((1 - eps) * p + eps / env.n_obs)
-    return {"surprise": float(-logp.mean()) if zero == 0 else float("inf"),
-            "surprise_smoothed": float(smoothed.mean()), "surprise_smoothing_epsilon": eps,
-            "surprise_zero_prob_steps": zero}
+        return {"surprise": None, "surprise_unsmoothed": None, "zero_prob_steps": None,
+                "surprise_smoothing_epsilon": smoothing}
+    model = agent.level2_hmm()
+    walk_seed = np.random.default_rng([seed, 7919])
+    fresh = evaluate_model(env, model, n_episodes, episode_length, seed=walk_seed, smoothing=smoothing)
+    raw = evaluate_model(env, model, n_episodes, episode_length, seed=np.random.default_rng([seed, 7919]))
+    return {"surprise": fresh["surprise"], "surprise_ci": fresh["surprise_ci"],
+            "surprise_smoothing_epsilon": smoothing,
+            "surprise_unsmoothed": raw["surprise"] if math.isfinite(raw["surprise"]) else None,
+            "zero_prob_steps": raw["zero_prob_steps"], "l2_fresh_accuracy": fresh["accuracy"]}
 
 
 def write_history_csv(path, history) -> None:
