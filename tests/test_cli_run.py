@@ -1,0 +1,60 @@
+"""``hmmmerge run``: the ARCHITECTURE keys, files written, resume, bad arguments."""
+
+import csv
+import json
+
+import numpy as np
+
+from hmmmerge.cli import main
+
+KEYS = ("l1_accuracy", "l2_accuracy", "first_order_accuracy", "no_prediction_share", "purity", "n_clusters",
+        "n_first_level_states", "surprise", "wall_s")
+
+
+def _run(capsys, *argv):
+    assert main(["run", "--json", *argv]) == 0
+    text = capsys.readouterr().out
+    return json.loads(text, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))  # strict JSON
+
+
+def test_keys_and_values(capsys):
+    out = _run(capsys, "--episodes", "40", "--eval-episodes", "5", "--size", "5")
+    for key in KEYS:
+        assert key in out, key
+    for key in ("l1_accuracy", "l2_accuracy", "first_order_accuracy", "no_prediction_share"):
+        assert 0.0 <= out[key] <= 1.0
+    assert out["episodes"] == 40 and out["settings"]["initial_size"] == 5
+    assert out["surprise"] > 0 and out["surprise_smoothing_epsilon"] == 0.001
+
+
+def test_same_seed_same_numbers_and_literal_switch(capsys):
+    a = _run(capsys, "--episodes", "30", "--eval-episodes", "0")
+    b = _run(capsys, "--episodes", "30", "--eval-episodes", "0")
+    for key in ("l2_accuracy", "n_clusters", "purity"):
+        assert a[key] == b[key]
+    lit = _run(capsys, "--episodes", "30", "--eval-episodes", "0", "--literal")
+    assert lit["settings"]["online_connect"] is False and lit["settings"]["split_contradictions"] is False
+
+
+def test_out_and_resume(capsys, tmp_path):
+    out = _run(capsys, "--episodes", "25", "--eval-episodes", "0", "--out", str(tmp_path))
+    with open(tmp_path / "history.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 25
+    assert np.isclose(float(rows[-1]["n_states"]), out["n_first_level_states"])
+    more = _run(capsys, "--episodes", "10", "--eval-episodes", "0", "--resume", str(tmp_path / "agent.npz"))
+    assert more["episodes"] == 35
+    assert more["n_first_level_states"] >= out["n_first_level_states"]
+
+
+def test_bad_arguments(capsys):
+    for argv in (["--episodes", "0"], ["--size", "0"], ["--smoothing", "0"], ["--merge", "kmeans"],
+                 ["--resume", "/nonexistent/agent.npz"]):
+        code = None
+        try:
+            code = main(["run", "--json", *argv])
+        except SystemExit as e:  # argparse choices
+            code = e.code
+        assert code == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert err and "Traceback" not in err and len(err.splitlines()) == 1
