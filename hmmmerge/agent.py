@@ -115,6 +115,7 @@ class TwoLevelMemory:
         self.memory = EpisodicMemory(n_obs, n_actions)
         self.clusters = Clusters(n_states=0)
         self.fo_counts = np.zeros((n_obs, n_actions, n_obs), dtype=np.int64)
+        self._fo_prev = np.zeros(1, dtype=np.int64)  # the previous observation, for the first-order model
         self.steps = 0
         self.episodes = 0
         self.sleep_pending = False
@@ -253,7 +254,7 @@ class TwoLevelMemory:
             while g < end:
                 stop = min(end, g + (next_refresh - self.steps))
                 K.agent_chunk(obs, act, lab, g, stop, mem._next, mem._emission, mem._labels, mem._scal,
-                              self.clusters.assignment, self.fo_counts, self._fo_prev(),
+                              self.clusters.assignment, self.fo_counts, self._fo_prev,
                               self._k, *self._t2, self._cluster_obs, self._em_ptr, self._em_idx,
                               *self._beliefs, *self._scratch, *outs, s["online_connect"], uniforms)
                 self.steps += stop - g
@@ -275,11 +276,6 @@ class TwoLevelMemory:
         self.last_predictions_ = {name: outs[j].reshape(E, L1) for name, j in zip(PREDICTORS, (0, 2, 3, 1))}
         return self
 
-    def _fo_prev(self) -> np.ndarray:
-        if not hasattr(self, "_fo_prev_arr"):
-            self._fo_prev_arr = np.zeros(1, dtype=np.int64)
-        return self._fo_prev_arr
-
     def run(self, env, n_episodes: int = 1000, episode_length: int = 50, seed=0, progress: bool = False):
         """Random-walk ``n_episodes`` in ``env`` (the paper's protocol) and :meth:`fit` them.
 
@@ -298,6 +294,11 @@ class TwoLevelMemory:
     # ------------------------------------------------------------ results
     def history(self) -> dict[str, np.ndarray]:
         """Per-episode metrics of every episode lived so far (a dict of equal-length arrays).
+
+        Accuracies and no-prediction shares are over the moves of each episode;
+        ``n_clusters`` and ``n_states`` are taken at its end; ``purity`` and
+        ``purity_no_singletons`` as of the last sleep (online connections between
+        sleeps change them a little; :meth:`summary` reports the current values).
 
         >>> from hmmmerge import gridworld
         >>> agent = TwoLevelMemory(10, 4, merge="none").run(gridworld(), 3, seed=0)
@@ -326,8 +327,7 @@ class TwoLevelMemory:
         out.update({f"{p}_accuracy_authors_scoring": float(np.mean(h[f"{p}_accuracy_authors"][tail]))
                     for p in PREDICTORS})
         out["no_prediction_share"] = out["l2_no_prediction_share"]
-        out["purity"] = float(h["purity"][-1])
-        out["purity_no_singletons"] = float(h["purity_no_singletons"][-1])
+        out["purity"], out["purity_no_singletons"] = self._current_purity()
         out["n_clusters"] = int(self.n_clusters)
         out["n_first_level_states"] = int(self.memory.n_states)
         out["episodes"] = int(self.episodes)
@@ -374,7 +374,7 @@ class TwoLevelMemory:
         n = self.memory.n_states
         meta = dict(settings=self.settings, steps=self.steps, episodes=self.episodes, sleeps=self.sleeps,
                     sleep_pending=self.sleep_pending, purity=list(self._purity),
-                    rng=self.rng.bit_generator.state, fo_prev=int(self._fo_prev()[0]))
+                    rng=self.rng.bit_generator.state, fo_prev=int(self._fo_prev[0]))
         hist = self.history()
         atomic_savez(path, **self.memory.state_dict(), assignment=self.clusters.assignment[:n].copy(),
                      fo_counts=self.fo_counts, meta=np.array(json.dumps(meta)),
@@ -418,7 +418,7 @@ class TwoLevelMemory:
         agent.sleep_pending = bool(meta["sleep_pending"])
         agent._purity = tuple(float(x) for x in meta["purity"])
         agent.rng.bit_generator.state = meta["rng"]
-        agent._fo_prev()[0] = int(meta["fo_prev"])
+        agent._fo_prev[0] = int(meta["fo_prev"])
         hist = {k: data[f"history_{k}"] for k in _HISTORY_KEYS if f"history_{k}" in data}
         if len(hist) == len(_HISTORY_KEYS) and len(hist["episode"]):
             agent._history = [hist]
