@@ -29,7 +29,8 @@ def add_parser(sub) -> None:
     p.add_argument("--out", metavar="DIR", help="write per-episode curves (CSV) and the trained memory (.npz)")
     p.add_argument("--resume", metavar="FILE", help="continue a memory saved by --out (agent.npz)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--progress", action="store_true", help="show a progress bar on stderr")
+    p.add_argument("--progress", action="store_true",
+                   help="force the progress bar on stderr (default: shown when stderr is a terminal, not under --json)")
     p.set_defaults(run=run)
 
 
@@ -62,7 +63,7 @@ def run(args) -> int:
                                merge_iterations=args.merge_iterations, similarity=args.similarity,
                                online_connect=not args.literal, split_contradictions=not args.literal, seed=seed)
     traj = random_walk(env, args.episodes, args.episode_length, seed=(seed, agent.episodes) if args.resume else seed)
-    show = args.progress and not args.json and sys.stderr.isatty()
+    show = args.progress or (not args.json and sys.stderr.isatty())
     agent.fit(traj, progress=show)
     wall = time.perf_counter() - start
     out = agent.summary()
