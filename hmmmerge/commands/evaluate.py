@@ -158,7 +158,12 @@ def run_models(env, names, args) -> list[dict]:
     train = random_walk(env, args.episodes, args.episode_length, seed=train_rng)
     test = random_walk(env, args.eval_episodes, args.episode_length, seed=eval_rng)
     rows = []
-    for name in names:
+    import sys
+
+    from tqdm import tqdm
+
+    show = not getattr(args, "json", False) and sys.stderr.isatty()
+    for name in tqdm(names, desc="models", unit="model", disable=not show, leave=False):
         t0 = time.perf_counter()
         model = MODELS[name](env, train, args)
         t1 = time.perf_counter()
