@@ -78,7 +78,7 @@ class TwoLevelMemory:
     initial_size : size of the initial random clusters (1, 10, 100 in the paper).
     merge_iterations : merge iterations per sleep (5).
     refresh_every, sleep_every : in steps (200, 500).
-    gamma, horizon, min_depth, threshold, similarity : see :class:`~hmmmerge.merging.SFMerger`.
+    gamma, horizon, min_depth, threshold, similarity, sf_scale : see :class:`~hmmmerge.merging.SFMerger`.
     online_connect, split_contradictions : the authors' two extra steps (module docstring).
     seed : int or numpy Generator; drives partitions, merges and online connections.
 
@@ -97,7 +97,7 @@ class TwoLevelMemory:
                  merge_iterations: int = 5, refresh_every: int = 200, sleep_every: int = 500,
                  gamma: float = 0.8, horizon: int = 25, min_depth: int = 5, threshold: float = 0.5,
                  similarity="euclidean", online_connect: bool = True, split_contradictions: bool = True,
-                 seed=0):
+                 sf_scale: float = 1.0, seed=0):
         if merge not in _MERGE_MODES:
             raise ValueError(f"merge must be one of {_MERGE_MODES}, got {merge!r}")
         for name, v in (("initial_size", initial_size), ("merge_iterations", merge_iterations),
@@ -108,7 +108,8 @@ class TwoLevelMemory:
                              refresh_every=int(refresh_every), sleep_every=int(sleep_every), gamma=float(gamma),
                              horizon=int(horizon), min_depth=int(min_depth), threshold=float(threshold),
                              similarity=similarity if isinstance(similarity, str) else "custom",
-                             online_connect=bool(online_connect), split_contradictions=bool(split_contradictions))
+                             online_connect=bool(online_connect), split_contradictions=bool(split_contradictions),
+                             sf_scale=float(sf_scale))
         self._similarity = similarity
         self.merger = self._make_merger()
         self.rng = as_generator(seed)
@@ -128,7 +129,7 @@ class TwoLevelMemory:
         s = self.settings
         if s["merge"] == "sf":
             return SFMerger(self._similarity, s["threshold"], s["gamma"], s["horizon"], s["min_depth"],
-                            split_contradictions=s["split_contradictions"])
+                            split_contradictions=s["split_contradictions"], sf_scale=s["sf_scale"])
         if s["merge"] == "random":
             return RandomMerger(s["gamma"], s["horizon"], s["min_depth"],
                                 split_contradictions=s["split_contradictions"])

@@ -38,6 +38,11 @@ class SFMerger:
     threshold : minimum similarity ``l`` of an accepted pair (0.5).
     gamma, horizon, min_depth : successor-feature discount, BFS depth and the
         depth a cluster's BFS must reach to be eligible.
+    sf_scale : factor applied to the features before the similarity (1: Algorithm 2's
+        ``gamma^(l-1)`` weights; ``gamma`` with ``min_depth=4`` is the authors' code,
+        which weights depth ``l`` by ``gamma^l``).
+    split_contradictions : apply pairs with :func:`merge_with_split` (the authors'
+        experiment) rather than as plain unions.
 
     >>> import numpy as np
     >>> m = SFMerger()
@@ -47,11 +52,10 @@ class SFMerger:
     [1, 0]
     """
 
-    needs_features = True
-
     def __init__(self, similarity="euclidean", threshold: float = 0.5, gamma: float = 0.8,
-                 horizon: int = 25, min_depth: int = 5, split_contradictions: bool = True):
+                 horizon: int = 25, min_depth: int = 5, split_contradictions: bool = True, sf_scale: float = 1.0):
         self.split_contradictions = bool(split_contradictions)
+        self.sf_scale = float(sf_scale)
         self.similarity = similarity
         self.threshold = float(threshold)
         self.gamma = float(gamma)
@@ -97,8 +101,6 @@ class RandomMerger(SFMerger):
     >>> RandomMerger().select_pairs(np.zeros((3, 2)), np.zeros((4, 2)), seed=0)[0].tolist()
     [0, 1, 2]
     """
-
-    needs_features = False
 
     def __init__(self, gamma: float = 0.8, horizon: int = 25, min_depth: int = 5,
                  split_contradictions: bool = True):
@@ -175,6 +177,7 @@ def merge_iteration(memory, clusters, merger, seed=0) -> dict:
     report.update(colour=colour, eligible=len(eligible), probes=len(probes))
     if len(probes) == 0:
         return report
+    sf *= merger.sf_scale
     pi, ci = merger.select_pairs(sf[probes], sf[candidates], rng)
     pairs = np.column_stack([ids[probes[pi]], ids[candidates[ci]]])
     before = clusters.n_clusters

@@ -162,3 +162,12 @@ def test_merge_with_split_invariants(memory, seed):
         assert len(np.unique(memory.emission[cl.members(c)])) == 1
     untouched = ~np.isin(before, pairs.ravel())
     assert np.array_equal(_canonical(before)[untouched], _canonical(cl.assignment)[untouched])
+
+
+def test_sf_scale_changes_similarities(memory):
+    """Features scaled up make every similarity tiny, so the threshold blocks every merge."""
+    for scale, expect_merges in ((100.0, False), (1.0, True)):
+        cl = Clusters(n_states=memory.n_states)
+        cl.partition_unassigned(memory.emission, 10, seed=5)
+        report = merge_iteration(memory, cl, SFMerger(sf_scale=scale), seed=6)
+        assert (report["merges"] > 0) == expect_merges

@@ -20,6 +20,9 @@ def add_parser(sub) -> None:
     p.add_argument("--literal", action="store_true",
                    help="the paper's text literally: no online connection, merges are plain unions "
                         "(default: the authors' experiment, which produced the paper's figures)")
+    p.add_argument("--authors-sf", action="store_true",
+                   help="successor features as the authors' code computes them (depth l weighted gamma^l, "
+                        "eligible from depth 4) instead of Algorithm 2's gamma^(l-1) and depth 5")
     p.add_argument("--agent-seed", type=int, default=None,
                    help="seed of the walk, partitions and merges (default: --seed)")
     p.add_argument("--eval-episodes", type=int, default=100, help="fresh episodes for the surprise (0: skip)")
@@ -61,7 +64,8 @@ def run(args) -> int:
     else:
         agent = TwoLevelMemory(env.n_obs, env.n_actions, merge=args.merge, initial_size=args.size,
                                merge_iterations=args.merge_iterations, similarity=args.similarity,
-                               online_connect=not args.literal, split_contradictions=not args.literal, seed=seed)
+                               online_connect=not args.literal, split_contradictions=not args.literal,
+                               **(dict(sf_scale=0.8, min_depth=4) if args.authors_sf else {}), seed=seed)
     traj = random_walk(env, args.episodes, args.episode_length, seed=(seed, agent.episodes) if args.resume else seed)
     show = args.progress or (not args.json and sys.stderr.isatty())
     agent.fit(traj, progress=show)
