@@ -9,7 +9,11 @@ One merge iteration (:func:`merge_iteration`), as in the authors' experiment:
    before ``min_depth`` is not eligible;
 3. shuffle the eligible clusters: the first half are probes, the second half
    candidates;
-4. the merger pairs probes with candidates; each accepted pair is merged.
+4. the merger pairs probes with candidates; the accepted pairs are applied in
+   probe order, each pooling the two clusters and splitting back the states
+   that contradict the majority next observation (:func:`merge_with_split`,
+   the authors' experiment), or, with ``split_contradictions=False``, as plain
+   unions (the paper's text).
 
 :class:`SFMerger` is Algorithm 3: for every probe, the most similar candidate
 is accepted with probability ``Phi((max - mean) / std)`` of the probe's row of
@@ -25,7 +29,7 @@ from scipy.special import ndtr
 from ._random import as_generator
 from .successor import pairwise_similarity, successor_features
 
-__all__ = ["SFMerger", "RandomMerger", "merge_iteration"]
+__all__ = ["SFMerger", "RandomMerger", "merge_iteration", "merge_with_split", "split_by_next_observation"]
 
 
 class SFMerger:
