@@ -406,13 +406,34 @@ def weighted_purity(assignment, labels, *, include_singletons: bool = False) -> 
     asg, lab = _check_assignment(assignment, labels)
     if not (asg >= 0).any():
         return float("nan")
-    counts = _cluster_label_counts(asg, lab, int(asg.max()) + 1)
-    sizes = np.asarray(counts.sum(axis=1)).ravel()
-    top = counts.max(axis=1).toarray().ravel()
+    sizes, top = cluster_top_counts(asg, lab)
     keep = sizes >= (1 if include_singletons else 2)
     if not keep.any():
         return float("nan")
     return float(top[keep].sum() / sizes[keep].sum())
+
+
+def cluster_top_counts(assignment: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per cluster: its size and the count of its most common label (arrays over cluster ids).
+
+    Unassigned states (``-1``) are ignored; labels must be >= 0 for assigned states.
+
+    >>> sizes, top = cluster_top_counts(np.array([0, 0, 0, 1, -1]), np.array([4, 4, 2, 3, 9]))
+    >>> sizes.tolist(), top.tolist()
+    ([3, 1], [2, 1])
+    """
+    keep = assignment >= 0
+    a, lab = assignment[keep], labels[keep]
+    k = int(a.max()) + 1 if a.size else 0
+    n_labels = int(lab.max()) + 1 if lab.size else 1
+    sizes = np.bincount(a, minlength=k)
+    if k * n_labels <= 20_000_000:  # dense table: one O(n) pass
+        table = np.bincount(a * n_labels + lab, minlength=k * n_labels).reshape(k, n_labels)
+        return sizes, table.max(axis=1)
+    pairs, counts = np.unique(a * n_labels + lab, return_counts=True)
+    top = np.zeros(k, dtype=np.int64)
+    np.maximum.at(top, pairs // n_labels, counts)
+    return sizes, top
 
 
 def position_transition_matrix(
