@@ -67,7 +67,7 @@ class Environment:
                 "graph is undirected: transitions need a direction; build a MultiDiGraph "
                 "with one out-edge per (node, action)"
             )
-        g = graph if graph.is_multigraph() else nx.MultiDiGraph(graph)
+        g = nx.MultiDiGraph(graph)  # a copy: later edits of the caller's graph cannot desynchronise us
         nodes = list(g.nodes)
         index = {node: i for i, node in enumerate(nodes)}
 
@@ -178,6 +178,8 @@ class Environment:
         if ob.size and not np.issubdtype(ob.dtype, np.integer):
             raise ValueError(f"obs must hold integers, got dtype {ob.dtype}")
         n = ns.shape[1]
+        if n == 0:
+            raise ValueError("next_state has no states: an environment needs at least one state")
         if ns.size and (ns.min() < 0 or ns.max() >= n):
             a, u = np.argwhere((ns < 0) | (ns >= n))[0]
             raise ValueError(f"next_state[{a}, {u}] = {ns[a, u]} is not a state index in 0..{n - 1}")

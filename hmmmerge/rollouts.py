@@ -51,6 +51,8 @@ class Trajectories:
             states = _as_int_2d(self.states, "states")
             if states.shape != obs.shape:
                 raise ValueError(f"states has shape {states.shape} but obs has {obs.shape}")
+            if states.size and states.min() < 0:
+                raise ValueError(f"states holds a negative state index ({int(states.min())})")
             object.__setattr__(self, "states", states)
 
     @property

@@ -73,8 +73,8 @@ def gridworld(
     >>> env.nodes[env.next_state[3, env.start]]  # down from the bottom row: stay
     (2, 0)
     """
-    for name, v in (("rows", rows), ("cols", cols)):
-        if not isinstance(v, (int, np.integer)) or v < 1:
+    for name, v in (("rows", rows), ("cols", cols), ("n_colours", n_colours)):
+        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
             raise ValueError(f"{name} must be a positive integer, got {v!r}")
     blocked = set()
     for cell in obstacles:

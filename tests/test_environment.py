@@ -164,7 +164,7 @@ def test_from_arrays_matches_graph():
         (dict(next_state=[[1, 0]], obs=[0, 1], nodes=["a"]), "nodes has 1 labels"),
         (dict(next_state=[[1, 0]], obs=[0, 1], nodes=["a", "a"]), "twice"),
         (dict(next_state=[[1, 0]], obs=[0, 1], n_obs=1), "n_obs=1"),
-        (dict(next_state=np.zeros((1, 0), int), obs=np.zeros(0, int)), "start=0"),  # no states
+        (dict(next_state=np.zeros((1, 0), int), obs=np.zeros(0, int)), "no states"),  # no states
         (dict(next_state=np.zeros((0, 2), int), obs=[0, 1]), "no edges"),
     ],
 )
@@ -347,3 +347,18 @@ def test_graphml_errors(tmp_path):
 def test_repr_mentions_sizes():
     r = repr(gridworld(3, 3, n_colours=3))
     assert "n_states=9" in r and "start=(2, 0)" in r
+
+
+def test_graph_is_copied_and_empty_arrays_rejected():
+    import networkx as nx
+
+    from hmmmerge import Environment
+
+    g = nx.MultiDiGraph()
+    g.add_node("a", obs=0)
+    g.add_edge("a", "a", action=0)
+    env = Environment(g)
+    g.nodes["a"]["obs"] = 5           # editing the caller's graph later does not touch the environment
+    assert env.graph.nodes["a"]["obs"] == 0 and env.obs.tolist() == [0]
+    with pytest.raises(ValueError, match="no states"):
+        Environment.from_arrays(np.zeros((1, 0), dtype=int), np.zeros(0, dtype=int))

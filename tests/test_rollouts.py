@@ -198,3 +198,14 @@ def test_trajectories_are_frozen(grid):
     traj = random_walk(grid, 2, 2)
     with pytest.raises(AttributeError):
         traj.obs = None
+
+
+def test_negative_states_and_bool_sizes_rejected():
+    from hmmmerge import Trajectories, gridworld
+
+    with pytest.raises(ValueError, match="negative state"):
+        Trajectories([[0, 1]], [[-1, 0]], states=[[0, -3]])
+    with pytest.raises(ValueError, match="rows"):
+        gridworld(True, 3)
+    with pytest.raises(ValueError, match="n_colours"):
+        gridworld(3, 3, n_colours=0)
