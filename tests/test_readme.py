@@ -1,0 +1,29 @@
+"""The README's quick start runs as written (a new user's first contact with the library)."""
+
+import re
+from pathlib import Path
+
+import matplotlib
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def test_quick_start_runs(tmp_path, monkeypatch, capsys):
+    matplotlib.use("Agg")
+    code = re.search(r"## Quick start\n\n```python\n(.*?)```", README.read_text(), re.S).group(1)
+    assert len(code.strip().splitlines()) <= 20
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "README quick start", "exec"), {})
+    out = capsys.readouterr().out
+    accuracy = {m.group(1).strip(): float(m.group(2)) for m in re.finditer(r"^(.+?)\s+accuracy ([0-9.]+)", out, re.M)}
+    assert accuracy["oracle"] == 1.0
+    assert accuracy["level 2"] > accuracy["first order"] + 0.2   # the two-level memory learns the map
+    assert accuracy["EM"] > 0.95
+    assert (tmp_path / "l2_accuracy.png").stat().st_size > 0
+
+
+def test_two_setup_commands_are_there():
+    text = README.read_text()
+    assert "pip install -e . && hmmmerge demo" in text
+    ci = (README.parent / ".ci" / "run").read_text()
+    assert 'pip install -e ".[test]" && python -m pytest -q' in text and 'pip install -e ".[test]" && python -m pytest -q' in ci
