@@ -223,3 +223,24 @@ def test_demo_small(tmp_path, capsys):
         assert "EM (clone HMM, 20 clones/colour)" in rows
     assert main(args) == 0
     assert json.loads(capsys.readouterr().out)["runs"]["agent"]["ran"] == 0  # cached: only redrawn
+
+
+def test_authors_sf_reaches_the_agent(tmp_path, monkeypatch):
+    """`--authors-sf` marks every learning config and the run builds the agent with the authors' SF weighting."""
+    from hmmmerge import agent as agent_module
+    from hmmmerge.reproduce import PROTOCOLS, learning_sweep
+    from hmmmerge.reproduce.runs import AUTHORS_SF, learning_run
+
+    sweep = learning_sweep(str(tmp_path), PROTOCOLS["quick"], authors_sf=True)
+    assert all(c["authors_sf"] for c in sweep.configs)
+    assert not any("authors_sf" in c for c in learning_sweep(str(tmp_path), PROTOCOLS["quick"]).configs)
+    seen = {}
+    original = agent_module.TwoLevelMemory.__init__
+
+    def spy(self, *args, **kw):
+        seen.update(kw)
+        original(self, *args, **kw)
+
+    monkeypatch.setattr(agent_module.TwoLevelMemory, "__init__", spy)
+    learning_run(dict(sweep.configs[0], episodes=5))
+    assert seen["sf_scale"] == AUTHORS_SF["sf_scale"] and seen["min_depth"] == AUTHORS_SF["min_depth"]

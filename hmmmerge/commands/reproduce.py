@@ -16,6 +16,9 @@ def add_parser(sub) -> None:
                    help="local (processes on all cores, default), local:N, threads:N, serial, or "
                         "dask://HOST:PORT (a running dask.distributed scheduler)")
     p.add_argument("--only", nargs="+", metavar="FIGURE", help="only these figures (names without 'fig:')")
+    p.add_argument("--authors-sf", action="store_true",
+                   help="learning curves with the authors' successor-feature weighting (gamma^l, eligible from "
+                        "depth 4) instead of Algorithm 2's; use another --out")
     p.add_argument("--json", action="store_true", help="print one JSON object (table and file list)")
     p.add_argument("--progress", action="store_true", help="force the progress bar on stderr")
     p.set_defaults(run=run)
@@ -34,7 +37,8 @@ def run(args) -> int:
             raise ValueError(f"--only: unknown figure(s) {bad}; choose from {sorted(FIGURES)}")
     only = [n.removeprefix("fig:") for n in args.only] if args.only else None
     progress = False if args.json else (True if args.progress else sys.stderr.isatty())
-    res = reproduce(args.out, quick=args.quick, executor=args.executor, progress=progress, only=only)
+    res = reproduce(args.out, quick=args.quick, executor=args.executor, progress=progress, only=only,
+                    authors_sf=args.authors_sf)
     summary = {name: fig["summary"] for name, fig in res["figures"].items()}
     if args.json:
         print_json({"protocol": res["protocol"], "out": res["out"], "files": res["files"], "table": res["table"],

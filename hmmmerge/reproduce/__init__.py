@@ -65,8 +65,12 @@ PROTOCOLS = {
 }
 
 
-def learning_sweep(out_dir, protocol: Protocol):
-    """The Section 4 sweep (seeds x colourings x sizes x merges) under ``OUT/runs/learning``."""
+def learning_sweep(out_dir, protocol: Protocol, authors_sf: bool = False):
+    """The Section 4 sweep (seeds x colourings x sizes x merges) under ``OUT/runs/learning``.
+
+    ``authors_sf`` runs the agent with the authors' successor-feature weighting
+    (:data:`hmmmerge.reproduce.runs.AUTHORS_SF`) instead of Algorithm 2's.
+    """
     from ..sweep import Sweep, grid
     from .runs import learning_run, validate_learning
 
@@ -74,6 +78,8 @@ def learning_sweep(out_dir, protocol: Protocol):
     for c in configs:
         c.update(episodes=protocol.episodes, episode_length=protocol.episode_length,
                  structure=c["size"] == protocol.structure_size)
+        if authors_sf:
+            c["authors_sf"] = True
     return Sweep(os.path.join(out_dir, "runs", "learning"), learning_run, configs, validate=validate_learning,
                  version="auto")
 
@@ -127,7 +133,7 @@ FIGURES = {
 
 
 def reproduce(out_dir, quick: bool = False, executor="local", progress=None, only=None,
-              max_workers: int | None = None) -> dict:
+              max_workers: int | None = None, authors_sf: bool = False) -> dict:
     """Run the sweeps the chosen figures need (resuming), then write every figure and table.
 
     Returns ``{"protocol", "figures": {name: {"files", "summary"}}, "table": rows,
@@ -146,7 +152,7 @@ def reproduce(out_dir, quick: bool = False, executor="local", progress=None, onl
     needs = {FIGURES[n] for n in names} - {None}
     sweeps = {}
     if "learning" in needs:
-        sweeps["learning"] = learning_sweep(out_dir, protocol)
+        sweeps["learning"] = learning_sweep(out_dir, protocol, authors_sf)
     if "clusters" in needs:
         sweeps["clusters"] = cluster_sweep(out_dir, protocol)
     t0 = time.perf_counter()

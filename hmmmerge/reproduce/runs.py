@@ -44,6 +44,10 @@ def _walk(env, config, episodes=None, salt=0):
                        seed=[int(config["colouring"]), int(config["seed"]), salt])
 
 
+AUTHORS_SF = {"sf_scale": 0.8, "min_depth": 4}
+"""Successor features as the authors' code computes them: depth ``l`` weighted ``gamma^l`` (gamma 0.8), eligible from depth 4."""
+
+
 def learning_run(config: dict) -> dict:
     """One online run of the paper's agent; returns its per-episode history.
 
@@ -66,6 +70,7 @@ def learning_run(config: dict) -> dict:
     traj = _walk(env, config)
     agent = TwoLevelMemory(env.n_obs, env.n_actions, merge=str(config["merge"]), initial_size=int(config["size"]),
                            merge_iterations=int(config.get("merge_iterations", 5)),
+                           **(AUTHORS_SF if config.get("authors_sf") else {}),
                            seed=[int(config["colouring"]), int(config["seed"]), 1])
     agent.fit(traj)
     hist = agent.history()
