@@ -287,17 +287,11 @@ def merge_states(x, y, A1, alpha, tab, src, act, dst, cnt, alive_e, out_head, ou
             e = out_next[e]
     # add up equal in-edges of x from other states (rows k -a-> {x, y})
     n_col = 0
+    _unlink_dead(x, in_head, in_next, alive_e)  # edges killed above may still sit in x's in-list
     prev = -1
     e = in_head[x]
     while e >= 0:
         nxt = in_next[e]
-        if not alive_e[e]:
-            if prev < 0:
-                in_head[x] = nxt
-            else:
-                in_next[prev] = nxt
-            e = nxt
-            continue
         k = src[e]
         if k == x:
             prev = e
