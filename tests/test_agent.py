@@ -176,3 +176,51 @@ def test_literal_reading_switches(world):
     online = _fit(traj, merge="sf")
     fresh = slice(int(online.history()["n_states"][-2]), online.memory_.n_states)
     assert (online.clusters_.assignment[fresh] >= 0).any()
+
+
+def test_estimator_conventions(world):
+    """Parameters are attributes; fit starts afresh, partial_fit continues; learned state ends with '_'."""
+    _, traj = world
+    agent = TwoLevelMemory(10, 4, merge="random", initial_size=3, seed=2)
+    params = agent.get_params()
+    assert params["merge"] == "random" and params["initial_size"] == 3 and params["seed"] == 2
+    assert repr(agent) == "TwoLevelMemory(n_obs=10, n_actions=4, merge='random', initial_size=3, seed=2)"
+    assert TwoLevelMemory(**params).get_params() == params
+    assert not hasattr(agent, "memory_")
+    once = agent.fit(traj[:30]).history()
+    twice = agent.fit(traj[:30]).history()   # starts over: the same result, not 60 episodes
+    assert all(np.array_equal(once[k], twice[k], equal_nan=True) for k in once)
+    whole = TwoLevelMemory(**params).fit(traj[:30]).history()
+    split = TwoLevelMemory(**params).partial_fit(traj[:12]).partial_fit(traj[12:30]).history()
+    assert all(np.array_equal(whole[k], split[k], equal_nan=True) for k in whole)
+    with pytest.raises(ValueError, match="invalid parameter"):
+        agent.set_params(colour=3)
+    with pytest.raises(ValueError, match="merge"):
+        agent.set_params(merge="kmeans")
+
+
+def test_merge_mode_registry_and_place_hook(world, monkeypatch):
+    """A new mode plugs in with one registry entry; its place hook sees every step's level-1 state."""
+    import hmmmerge.agent as agent_module
+    from hmmmerge.merging import NoMerger
+
+    _, traj = world
+    seen = []
+
+    class Placing(NoMerger):
+        def __init__(self, initial_size, label):
+            super().__init__(initial_size)
+            self.label = label
+
+        def place(self, memory, clusters, states, rng):
+            seen.append(states.copy())
+            return False
+
+    monkeypatch.setitem(agent_module.MERGE_MODES, "toy",
+                        lambda agent, **kw: Placing(agent.initial_size, **kw))
+    agent = TwoLevelMemory(10, 4, merge="toy", merge_params={"label": "x"}).fit(traj[:20])
+    assert agent.merger_.label == "x"
+    assert np.array_equal(np.concatenate(seen), agent.last_states_.ravel())
+    # without the hook and with the same partition-only sleep, the result is merge="none"
+    ref = TwoLevelMemory(10, 4, merge="none").fit(traj[:20])
+    assert np.array_equal(ref.clusters_.assignment, agent.clusters_.assignment)
