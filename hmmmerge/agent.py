@@ -382,6 +382,30 @@ class TwoLevelMemory(Estimator):
             return {k: np.zeros(0) for k in _HISTORY_KEYS}
         return {k: np.concatenate([h[k] for h in self._history]) for k in _HISTORY_KEYS}
 
+    def pop_history(self, keep: int = 50) -> dict[str, np.ndarray]:
+        """Return the per-episode metrics held in memory and forget all but the last ``keep`` episodes.
+
+        For long lives whose history streams to disk: the returned rows are the
+        ones not returned before; :meth:`summary` over up to ``keep`` episodes
+        still works afterwards.
+
+        >>> from hmmmerge import gridworld
+        >>> agent = TwoLevelMemory(10, 4, merge="none").run(gridworld(), 5, seed=0)
+        >>> agent.pop_history(keep=2)["episode"].tolist(), agent.run(gridworld(), 1).pop_history()["episode"].tolist()
+        ([0, 1, 2, 3, 4], [5])
+        >>> agent.history()["episode"].tolist()   # the tail kept for summary()
+        [3, 4, 5]
+        """
+        keep = check_int(keep, "keep", low=0)
+        h = self.history()
+        new = getattr(self, "_popped", 0)
+        first = h["episode"][0] if len(h["episode"]) else 0
+        rows = {k: v[max(new - int(first), 0):] for k, v in h.items()}
+        tail = {k: v[len(v) - min(keep, len(v)):] for k, v in h.items()}
+        self._history = [tail] if len(tail["episode"]) else []
+        self._popped = int(self.episodes_)
+        return rows
+
     def summary(self, last: int = 50) -> dict:
         """Means over the last ``last`` episodes, plus the current sizes (the keys of ``hmmmerge run``).
 
@@ -447,8 +471,11 @@ class TwoLevelMemory(Estimator):
             params[name] = int(params[name])
         return params
 
-    def save(self, path) -> None:
+    def save(self, path, extra: dict | None = None) -> None:
         """Write level 1, C, the first-order counts, parameters, counters and RNG state as ``.npz`` (no pickle).
+
+        ``extra``: JSON values stored alongside (read back as ``saved_extra_``),
+        e.g. the state of a long run for a checkpoint.
 
         >>> import os, tempfile
         >>> from hmmmerge import gridworld
@@ -463,7 +490,8 @@ class TwoLevelMemory(Estimator):
         n = self.memory_.n_states
         meta = dict(params=self._json_params(), steps=self.steps_, episodes=self.episodes_, sleeps=self.sleeps_,
                     sleep_pending=self.sleep_pending_, purity=list(self._purity),
-                    rng=self.rng_.bit_generator.state, fo_prev=int(self._fo.prev[0]))
+                    rng=self.rng_.bit_generator.state, fo_prev=int(self._fo.prev[0]),
+                    popped=int(getattr(self, "_popped", 0)), extra=extra)
         try:
             meta_text = json.dumps(meta)
         except TypeError as e:
@@ -520,6 +548,8 @@ class TwoLevelMemory(Estimator):
         agent.sleep_pending_ = bool(meta["sleep_pending"])
         agent._purity = tuple(float(x) for x in meta["purity"])
         agent.rng_.bit_generator.state = meta["rng"]
+        agent._popped = int(meta.get("popped", 0))
+        agent.saved_extra_ = meta.get("extra")
         hist = {k: data[f"history_{k}"] for k in _HISTORY_KEYS if f"history_{k}" in data}
         if len(hist) == len(_HISTORY_KEYS) and len(hist["episode"]):
             agent._history = [hist]
@@ -565,9 +595,9 @@ class _NoBar:
         pass
 
 
-def _progress(total: int, enabled: bool):
+def _progress(total: int, enabled: bool, initial: int = 0):
     if not enabled:
         return _NoBar()
     from tqdm import tqdm
 
-    return tqdm(total=total, unit="episode", leave=False)
+    return tqdm(total=total, initial=initial, unit="episode", leave=False)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 
 def add_parser(sub) -> None:
     from .env import add_world_arguments
@@ -30,7 +32,12 @@ def add_parser(sub) -> None:
                    help="surprise scores (1-EPS) p + EPS/n_obs so that a zero-probability step stays finite "
                         "(default 0.001; the unsmoothed value and the count of such steps are reported too)")
     p.add_argument("--out", metavar="DIR", help="write per-episode curves (CSV) and the trained memory (.npz)")
-    p.add_argument("--resume", metavar="FILE", help="continue a memory saved by --out (agent.npz)")
+    p.add_argument("--resume", metavar="FILE",
+                   help="continue a memory saved by --out (DIR/agent.npz: --episodes more episodes), or an "
+                        "interrupted run from its checkpoint (DIR/checkpoint.npz: to the run's own --episodes)")
+    p.add_argument("--checkpoint-every", type=int, default=0, metavar="N",
+                   help="with --out: every N episodes write DIR/checkpoint.npz atomically and append the new "
+                        "rows to DIR/history.csv (history streams to disk; memory stays bounded)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--progress", action="store_true",
                    help="force the progress bar on stderr (default: shown when stderr is a terminal, not under --json)")
@@ -38,56 +45,145 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    import os
     import sys
     import time
 
+    from .._random import as_generator
     from ..agent import TwoLevelMemory
     from ..cli import print_json
-    from ..rollouts import random_walk
     from .env import world_from_args
 
     if not 0.0 < args.smoothing <= 1.0:
         raise ValueError(f"--smoothing must be in (0, 1], got {args.smoothing}")
-    for name in ("episodes", "episode_length", "size", "eval_episodes", "merge_iterations"):
+    for name in ("episodes", "episode_length", "size", "eval_episodes", "merge_iterations", "checkpoint_every"):
         value = getattr(args, name)
-        low = 0 if name in ("eval_episodes", "merge_iterations") else 1
+        low = 0 if name in ("eval_episodes", "merge_iterations", "checkpoint_every") else 1
         if value < low:
             raise ValueError(f"--{name.replace('_', '-')} must be >= {low}, got {value}")
+    if args.checkpoint_every and not args.out:
+        raise ValueError("--checkpoint-every needs --out DIR (where the checkpoint and history.csv go)")
     env = world_from_args(args)
     seed = args.seed if args.agent_seed is None else args.agent_seed
     start = time.perf_counter()
+    target = args.episodes
+    history_rows = 0
     if args.resume:
         agent = TwoLevelMemory.load(args.resume)
         if agent.n_obs != env.n_obs or agent.n_actions != env.n_actions:
             raise ValueError(f"{args.resume} was trained on another kind of world")
+        run_state = getattr(agent, "saved_extra_", None)
+        if run_state and "walk_rng" in run_state:  # a checkpoint: finish the interrupted run
+            walk = as_generator(0)
+            walk.bit_generator.state = run_state["walk_rng"]
+            target = int(run_state["target_episodes"])
+            history_rows = int(run_state["history_rows"])
+        else:
+            walk = as_generator((seed, agent.episodes_))
+            target = agent.episodes_ + args.episodes
     else:
         agent = TwoLevelMemory(env.n_obs, env.n_actions, merge=args.merge, initial_size=args.size,
                                merge_iterations=args.merge_iterations, similarity=args.similarity,
                                online_connect=not args.literal, split_contradictions=not args.literal,
                                **(dict(sf_scale=0.8, min_depth=4) if args.authors_sf else {}), seed=seed)
-    traj = random_walk(env, args.episodes, args.episode_length, seed=(seed, agent.episodes_) if args.resume else seed)
+        walk = as_generator(seed)
     show = args.progress or (not args.json and sys.stderr.isatty())
-    agent.partial_fit(traj, progress=show)
+    history = None
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        history = _HistoryFile(os.path.join(args.out, "history.csv"), keep_rows=history_rows if args.resume else 0)
+    _live(agent, env, walk, target, args, history, show)
     wall = time.perf_counter() - start
     out = agent.summary()
     out.update(params=agent._json_params(), seed=seed, wall_s=round(wall, 3), n_states_world=env.n_states)
     if args.eval_episodes:
         out.update(_surprise(env, agent, args.eval_episodes, args.episode_length, seed, args.smoothing))
     if args.out:
-        os.makedirs(args.out, exist_ok=True)
+        history.append(agent.pop_history())
         agent.save(os.path.join(args.out, "agent.npz"))
-        write_history_csv(os.path.join(args.out, "history.csv"), agent.history())
         out["out"] = args.out
     if args.json:
         print_json(out)
     else:
-        print(f"{agent}  ({wall:.1f} s)")
+        print(f"{agent}: {agent.episodes_} episodes, {agent.memory_.n_states} level-1 states, "
+              f"{agent.n_clusters_} clusters ({wall:.1f} s)")
         for key in ("l1_accuracy", "l2_accuracy", "l2_filter_accuracy", "first_order_accuracy",
                     "no_prediction_share", "purity", "surprise"):
             if key in out:
                 print(f"  {key:24s} {out[key]:.4f}")
     return 0
+
+
+def _live(agent, env, walk, target, args, history, show) -> None:
+    """Live until ``agent.episodes_ == target`` in blocks of episodes, checkpointing every ``--checkpoint-every``.
+
+    The walk of a block is drawn from the one generator ``walk`` (blocks of
+    any size give the same episodes as one long walk), so a run resumed from
+    a checkpoint (agent, generator state and history rows saved together)
+    ends exactly as an uninterrupted one.
+    """
+    from ..agent import _progress
+    from ..rollouts import random_walk
+
+    every = args.checkpoint_every
+    done = getattr(agent, "episodes_", 0)  # a new agent has lived no episode yet
+    block = every if every else max(target - done, 1)
+    if show:
+        block = min(block, 100)  # the bar moves at least every 100 episodes
+    bar = _progress(target, show, initial=done)
+    while done < target:
+        n = min(block, target - done)
+        if every:
+            n = min(n, every - done % every)  # land exactly on checkpoint boundaries
+        agent.partial_fit(random_walk(env, n, args.episode_length, seed=walk))
+        done = agent.episodes_
+        bar.update(n)
+        if every and done % every == 0 and done < target:
+            history.append(agent.pop_history())
+            history.flush()
+            state = {"walk_rng": walk.bit_generator.state, "target_episodes": int(target),
+                     "history_rows": history.rows}
+            agent.save(os.path.join(args.out, "checkpoint.npz"), extra=state)
+    bar.close()
+
+
+class _HistoryFile:
+    """history.csv, appended block by block; a resumed run first cuts it back to its checkpoint's rows."""
+
+    def __init__(self, path, keep_rows: int = 0):
+        self.path = path
+        self.rows = 0
+        self._header = None
+        if keep_rows and os.path.exists(path):
+            with open(path) as f:
+                lines = f.readlines()
+            self._header = lines[0] if lines else None
+            kept = lines[: keep_rows + 1]
+            if len(kept) != keep_rows + 1:
+                raise ValueError(f"{path} holds {len(lines) - 1} rows, the checkpoint expects {keep_rows}")
+            with open(path, "w") as f:
+                f.writelines(kept)
+            self.rows = keep_rows
+        else:
+            open(path, "w").close()
+
+    def append(self, history) -> None:
+        import numpy as np
+
+        keys = list(history)
+        lines = [] if self._header else [",".join(keys) + "\n"]
+        self._header = True
+        cols = [np.asarray(history[k]) for k in keys]
+        for row in zip(*cols):
+            lines.append(",".join(repr(float(v)) if isinstance(v, (float, np.floating)) else str(v)
+                                  for v in row) + "\n")
+        with open(self.path, "a") as f:
+            f.writelines(lines)
+        self.rows += len(cols[0]) if cols else 0
+
+    def flush(self) -> None:
+        with open(self.path, "a") as f:
+            f.flush()
+            os.fsync(f.fileno())
 
 
 def _surprise(env, agent, n_episodes, episode_length, seed, smoothing) -> dict:
@@ -115,20 +211,3 @@ def _surprise(env, agent, n_episodes, episode_length, seed, smoothing) -> dict:
             "surprise_smoothing_epsilon": smoothing,
             "surprise_unsmoothed": raw["surprise"] if math.isfinite(raw["surprise"]) else None,
             "zero_prob_steps": raw["zero_prob_steps"], "l2_fresh_accuracy": fresh["accuracy"]}
-
-
-def write_history_csv(path, history) -> None:
-    """Per-episode curves as CSV, written atomically."""
-    import io
-
-    import numpy as np
-
-    from .._io import atomic_write_text
-
-    keys = list(history)
-    buf = io.StringIO()
-    buf.write(",".join(keys) + "\n")
-    cols = [np.asarray(history[k]) for k in keys]
-    for row in zip(*cols):
-        buf.write(",".join(repr(float(v)) if isinstance(v, (float, np.floating)) else str(v) for v in row) + "\n")
-    atomic_write_text(path, buf.getvalue())
