@@ -73,12 +73,14 @@ class Steps(NamedTuple):
 
 
 class Predictions(NamedTuple):
-    """Per step: the observation each predictor expected (-1 none, -2 not scored) and the level-1 state."""
+    """Per step: the observation each predictor expected (-1 none, -2 not scored), the level-1 state
+    after it, and whether that state was connected to a cluster online at that step."""
     l1: np.ndarray
     l2: np.ndarray
     l2_filter: np.ndarray
     first_order: np.ndarray
     state: np.ndarray
+    joined: np.ndarray
 
 
 def new_belief(n_clusters: int) -> Belief:
@@ -167,7 +169,7 @@ def connect_online(h, o, cluster_of, bel, em_ptr, u_connect, u_choose):
     """Connect level-1 state ``h`` to a cluster drawn from the belief, with probability 1 - exp(H)/n_o.
 
     ``n_o`` clusters emit ``o`` (``em_ptr``, CSR by observation); a uniform
-    belief over them never connects.
+    belief over them never connects.  Returns whether it connected.
     """
     m = bel.size[0]
     entropy = 0.0
@@ -177,10 +179,10 @@ def connect_online(h, o, cluster_of, bel, em_ptr, u_connect, u_choose):
             entropy -= p * np.log(p)
     n_o = em_ptr[o + 1] - em_ptr[o]
     if n_o == 0:
-        return
+        return False
     p_connect = 1.0 - np.exp(entropy) / n_o
     if p_connect <= 1e-12 or u_connect >= p_connect:  # a uniform belief never connects (round-off aside)
-        return
+        return False
     acc = 0.0
     chosen = bel.support[m - 1]
     for q in range(m):
@@ -189,6 +191,7 @@ def connect_online(h, o, cluster_of, bel, em_ptr, u_connect, u_choose):
             chosen = bel.support[q]
             break
     cluster_of[h] = chosen
+    return True
 
 
 @njit(cache=True)
@@ -246,7 +249,8 @@ def agent_steps(steps, g0, g1, l1, l2, anchored, filtered, fo, scratch, out, onl
         if k > 0:
             c = l2.cluster_of[h1]
             if c < 0 and online and a >= 0 and anchored.size[0] > 0:
-                connect_online(h1, o, l2.cluster_of, anchored, l2.em_ptr, steps.uniforms[g, 0], steps.uniforms[g, 1])
+                out.joined[g] = connect_online(h1, o, l2.cluster_of, anchored, l2.em_ptr,
+                                               steps.uniforms[g, 0], steps.uniforms[g, 1])
             elif c >= 0:
                 _set_onehot(anchored, c)
             elif a < 0:
@@ -309,3 +313,26 @@ def level2_transitions(next_state, n, assignment, k):
             data[p] /= total
         indptr[r + 1] = m
     return indptr, indices[:m].copy(), data[:m].copy()
+
+
+@njit(cache=True)
+def stale_clusters(starts, parent, parent_action, next_state, cluster_of, depth, out):
+    """Clusters whose successor features a change of level 1 at ``starts`` may have changed.
+
+    A new or replaced link at state ``p`` changes the breadth-first sets of the
+    states from which ``p`` is reachable in fewer than ``depth`` moves: ``p``
+    and its ancestors along still-existing links (in-degree is at most one in
+    Algorithm 1's memory).  Their clusters are flagged in ``out`` (bool, by id).
+    """
+    for q in range(starts.shape[0]):
+        x = starts[q]
+        for _ in range(depth):
+            if x < 0:
+                break
+            c = cluster_of[x]
+            if c >= 0:
+                out[c] = True
+            p = parent[x]
+            if p < 0 or next_state[parent_action[x], p] != x:
+                break
+            x = p

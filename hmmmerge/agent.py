@@ -182,6 +182,8 @@ class TwoLevelMemory(Estimator):
         self.merger_ = self._make_merger()
         self.rng_ = as_generator(self.seed)
         self.memory_ = EpisodicMemory(int(self.n_obs), int(self.n_actions))
+        self._parent = np.full(self.memory_.capacity, -1, dtype=np.int64)
+        self._parent_action = np.full(self.memory_.capacity, -1, dtype=np.int64)
         self.clusters_ = Clusters(n_states=0)
         self.first_order_counts_ = np.zeros((self.n_obs, self.n_actions, self.n_obs), dtype=np.int64)
         self._fo = FirstOrder(self.first_order_counts_, np.zeros(1, dtype=np.int64))
@@ -220,6 +222,36 @@ class TwoLevelMemory(Estimator):
             self._anchored, self._filtered = new_belief(k), new_belief(k)
             self._scratch = new_scratch(k, self.n_obs)
             self._k = k
+
+    def _grow_lineage(self, capacity: int) -> None:
+        """Parent (state, action) of every level-1 state at its creation (-1: the start state)."""
+        have = self._parent.shape[0]
+        if capacity > have:
+            extra = np.full(capacity - have, -1, dtype=np.int64)
+            self._parent = np.concatenate([self._parent, extra])
+            self._parent_action = np.concatenate([self._parent_action, extra])
+
+    def _note_changes(self, actions, out, g0, g1, n_before) -> None:
+        """After steps ``g0..g1``: record the parents of new level-1 states and invalidate the
+        cached per-cluster features (see :meth:`~hmmmerge.clusters.Clusters.cache`) of clusters
+        whose states joined online or whose level-1 neighbourhood gained a link."""
+        from ._agent_kernels import stale_clusters
+
+        states = out.state[g0:g1]
+        fresh = np.flatnonzero(states >= n_before)
+        created = fresh[np.unique(states[fresh], return_index=True)[1]] + g0  # the step creating each new state
+        acts = actions[created]
+        parents = np.where(acts >= 0, out.state[np.maximum(created - 1, 0)], -1)
+        self._parent[out.state[created]] = parents
+        self._parent_action[out.state[created]] = acts
+        k = self.clusters_.n_clusters
+        if k == 0:
+            return
+        flags = np.zeros(k, dtype=bool)
+        flags[self.clusters_.assignment[states[out.joined[g0:g1]]]] = True
+        stale_clusters(parents[parents >= 0], self._parent, self._parent_action, self.memory_._next,
+                       self.clusters_.assignment, int(self.horizon), flags)
+        self.clusters_.invalidate(np.flatnonzero(flags))
 
     def sleep(self) -> list[dict]:
         """Run the merger's sleep now (partition the unclustered level-1 states, merge).
@@ -300,8 +332,10 @@ class TwoLevelMemory(Estimator):
         obs = traj.obs.ravel()
         labels = traj.states.ravel() if traj.states is not None else np.full(obs.shape, -1, dtype=np.int64)
         steps = Steps(obs, traj.actions.ravel(), labels, np.zeros((obs.size, 2)))
-        out = Predictions(*(np.full(obs.shape, -2, dtype=np.int64) for _ in Predictions._fields))
+        out = Predictions(*(np.full(obs.shape, -2, dtype=np.int64) for _ in PREDICTORS), np.full(obs.shape, -2, np.int64),
+                          np.zeros(obs.shape, dtype=bool))
         mem.reserve(obs.size)
+        self._grow_lineage(mem.capacity)
         level1 = Level1(mem._next, mem._emission, mem._labels, mem._scal)
         self.clusters_.grow(mem.capacity)
         refresh, sleep = int(self.refresh_every), int(self.sleep_every)
@@ -321,8 +355,10 @@ class TwoLevelMemory(Estimator):
             while g < end:
                 stop = min(end, g + (next_refresh - self.steps_))
                 level2 = self._level2._replace(cluster_of=self.clusters_.assignment)
+                n_before = mem.n_states
                 agent_steps(steps, g, stop, level1, level2, self._anchored, self._filtered, self._fo,
                             self._scratch, out, bool(self.online_connect))
+                self._note_changes(steps.actions, out, g, stop, n_before)
                 self.steps_ += stop - g
                 if place is not None and place(mem, self.clusters_, out.state[g:stop], self.rng_):
                     self.clusters_.grow(mem.capacity)
@@ -535,6 +571,12 @@ class TwoLevelMemory(Estimator):
         agent = cls(**params)
         agent._start()
         agent.memory_ = mem
+        agent._parent = np.full(mem.capacity, -1, dtype=np.int64)
+        agent._parent_action = np.full(mem.capacity, -1, dtype=np.int64)
+        for a in range(mem.n_actions):  # in-degree <= 1: each linked state has one parent
+            src = np.flatnonzero(mem.next_state[a] >= 0)
+            agent._parent[mem.next_state[a, src]] = src
+            agent._parent_action[mem.next_state[a, src]] = a
         assignment = np.asarray(data.get("assignment"), dtype=np.int64)
         if assignment.shape != (mem.n_states,):
             raise ValueError(f"{src}: assignment has shape {assignment.shape}, expected ({mem.n_states},)")

@@ -40,6 +40,7 @@ class Clusters:
         if a.size and a.min() < -1:
             raise ValueError("assignment entries must be cluster ids >= 0 or -1 (not connected)")
         self.assignment = a
+        self._caches: dict = {}
         self._compact()
 
     # ------------------------------------------------------------------ views
@@ -91,6 +92,54 @@ class Clusters:
         out[a[rows]] = emission[rows]
         return out
 
+    # ------------------------------------------------------------ per-cluster caches
+    def cache(self, key, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(valid, values, depth)``: per-cluster values kept across changes, under ``key``.
+
+        ``values`` is (n_clusters, width) float, ``depth`` (n_clusters,) int; a
+        row is trusted only where ``valid``.  Every change of a cluster's members
+        (here, or through :meth:`invalidate` for changes this object cannot see,
+        e.g. of level 1 around its states) clears its flag, and renumbering keeps
+        rows with their clusters; a merged cluster is invalid.  This is how
+        successor features are recomputed only for clusters that changed.
+
+        >>> cl = Clusters(np.array([0, 1, 2]))
+        >>> valid, values, _ = cl.cache("f", 2); valid[:] = True; values[:, 0] = [10, 11, 12]
+        >>> cl.merge([(0, 1)]); valid, values, _ = cl.cache("f", 2)
+        >>> valid.tolist(), float(values[1, 0])   # clusters 0+1 merged into new 0 (invalid); old 2 is now 1
+        ([False, True], 12.0)
+        """
+        entry = self._caches.get(key)
+        if entry is None or entry[1].shape[1] != width:
+            entry = (np.zeros(self._k, dtype=bool), np.zeros((self._k, width)), np.zeros(self._k, dtype=np.int64))
+            self._caches[key] = entry
+        return entry
+
+    def invalidate(self, cluster_ids) -> None:
+        """Mark the cached values of ``cluster_ids`` stale (ids < 0 are ignored).
+
+        >>> cl = Clusters(np.array([0, 1])); valid, _, _ = cl.cache("f", 1); valid[:] = True
+        >>> cl.invalidate([1, -1]); cl.cache("f", 1)[0].tolist()
+        [True, False]
+        """
+        ids = np.asarray(cluster_ids, dtype=np.int64)
+        ids = ids[ids >= 0]
+        for valid, _, _ in self._caches.values():
+            valid[ids] = False
+
+    def _remap_caches(self, new_of_old: np.ndarray, k_new: int) -> None:
+        """Carry cache rows to renumbered clusters (``new_of_old[c]`` < 0: gone); merged rows become invalid."""
+        live = np.flatnonzero(new_of_old >= 0)
+        target = new_of_old[live]
+        merged = np.bincount(target, minlength=k_new) > 1
+        for key, (valid, values, depth) in list(self._caches.items()):
+            v = np.zeros(k_new, dtype=bool)
+            x = np.zeros((k_new, values.shape[1]))
+            d = np.zeros(k_new, dtype=np.int64)
+            v[target], x[target], d[target] = valid[live], values[live], depth[live]
+            v[merged] = False
+            self._caches[key] = (v, x, d)
+
     # ------------------------------------------------------------ changes
     def grow(self, n_states: int) -> None:
         """Extend to ``n_states`` level-1 states; new states are not connected.
@@ -116,8 +165,20 @@ class Clusters:
             if (self.assignment[g] >= 0).any():
                 raise ValueError("add_clusters: a state is already connected to a cluster")
             self.assignment[g] = cid
+        self._remap_caches(np.arange(self._k), self._k + len(groups))  # new rows start invalid
         self._k += len(groups)
         return ids
+
+    def assign(self, states, cluster: int) -> None:
+        """Move ``states`` into ``cluster`` (an existing id) without renumbering; see :meth:`compact`.
+
+        >>> cl = Clusters(np.array([0, 0, 1])); cl.assign([1], 1); cl.assignment.tolist()
+        [0, 1, 1]
+        """
+        states = np.asarray(states, dtype=np.int64)
+        self.invalidate(np.unique(self.assignment[states]))
+        self.invalidate([cluster])
+        self.assignment[states] = cluster
 
     def merge(self, pairs) -> None:
         """Merge each pair ``(src, dst)``: the states of ``src`` join ``dst``.
@@ -147,7 +208,9 @@ class Clusters:
         >>> cl.assignment.tolist(), cl.n_clusters
         ([0, 0, -1], 1)
         """
-        self.assignment[np.asarray(states, dtype=np.int64)] = -1
+        states = np.asarray(states, dtype=np.int64)
+        self.invalidate(np.unique(self.assignment[states]))
+        self.assignment[states] = -1
         self._compact()
 
     def split(self, states) -> int:
@@ -161,6 +224,8 @@ class Clusters:
         owners = np.unique(self.assignment[states])
         if len(owners) != 1 or owners[0] < 0:
             raise ValueError("split: states must all belong to one cluster")
+        self.invalidate(owners)
+        self._remap_caches(np.arange(self._k), self._k + 1)
         self.assignment[states] = self._k
         self._k += 1
         self._compact()
@@ -169,7 +234,19 @@ class Clusters:
     def compact(self) -> None:
         """Renumber clusters ``0..k-1`` after the assignment was edited directly (empty ids vanish).
 
+        Cached per-cluster values are all invalidated (direct edits are not
+        seen); changes made through :meth:`assign` keep the untouched ones.
+
         >>> cl = Clusters(np.array([0, 1, 2])); cl.assignment[1] = 0; cl.compact(); cl.assignment.tolist()
+        [0, 0, 1]
+        """
+        self.invalidate(np.arange(self._k))
+        self._compact()
+
+    def compact_assigned(self) -> None:
+        """Renumber after changes made through :meth:`assign` (cached values of untouched clusters stay valid).
+
+        >>> cl = Clusters(np.array([0, 1, 2])); cl.assign([1], 0); cl.compact_assigned(); cl.assignment.tolist()
         [0, 0, 1]
         """
         self._compact()
@@ -178,12 +255,19 @@ class Clusters:
         """Renumber clusters ``0..k-1`` keeping their order; ``ids`` optionally maps old ids first."""
         a = self.assignment
         mask = a >= 0
-        old = a[mask] if ids is None else ids[a[mask]]
+        before = a[mask]
+        old = before if ids is None else ids[before]
         k = int(old.max()) + 1 if old.size else 0
         used = np.bincount(old, minlength=k) > 0
         new_id = np.cumsum(used) - 1
         a[mask] = new_id[old]
+        k_before = getattr(self, "_k", 0)
         self._k = int(used.sum())
+        if self._caches:
+            present = np.bincount(before, minlength=k_before)[:k_before] > 0
+            roots = np.arange(k_before) if ids is None else np.asarray(ids[:k_before], dtype=np.int64)
+            new_of_old = np.where(present, new_id[np.minimum(roots, max(k - 1, 0))] if k else -1, -1)
+            self._remap_caches(new_of_old, self._k)
 
     # ------------------------------------------------------------ partitions
     def partition_unassigned(self, emission: np.ndarray, size: int, seed=0, n_states: int | None = None) -> int:

@@ -151,6 +151,21 @@ class SFMerger(NoMerger):
         super().sleep(memory, clusters, rng)
         return [merge_iteration(memory, clusters, self, rng) for _ in range(self.merge_iterations)]
 
+    @property
+    def feature_key(self) -> tuple:
+        """What :meth:`features` depends on (the key of the per-cluster cache)."""
+        return ("sf", self.gamma, self.horizon)
+
+    def features(self, memory, sets) -> tuple[np.ndarray, np.ndarray]:
+        """Successor features and BFS depths of the initial ``sets`` (Algorithm 2).
+
+        >>> from hmmmerge import Environment
+        >>> env = Environment.from_arrays([[1, 2, 0]], [0, 1, 2])
+        >>> sf, depth = SFMerger(gamma=0.5, horizon=3, min_depth=1).features(env, [[0]]); sf.tolist(), depth.tolist()
+        ([[0.25, 1.0, 0.5]], [3])
+        """
+        return successor_features(memory, sets, self.gamma, self.horizon, return_depth=True)
+
     def acceptance(self, sim: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Row-wise ``argmax``, ``max`` and ``Phi((max - mean) / std)`` (std 0 gives z = 0).
 
@@ -194,6 +209,21 @@ class RandomMerger(SFMerger):
         super().__init__(gamma=gamma, horizon=horizon, min_depth=min_depth,
                          split_contradictions=split_contradictions, initial_size=initial_size,
                          merge_iterations=merge_iterations)
+
+    @property
+    def feature_key(self) -> tuple:
+        return ("depth", self.min_depth)
+
+    def features(self, memory, sets) -> tuple[np.ndarray, np.ndarray]:
+        """Only eligibility matters here: the BFS stops at ``min_depth`` (features are zeros).
+
+        >>> from hmmmerge import Environment
+        >>> env = Environment.from_arrays([[1, 2, 0]], [0, 1, 2])
+        >>> RandomMerger(horizon=25, min_depth=2).features(env, [[0]])[1].tolist()   # depth capped at 2
+        [2]
+        """
+        _, depth = successor_features(memory, sets, self.gamma, self.min_depth, return_depth=True)
+        return np.zeros((len(depth), memory.n_obs)), depth
 
     def select_pairs(self, probe_features, candidate_features, seed=0):
         """Every probe with a uniformly random candidate (features only give the counts).
@@ -243,8 +273,6 @@ def merge_iteration(memory, clusters, merger, seed=0) -> dict:
     >>> cl.n_clusters == before - report["merges"]
     True
     """
-    import scipy.sparse as sp
-
     rng = as_generator(seed)
     report = {"colour": -1, "eligible": 0, "probes": 0, "merges": 0}
     n = memory.n_states
@@ -256,26 +284,46 @@ def merge_iteration(memory, clusters, merger, seed=0) -> dict:
         return report
     colour = int(rng.choice(memory.n_obs, p=weights / weights.sum()))
     ids = np.flatnonzero(colour_of == colour)
-    ptr, idx = cluster_sets(clusters.assignment[:n], ids)
-    sets = sp.csr_matrix((np.ones(len(idx)), idx, ptr), shape=(len(ids), n))
-    sf, depth = successor_features(memory, sets, merger.gamma, merger.horizon, return_depth=True)
+    sf, depth = _cluster_features(memory, clusters, merger, ids)
     eligible = rng.permutation(np.flatnonzero(depth >= merger.min_depth))
     half = len(eligible) // 2
     probes, candidates = eligible[:half], eligible[half:]
     report.update(colour=colour, eligible=len(eligible), probes=len(probes))
     if len(probes) == 0:
         return report
-    sf *= merger.sf_scale
+    sf = sf * merger.sf_scale
     pi, ci = merger.select_pairs(sf[probes], sf[candidates], rng)
     pairs = np.column_stack([ids[probes[pi]], ids[candidates[ci]]])
     before = clusters.n_clusters
     if merger.split_contradictions:
-        members = {int(c): idx[ptr[i]:ptr[i + 1]] for i, c in enumerate(ids)}
+        involved = np.unique(pairs)
+        ptr, idx = cluster_sets(clusters.assignment[:n], involved)
+        members = {int(c): idx[ptr[i]:ptr[i + 1]] for i, c in enumerate(involved)}
         merge_with_split(memory, clusters, pairs, members)
     else:
         clusters.merge(pairs)
     report["merges"] = before - clusters.n_clusters
     return report
+
+
+def _cluster_features(memory, clusters, merger, ids):
+    """``merger.features`` of clusters ``ids``, recomputed only for those whose cache row is stale.
+
+    The features of a cluster depend only on its states and level 1 around
+    them, so a row stays valid until :class:`~hmmmerge.clusters.Clusters` (or
+    the agent, for changes of level 1) invalidates it.
+    """
+    import scipy.sparse as sp
+
+    n = memory.n_states
+    valid, values, depths = clusters.cache(merger.feature_key, memory.n_obs)
+    need = ids[~valid[ids]]
+    if len(need):
+        ptr, idx = cluster_sets(clusters.assignment[:n], need)
+        sets = sp.csr_matrix((np.ones(len(idx)), idx, ptr), shape=(len(need), n))
+        values[need], depths[need] = merger.features(memory, sets)
+        valid[need] = True
+    return values[ids], depths[ids]
 
 
 def split_by_next_observation(memory, states: np.ndarray) -> np.ndarray:
@@ -338,6 +386,7 @@ def merge_with_split(memory, clusters, pairs, members: dict | None = None) -> No
             c = absorbed[c]
         return c
 
+    touched = set()
     for probe, cand in np.asarray(pairs, dtype=np.int64).reshape(-1, 2).tolist():
         probe, cand = resolve(probe), resolve(cand)
         if probe == cand:
@@ -345,8 +394,9 @@ def merge_with_split(memory, clusters, pairs, members: dict | None = None) -> No
         pooled = np.concatenate([states_of(probe), states_of(cand)])
         agree = split_by_next_observation(memory, pooled)
         members[probe], members[cand] = pooled[agree], pooled[~agree]
+        touched.update((probe, cand))
         if not len(members[cand]):
             absorbed[cand] = probe
-    for c, states in members.items():
-        assignment[states] = c
-    clusters.compact()
+    for c in sorted(touched):
+        clusters.assign(members[c], c)
+    clusters.compact_assigned()
