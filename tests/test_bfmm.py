@@ -362,7 +362,7 @@ def test_bad_inputs_raise():
         BestFirstMerging(incremental="yes")
     with pytest.raises(TypeError, match="candidates"):
         BestFirstMerging(candidates=[(0, 1)])
-    with pytest.raises(TypeError, match="traj"):
+    with pytest.raises(TypeError, match="data must be"):
         BestFirstMerging().fit(np.zeros((2, 3), int))
     with pytest.raises(ValueError, match="n_obs"):
         BestFirstMerging().fit(traj, n_obs=1)
@@ -384,7 +384,7 @@ def test_bad_inputs_raise():
 def count_graph(bf):
     """The merged model as a networkx graph: states with their emission, edges with (action, count)."""
     g = nx.MultiDiGraph()
-    s, a, d, c = bf._edges
+    s, a, d, c = bf.edges_
     for i, o in enumerate(bf.emission_):
         g.add_node(i, o=int(o))
     g.add_node(bf.n_states_, o=-1)  # start
@@ -453,3 +453,23 @@ def test_batch_refuses_a_pair_cache_beyond_the_limit(monkeypatch):
     with pytest.raises(ValueError, match="pair scores"):
         BestFirstMerging(incremental=False).fit(traj)
     assert BestFirstMerging().fit(traj).n_states_ >= 1  # incremental keeps the working model small
+
+
+def test_estimator_conventions():
+    traj = random_walk(gridworld(4, 4, n_colours=4, seed=1), 6, 10, seed=2)
+    bf = BestFirstMerging(structure_prior=0.5)
+    assert repr(bf) == "BestFirstMerging(structure_prior=0.5)"
+    assert BestFirstMerging(**bf.get_params()).get_params() == bf.get_params()
+    # the same data as a pair (obs, actions) give the same model
+    a = BestFirstMerging().fit(traj)
+    b = BestFirstMerging().fit((traj.obs, traj.actions))
+    assert np.array_equal(a.merges_, b.merges_) and a.log_posterior_ == b.log_posterior_
+    # fit starts afresh: refitting after set_params equals a new estimator's fit
+    other = random_walk(gridworld(4, 4, n_colours=4, seed=1), 4, 10, seed=9)
+    a.fit(other).set_params(incremental=False).fit(traj)
+    fresh = BestFirstMerging(incremental=False).fit(traj)
+    assert a.merges_per_episode_ is None
+    assert np.array_equal(a.merges_, fresh.merges_) and a.log_posterior_ == fresh.log_posterior_
+    # parameters are checked again by fit
+    with pytest.raises(ValueError, match="structure_prior"):
+        a.set_params(structure_prior=-1.0).fit(traj)

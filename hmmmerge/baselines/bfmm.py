@@ -60,15 +60,16 @@ may stop earlier (more states, lower posterior) or take a different path.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from numbers import Integral, Real
 
 import numpy as np
 import scipy.sparse as sp
 from scipy.special import gammaln
 
+from .._estimator import Estimator
 from .._random import as_generator
+from .._validation import alphabet_sizes, as_trajectories, check_float, check_int
 from ..hmm import ActionHMM
-from ..rollouts import Trajectories
+from ..trajectories import Trajectories
 
 __all__ = [
     "BestFirstMerging",
@@ -192,17 +193,10 @@ def sequence_model(traj: Trajectories, n_obs: int | None = None, n_actions: int 
 
 
 def _check_data(traj, n_obs, n_actions):
-    if not isinstance(traj, Trajectories):
-        raise TypeError(f"traj must be a Trajectories, got {type(traj).__name__}")
-    obs, actions = traj.obs, traj.actions
-    O_data = int(obs.max()) + 1
-    A_data = int(actions[:, 1:].max()) + 1 if obs.shape[1] > 1 else 1
-    O = O_data if n_obs is None else n_obs
-    A = A_data if n_actions is None else n_actions
-    for name, v, low in (("n_obs", O, O_data), ("n_actions", A, A_data)):
-        if not isinstance(v, Integral) or isinstance(v, bool) or v < max(low, 1):
-            raise ValueError(f"{name} must be an integer >= {max(low, 1)} (the data need it), got {v!r}")
-    return obs, actions, int(O), int(A)
+    """``(obs, actions, n_obs, n_actions)`` of any input :func:`~hmmmerge._validation.as_trajectories` accepts."""
+    traj = as_trajectories(traj)
+    O, A = alphabet_sizes(traj.obs, traj.actions, n_obs, n_actions)
+    return traj.obs, traj.actions, O, A
 
 
 def _aggregate(src, act, dst, count, n_rows_states, A1):
@@ -290,12 +284,11 @@ def sf_candidates(k: int = 10, gamma: float = 0.8, horizon: int = 25):
     >>> sf_candidates(k=1)(prefix_tree(t)).tolist()
     [[0, 2], [1, 3]]
     """
-    if not isinstance(k, Integral) or isinstance(k, bool) or k < 1:
-        raise ValueError(f"k must be a positive integer, got {k!r}")
-    if not (isinstance(gamma, Real) and 0 < gamma < 1):
+    check_int(k, "k", low=1)
+    check_float(gamma, "gamma", low=0, high=1, low_open=True)
+    if gamma == 1:
         raise ValueError(f"gamma must be in (0, 1), got {gamma!r}")
-    if not isinstance(horizon, Integral) or horizon < 1:
-        raise ValueError(f"horizon must be a positive integer, got {horizon!r}")
+    check_int(horizon, "horizon", low=1)
 
     def rule(model: InitialModel) -> np.ndarray:
         H, O = model.n_states, model.n_obs
@@ -336,7 +329,7 @@ def sf_candidates(k: int = 10, gamma: float = 0.8, horizon: int = 25):
     return rule
 
 
-class BestFirstMerging:
+class BestFirstMerging(Estimator):
     """Best-first model merging of an action-conditioned HMM (Stolcke & Omohundro 1994).
 
     Parameters
@@ -384,7 +377,9 @@ class BestFirstMerging:
     log_posterior_trace_ : batch: (n_merges_ + 1,) the posterior before every
         merge and at the end; incremental: (n_episodes,) the posterior of the
         episodes so far after each episode's merging.
-    merges_per_episode_ : incremental only: (n_episodes,) merges done after adding each episode.
+    merges_per_episode_ : incremental: (n_episodes,) merges done after adding each episode; batch: ``None``.
+    edges_ : ``(src, act, dst, count)`` of the merged model's Viterbi counts
+        (states ``0..n_states_-1``, start ``n_states_``, final ``n_states_ + 1``).
 
     Examples
     --------
@@ -404,47 +399,48 @@ class BestFirstMerging:
     def __init__(self, prior_weight: float = 1.0, structure_prior: float = 1.0, incremental: bool = True,
                  candidates=None, max_merges: int | None = None, initial: str = "tree", end_state: bool = True,
                  seed=0):
-        if isinstance(prior_weight, bool) or not isinstance(prior_weight, Real) or not (
-            np.isfinite(prior_weight) and prior_weight > 0
-        ):
-            raise ValueError(f"prior_weight must be a finite number > 0, got {prior_weight!r}")
-        if isinstance(structure_prior, bool) or not isinstance(structure_prior, Real) or not (
-            np.isfinite(structure_prior) and structure_prior >= 0
-        ):
-            raise ValueError(f"structure_prior must be a finite number >= 0, got {structure_prior!r}")
-        if not isinstance(incremental, (bool, np.bool_)):
-            raise TypeError(f"incremental must be a bool, got {incremental!r}")
-        if candidates is not None and not callable(candidates):
-            raise TypeError("candidates must be None or a callable rule(model) -> (P, 2) pairs")
-        if max_merges is not None and (
-            not isinstance(max_merges, Integral) or isinstance(max_merges, bool) or max_merges < 0
-        ):
-            raise ValueError(f"max_merges must be None or an integer >= 0, got {max_merges!r}")
-        if initial not in ("tree", "sequences"):
-            raise ValueError(f"initial must be 'tree' or 'sequences', got {initial!r}")
-        if not isinstance(end_state, (bool, np.bool_)):
-            raise TypeError(f"end_state must be a bool, got {end_state!r}")
-        as_generator(seed)  # validates
-        self.prior_weight = float(prior_weight)
-        self.structure_prior = float(structure_prior)
-        self.incremental = bool(incremental)
+        self.prior_weight = prior_weight
+        self.structure_prior = structure_prior
+        self.incremental = incremental
         self.candidates = candidates
         self.max_merges = max_merges
         self.initial = initial
-        self.end_state = bool(end_state)
+        self.end_state = end_state
         self.seed = seed
+        self._check_params()
+
+    def _check_params(self) -> None:
+        """The one check of the parameters (constructor and :meth:`fit`)."""
+        check_float(self.prior_weight, "prior_weight", low=0, low_open=True)
+        check_float(self.structure_prior, "structure_prior", low=0)
+        for name in ("incremental", "end_state"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        if self.candidates is not None and not callable(self.candidates):
+            raise TypeError("candidates must be None or a callable rule(model) -> (P, 2) pairs")
+        check_int(self.max_merges, "max_merges", low=0, allow_none=True)
+        if self.initial not in ("tree", "sequences"):
+            raise ValueError(f"initial must be 'tree' or 'sequences', got {self.initial!r}")
+        as_generator(self.seed)  # validates
 
     # ------------------------------------------------------------------ fit
     def fit(self, traj: Trajectories, n_obs: int | None = None, n_actions: int | None = None):
         """Merge the episodes' paths until no merge raises the posterior (incrementally by default).
+
+        ``traj``: a :class:`~hmmmerge.trajectories.Trajectories` or a pair
+        ``(obs, actions)`` (what :func:`~hmmmerge._validation.as_trajectories`
+        accepts).  Every call starts afresh.
 
         >>> traj = Trajectories([[0, 1, 0, 1, 0, 1, 0, 1]], [[-1] + [0] * 7])
         >>> bf = BestFirstMerging().fit(traj)
         >>> bf.n_initial_states_, bf.n_states_, bool((bf.merge_gains_ > 0).all())
         (8, 2, True)
         """
+        self._check_params()
+        traj = as_trajectories(traj)
         obs, actions, O, A = _check_data(traj, n_obs, n_actions)
         rng = as_generator(self.seed)
+        self.merges_per_episode_ = None
         if self.incremental:
             model = sequence_model(traj, O, A, end_state=self.end_state)
             merges, gains, trace, per_episode, stats = self._fit_incremental(obs, actions, O, A, rng)
@@ -472,9 +468,9 @@ class BestFirstMerging:
         self.emission_ = model.emission[survivors]
         lab = np.concatenate([self.labels_, [self.n_states_, self.n_states_ + 1]])
         row, d, c = _aggregate(lab[model.src], model.act, lab[model.dst], model.count, self.n_states_ + 2, A + 2)
-        self._edges = (row // (A + 2), row % (A + 2), d, c)
+        self.edges_ = (row // (A + 2), row % (A + 2), d, c)
         self.n_obs_, self.n_actions_ = O, A
-        self.log_posterior_ = viterbi_log_posterior(*self._edges, self.n_states_, O, self.prior_weight,
+        self.log_posterior_ = viterbi_log_posterior(*self.edges_, self.n_states_, O, self.prior_weight,
                                                     self.structure_prior)
         if trace is None:  # batch: the posterior before every merge and at the end
             lp0 = viterbi_log_posterior(model.src, model.act, model.dst, model.count, H, O, self.prior_weight,
@@ -562,10 +558,6 @@ class BestFirstMerging:
         return np.concatenate(merges).reshape(-1, 2), np.concatenate(gains), trace, per_episode, stats
 
     # ------------------------------------------------------------ outputs
-    def _check_fitted(self):
-        if not hasattr(self, "_edges"):
-            raise ValueError("this BestFirstMerging is not fitted yet: call fit(traj) first")
-
     def transition_counts(self):
         """The Viterbi counts of the merged model: a list of A sparse (Q x Q) matrices and the start counts (Q,).
 
@@ -574,8 +566,8 @@ class BestFirstMerging:
         >>> bf.emission_.tolist(), mats[0].toarray().tolist(), start.tolist()   # colour 1 -> 0 three times
         ([1, 0], [[0.0, 3.0], [4.0, 0.0]], [0.0, 1.0])
         """
-        self._check_fitted()
-        s, a, d, c = self._edges
+        self._check_fitted("edges_")
+        s, a, d, c = self.edges_
         Q, A = self.n_states_, self.n_actions_
         start = np.bincount(d[s == Q], weights=c[s == Q], minlength=Q)
         mats = []
@@ -599,7 +591,7 @@ class BestFirstMerging:
         >>> hmm.n_states, hmm.E.argmax(1).tolist(), hmm.T[0].toarray().tolist(), hmm.log_likelihood(traj)
         (2, [1, 0], [[0.0, 1.0], [1.0, 0.0]], 0.0)
         """
-        self._check_fitted()
+        self._check_fitted("edges_")
         if estimate not in ("mean", "map"):
             raise ValueError(f"estimate must be 'mean' or 'map', got {estimate!r}")
         mats, start = self.transition_counts()
