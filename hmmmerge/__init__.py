@@ -36,7 +36,7 @@ _LAZY = {
     "ActionHMM": "hmm",
     "RandomMerger": "merging",
     "SFMerger": "merging",
-    "Trajectories": "rollouts",
+    "Trajectories": "trajectories",
     "random_walk": "rollouts",
     "aliasing_depths": "structure",
     "compact_subgraph": "structure",

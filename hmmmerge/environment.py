@@ -18,6 +18,8 @@ from numbers import Integral
 import networkx as nx
 import numpy as np
 
+from .hmm import ActionHMM
+
 __all__ = ["Environment", "NoStartWarning", "match_node"]
 
 
@@ -220,8 +222,6 @@ class Environment:
         >>> hmm.n_states, hmm.n_obs
         (2, 2)
         """
-        from .hmm import ActionHMM
-
         return ActionHMM.from_deterministic(self.next_state, self.obs, n_obs=self.n_obs, start=self.start)
 
     # ------------------------------------------------------------ files
