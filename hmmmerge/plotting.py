@@ -65,7 +65,7 @@ def node_positions(env: Environment):
 
     >>> from hmmmerge import gridworld
     >>> cells, dirs = node_positions(gridworld(2, 3))
-    >>> cells[:2].tolist(), dirs.max()
+    >>> cells[:2].tolist(), int(dirs.max())
     ([[0, 0], [0, 1]], -1)
     >>> env = Environment.from_arrays([[1, 0]], [0, 1], nodes=[(4, 1, 0), (4, 1, 2)])  # (x, y, direction)
     >>> [c.tolist() for c in node_positions(env)]
