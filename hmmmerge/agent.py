@@ -275,15 +275,24 @@ class TwoLevelMemory(Estimator):
         return reports
 
     def _current_purity(self) -> tuple[float, float]:
-        """Weighted purity with and without singleton clusters (NaN without true labels)."""
-        from .evaluate import weighted_purity
+        """Weighted purity with and without singleton clusters (NaN without true labels), as
+        :func:`~hmmmerge.evaluate.weighted_purity` computes them."""
+        from .evaluate import cluster_top_counts
 
         n = self.memory_.n_states
-        labels, assignment = self.memory_.labels, self.clusters_.assignment[:n]
-        if n == 0 or (labels[assignment >= 0] < 0).any():
+        assignment = self.clusters_.assignment[:n]
+        connected = assignment >= 0
+        labels = self.memory_.labels[connected]
+        if n == 0 or (labels < 0).any():
             return float("nan"), float("nan")
-        return (weighted_purity(assignment, labels, include_singletons=True),
-                weighted_purity(assignment, labels))
+        if not connected.any():
+            return float("nan"), float("nan")
+        sizes, top = cluster_top_counts(assignment[connected], labels)  # one pass for both (weighted_purity)
+        out = []
+        for smallest in (1, 2):
+            keep = sizes >= smallest
+            out.append(float(top[keep].sum() / sizes[keep].sum()) if keep.any() else float("nan"))
+        return out[0], out[1]
 
     # ------------------------------------------------------------ learning
     def fit(self, traj, progress: bool = False) -> "TwoLevelMemory":

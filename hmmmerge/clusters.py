@@ -41,7 +41,9 @@ class Clusters:
             raise ValueError("assignment entries must be cluster ids >= 0 or -1 (not connected)")
         self.assignment = a
         self._caches: dict = {}
+        self._rep = np.zeros(0, dtype=np.int64)
         self._compact()
+        self._set_reps()
 
     # ------------------------------------------------------------------ views
     @property
@@ -81,16 +83,19 @@ class Clusters:
         return sp.csr_matrix((np.ones(len(rows)), (rows, a[rows])), shape=(n, self._k))
 
     def cluster_emission(self, emission: np.ndarray) -> np.ndarray:
-        """The observation of each cluster (its members all share one); -1 for none.
+        """The observation of each cluster (its members all share one), in O(n_clusters).
 
         >>> Clusters(np.array([1, 1, 0, -1])).cluster_emission(np.array([3, 3, 5, 7])).tolist()
         [5, 3]
         """
-        out = np.full(self._k, -1, dtype=np.int64)
+        return np.asarray(emission)[self._rep] if self._k else np.zeros(0, dtype=np.int64)
+
+    def _set_reps(self) -> None:
+        """One member state per cluster (its largest), through which :meth:`cluster_emission` reads colours."""
         a = self.assignment
-        rows = np.flatnonzero(a[: len(emission)] >= 0)
-        out[a[rows]] = emission[rows]
-        return out
+        rows = np.flatnonzero(a >= 0)
+        self._rep = np.zeros(self._k, dtype=np.int64)
+        self._rep[a[rows]] = rows
 
     # ------------------------------------------------------------ per-cluster caches
     def cache(self, key, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -166,6 +171,7 @@ class Clusters:
                 raise ValueError("add_clusters: a state is already connected to a cluster")
             self.assignment[g] = cid
         self._remap_caches(np.arange(self._k), self._k + len(groups))  # new rows start invalid
+        self._rep = np.concatenate([self._rep, [int(np.max(g)) for g in groups]]).astype(np.int64)
         self._k += len(groups)
         return ids
 
@@ -226,6 +232,7 @@ class Clusters:
             raise ValueError("split: states must all belong to one cluster")
         self.invalidate(owners)
         self._remap_caches(np.arange(self._k), self._k + 1)
+        self._rep = np.append(self._rep, states.max())
         self.assignment[states] = self._k
         self._k += 1
         self._compact()
@@ -242,6 +249,7 @@ class Clusters:
         """
         self.invalidate(np.arange(self._k))
         self._compact()
+        self._set_reps()
 
     def compact_assigned(self) -> None:
         """Renumber after changes made through :meth:`assign` (cached values of untouched clusters stay valid).
@@ -263,11 +271,15 @@ class Clusters:
         a[mask] = new_id[old]
         k_before = getattr(self, "_k", 0)
         self._k = int(used.sum())
-        if self._caches:
+        if k_before:
             present = np.bincount(before, minlength=k_before)[:k_before] > 0
             roots = np.arange(k_before) if ids is None else np.asarray(ids[:k_before], dtype=np.int64)
             new_of_old = np.where(present, new_id[np.minimum(roots, max(k - 1, 0))] if k else -1, -1)
             self._remap_caches(new_of_old, self._k)
+            rep = np.zeros(self._k, dtype=np.int64)
+            live = np.flatnonzero(new_of_old >= 0)
+            rep[new_of_old[live]] = self._rep[live]
+            self._rep = rep
 
     # ------------------------------------------------------------ partitions
     def partition_unassigned(self, emission: np.ndarray, size: int, seed=0, n_states: int | None = None) -> int:

@@ -284,7 +284,8 @@ def merge_iteration(memory, clusters, merger, seed=0) -> dict:
         return report
     colour = int(rng.choice(memory.n_obs, p=weights / weights.sum()))
     ids = np.flatnonzero(colour_of == colour)
-    sf, depth = _cluster_features(memory, clusters, merger, ids)
+    ptr, idx = cluster_sets(clusters.assignment[:n], ids)
+    sf, depth = _cluster_features(memory, clusters, merger, ids, ptr, idx)
     eligible = rng.permutation(np.flatnonzero(depth >= merger.min_depth))
     half = len(eligible) // 2
     probes, candidates = eligible[:half], eligible[half:]
@@ -296,9 +297,7 @@ def merge_iteration(memory, clusters, merger, seed=0) -> dict:
     pairs = np.column_stack([ids[probes[pi]], ids[candidates[ci]]])
     before = clusters.n_clusters
     if merger.split_contradictions:
-        involved = np.unique(pairs)
-        ptr, idx = cluster_sets(clusters.assignment[:n], involved)
-        members = {int(c): idx[ptr[i]:ptr[i + 1]] for i, c in enumerate(involved)}
+        members = {int(c): idx[ptr[i]:ptr[i + 1]] for i, c in enumerate(ids)}
         merge_with_split(memory, clusters, pairs, members)
     else:
         clusters.merge(pairs)
@@ -306,8 +305,8 @@ def merge_iteration(memory, clusters, merger, seed=0) -> dict:
     return report
 
 
-def _cluster_features(memory, clusters, merger, ids):
-    """``merger.features`` of clusters ``ids``, recomputed only for those whose cache row is stale.
+def _cluster_features(memory, clusters, merger, ids, ptr, idx):
+    """``merger.features`` of clusters ``ids`` (members: CSR ``ptr``/``idx``), recomputed only where stale.
 
     The features of a cluster depend only on its states and level 1 around
     them, so a row stays valid until :class:`~hmmmerge.clusters.Clusters` (or
@@ -317,10 +316,10 @@ def _cluster_features(memory, clusters, merger, ids):
 
     n = memory.n_states
     valid, values, depths = clusters.cache(merger.feature_key, memory.n_obs)
-    need = ids[~valid[ids]]
-    if len(need):
-        ptr, idx = cluster_sets(clusters.assignment[:n], need)
-        sets = sp.csr_matrix((np.ones(len(idx)), idx, ptr), shape=(len(need), n))
+    rows = np.flatnonzero(~valid[ids])
+    if len(rows):
+        need = ids[rows]
+        sets = sp.csr_matrix((np.ones(len(idx)), idx, ptr), shape=(len(ids), n))[rows]
         values[need], depths[need] = merger.features(memory, sets)
         valid[need] = True
     return values[ids], depths[ids]
