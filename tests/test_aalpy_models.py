@@ -103,10 +103,11 @@ def test_data_formats():
 
 
 def test_bad_arguments():
+    t = Trajectories([[0, 1, 0]], [[-1, 0, 0]])
     with pytest.raises(ValueError, match="eps"):
-        AlergiaModel(eps=0.0)
+        AlergiaModel(eps=0.0).fit(t)
     with pytest.raises(ValueError, match="algorithm"):
-        RPNIModel(algorithm="fast")
+        RPNIModel(algorithm="fast").fit(t)
     with pytest.raises(ValueError, match="not fitted"):
         RPNIModel().to_hmm()
     with pytest.raises(TypeError, match="Trajectories"):

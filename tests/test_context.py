@@ -132,7 +132,7 @@ def test_unseen_action_makes_no_prediction():
 ])
 def test_bad_parameters(kwargs, match):
     with pytest.raises(ValueError, match=match):
-        ContextModel(**kwargs)
+        ContextModel(**kwargs).fit(Trajectories([[0, 1, 0]], [[-1, 0, 0]]))
 
 
 def test_bad_fit_inputs():

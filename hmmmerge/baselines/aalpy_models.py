@@ -25,12 +25,12 @@ counted wrong by the evaluator).
 
 from __future__ import annotations
 
-from numbers import Real
-
 import numpy as np
 import scipy.sparse as sp
 
-from ..rollouts import Trajectories
+from .._estimator import Estimator
+from .._validation import alphabet_sizes, check_float
+from ..trajectories import Trajectories
 
 __all__ = ["RPNIModel", "AlergiaModel", "rpni_data", "alergia_data", "moore_to_hmm", "mdp_to_hmm", "RESET"]
 
@@ -43,14 +43,7 @@ def _check_fit_args(traj, n_obs, n_actions) -> tuple[int, int]:
         raise TypeError(f"traj must be a Trajectories, got {type(traj).__name__}")
     if traj.n_episodes == 0:
         raise ValueError("traj holds no episodes: nothing to fit")
-    seen_o = int(traj.obs.max()) + 1
-    seen_a = int(traj.actions[:, 1:].max()) + 1 if traj.episode_length else 1
-    n_obs = seen_o if n_obs is None else n_obs
-    n_actions = seen_a if n_actions is None else n_actions
-    for name, v, low in (("n_obs", n_obs, seen_o), ("n_actions", n_actions, seen_a)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < low:
-            raise ValueError(f"{name}={v!r} must be an integer covering every value in traj (>= {low})")
-    return int(n_obs), int(n_actions)
+    return alphabet_sizes(traj.obs, traj.actions, n_obs, n_actions)
 
 
 def rpni_data(traj: Trajectories) -> list:
@@ -179,7 +172,7 @@ def mdp_to_hmm(mdp, n_obs: int, n_actions: int):
     return ActionHMM(T, _emissions(states, n_obs), B / B.sum())
 
 
-class RPNIModel:
+class RPNIModel(Estimator):
     """AALpy's RPNI (generalised state merging) for Moore machines, fitted on trajectories.
 
     Parameters
@@ -197,14 +190,14 @@ class RPNIModel:
     """
 
     def __init__(self, algorithm: str = "gsm"):
-        if algorithm not in ("gsm", "classic"):
-            raise ValueError(f"algorithm must be 'gsm' or 'classic', got {algorithm!r}")
         self.algorithm = algorithm
 
     def fit(self, traj: Trajectories, n_obs: int | None = None, n_actions: int | None = None) -> "RPNIModel":
         """Learn a Moore machine from the labelled prefixes of ``traj`` (ValueError if they conflict)."""
         from aalpy.learning_algs import run_RPNI
 
+        if self.algorithm not in ("gsm", "classic"):
+            raise ValueError(f"algorithm must be 'gsm' or 'classic', got {self.algorithm!r}")
         self.n_obs_, self.n_actions_ = _check_fit_args(traj, n_obs, n_actions)
         problem = _rpni_consistent(traj)
         if problem:
@@ -219,7 +212,7 @@ class RPNIModel:
         return moore_to_hmm(self.automaton_, self.n_obs_, self.n_actions_)
 
 
-class AlergiaModel:
+class AlergiaModel(Estimator):
     """AALpy's IOALERGIA for MDPs, fitted on trajectories.
 
     Parameters
@@ -235,16 +228,15 @@ class AlergiaModel:
     """
 
     def __init__(self, eps: float = 0.05):
-        if isinstance(eps, bool) or not isinstance(eps, Real) or not 0.0 < float(eps) <= 1.0:
-            raise ValueError(f"eps must be a number in (0, 1], got {eps!r}")
-        self.eps = float(eps)
+        self.eps = eps
 
     def fit(self, traj: Trajectories, n_obs: int | None = None, n_actions: int | None = None) -> "AlergiaModel":
         """Learn an MDP from the episodes of ``traj``."""
         from aalpy.learning_algs import run_Alergia
 
+        eps = check_float(self.eps, "eps", low=0.0, low_open=True, high=1.0)
         self.n_obs_, self.n_actions_ = _check_fit_args(traj, n_obs, n_actions)
-        self.automaton_ = run_Alergia(alergia_data(traj), "mdp", eps=self.eps, print_info=False)
+        self.automaton_ = run_Alergia(alergia_data(traj), "mdp", eps=eps, print_info=False)
         return self
 
     def to_hmm(self):

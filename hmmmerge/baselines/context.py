@@ -27,17 +27,17 @@ Contexts are stored as integers (pairs are digits in base
 
 from __future__ import annotations
 
-from numbers import Integral, Real
-
 import numpy as np
 import scipy.sparse as sp
 
-from ..rollouts import Trajectories
+from .._estimator import Estimator
+from .._validation import alphabet_sizes, check_float, check_int
+from ..trajectories import Trajectories
 
 __all__ = ["ContextModel"]
 
 
-class ContextModel:
+class ContextModel(Estimator):
     """Longest-matching-context predictor of the next observation, as a suffix automaton.
 
     Parameters
@@ -64,23 +64,8 @@ class ContextModel:
     """
 
     def __init__(self, order: int = 4, pseudocount: float = 0.0):
-        if isinstance(order, bool) or not isinstance(order, Integral) or order < 1:
-            raise ValueError(f"order must be an integer >= 1, got {order!r}")
-        if isinstance(pseudocount, bool) or not isinstance(pseudocount, Real) or not (
-            np.isfinite(pseudocount) and pseudocount >= 0
-        ):
-            raise ValueError(f"pseudocount must be a finite number >= 0, got {pseudocount!r}")
-        self.order = int(order)
-        self.pseudocount = float(pseudocount)
-        self._hmm = None
-
-    def get_params(self, deep: bool = True) -> dict:
-        """The constructor parameters.
-
-        >>> ContextModel(order=2).get_params()
-        {'order': 2, 'pseudocount': 0.0}
-        """
-        return {"order": self.order, "pseudocount": self.pseudocount}
+        self.order = order
+        self.pseudocount = pseudocount
 
     # ------------------------------------------------------------ fitting
     def fit(self, traj: Trajectories, n_obs: int | None = None, n_actions: int | None = None) -> "ContextModel":
@@ -97,16 +82,11 @@ class ContextModel:
             raise TypeError(f"traj must be a Trajectories, got {type(traj).__name__}")
         if traj.n_episodes == 0:
             raise ValueError("traj holds no episodes: nothing to fit")
+        k = check_int(self.order, "order", low=1)
+        self._pseudocount = check_float(self.pseudocount, "pseudocount", low=0.0)
         obs, act = traj.obs, traj.actions
-        seen_o = int(obs.max()) + 1
-        seen_a = int(act[:, 1:].max()) + 1 if traj.episode_length else 1
-        n_obs = seen_o if n_obs is None else n_obs
-        n_actions = seen_a if n_actions is None else n_actions
-        for name, v, low in (("n_obs", n_obs, seen_o), ("n_actions", n_actions, seen_a)):
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < low:
-                what = "observation" if name == "n_obs" else "action"
-                raise ValueError(f"{name}={v!r} must be an integer covering every {what} in traj (>= {low})")
-        O, A, k = int(n_obs), int(n_actions), self.order
+        n_obs, n_actions = alphabet_sizes(obs, act, n_obs, n_actions)
+        O, A = int(n_obs), int(n_actions)
         R = (A + 1) * O + 1  # digit base: pair symbols are 1..R-1, 0 marks "no pair"
         if k * np.log2(R) >= 62:
             raise ValueError(f"order={k} is too long for {A} actions and {O} observations: contexts are "
@@ -154,7 +134,7 @@ class ContextModel:
         self.context_lengths_ = lengths
         self.n_contexts_ = H
         self.n_obs_, self.n_actions_ = O, A
-        self._base = R
+        self._base, self._order = R, k
         self._hmm = None
         return self
 
@@ -183,7 +163,7 @@ class ContextModel:
         self._check_fitted()
         if self._hmm is not None:
             return self._hmm
-        O, A, k, R = self.n_obs_, self.n_actions_, self.order, self._base
+        O, A, k, R, pc = self.n_obs_, self.n_actions_, self._order, self._base, self._pseudocount
         ctx, lengths, H = self.contexts_, self.context_lengths_, self.n_contexts_
         pow_ = R ** np.arange(k + 1, dtype=np.int64)
         # suffix_ids[l-1]: the suffix of length l of every context (-1 if the context is shorter)
@@ -197,14 +177,14 @@ class ContextModel:
                 backoff[ok] = sid[ok]
             src = np.flatnonzero(backoff >= 0)
             counts = self.counts_[a][backoff[src]]
-            if self.pseudocount > 0:
-                dense = counts.toarray() + self.pseudocount
+            if pc > 0:
+                dense = counts.toarray() + pc
                 rr, oo = np.nonzero(dense)
                 vals = dense[rr, oo]
             else:
                 coo = counts.tocoo()
                 rr, oo, vals = coo.row, coo.col, coo.data
-            row_tot = tot[backoff[src]] + self.pseudocount * O
+            row_tot = tot[backoff[src]] + pc * O
             s = src[rr]
             prob = vals / row_tot[rr]
             # successor: the longest context that is a suffix of s + (a, o')
@@ -220,7 +200,7 @@ class ContextModel:
         E = np.zeros((H, O))
         E[np.arange(H), last_obs] = 1.0
         B = np.zeros(H)
-        b = self.start_counts_ + self.pseudocount
+        b = self.start_counts_ + pc
         B[self._lookup(np.arange(O, dtype=np.int64) + 1)] = b / b.sum()  # start pairs (-1, o)
         self._hmm = ActionHMM(T, E, B)
         return self._hmm
