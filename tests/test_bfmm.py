@@ -533,3 +533,22 @@ def test_fold_search_needs_batch_and_the_tree():
             BestFirstMerging(search="fold", **kw)
     with pytest.raises(ValueError, match="search must be"):
         BestFirstMerging(search="greedy")
+
+
+def test_cli_baseline_bfmm_uses_all_episodes_and_the_fold_option(capsys):
+    import json
+
+    from hmmmerge.cli import main
+
+    common = ["baseline", "bfmm", "--grid", "4x4", "--colours", "4", "--episodes", "200", "--episode-length",
+              "30", "--eval-episodes", "20", "--seed", "1", "--json"]
+    assert main(common) == 0
+    pairs = json.loads(capsys.readouterr().out)
+    assert pairs["episodes"] == 200 and pairs["model"] == "bfmm"
+    assert main(common + ["--bfmm-search", "fold", "--bfmm-structure-prior", "0.1"]) == 0
+    fold = json.loads(capsys.readouterr().out)
+    # on this small deterministic world the folds recover the world (cf. the oracle test above)
+    assert fold["n_states"] == 16 and fold["accuracy"] == 1.0 and fold["accuracy"] > pairs["accuracy"]
+    assert main(common + ["--bfmm-structure-prior", "-1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "structure_prior" in err[0]
