@@ -767,19 +767,15 @@ def run_folds(root, emission, parent, child, fcnt, row_term, alpha, tab, lam, lo
     reds[0] = root
     n_red = 1
     incount = np.zeros(H)
+    stamp = np.full(H, -1, np.int64)  # incount[c] counts for this step only when stamp[c] == step
+    step = 0
     jlen = np.zeros(3, np.int64)
     base = np.zeros(3, np.int64)
     n_merges = 0
     n_folds = 0
     while True:
         # the blue state with the largest in-count
-        for i in range(n_red):
-            s = reds[i]
-            for a in range(A1):
-                for o in range(O1):
-                    c = child[s, a, o]
-                    if c >= 0 and fcnt[s, a, o] > 0:
-                        incount[_find(parent, c)] = 0.0
+        step += 1
         best_b = -1
         best_c = 0.0
         for i in range(n_red):
@@ -790,6 +786,9 @@ def run_folds(root, emission, parent, child, fcnt, row_term, alpha, tab, lam, lo
                     if c >= 0 and fcnt[s, a, o] > 0:
                         c = _find(parent, c)
                         if not red[c] and emission[c] >= 0:
+                            if stamp[c] != step:
+                                stamp[c] = step
+                                incount[c] = 0.0
                             incount[c] += fcnt[s, a, o]
                             if incount[c] > best_c:
                                 best_c = incount[c]
