@@ -17,7 +17,7 @@ resumable, see :mod:`hmmmerge.sweep`):
 baseline as an online learner.
 
 >>> sorted(FIGURES)[:3]
-['final_values', 'purity_random', 'sf_gw_acc']
+['beyond_paper', 'final_values', 'purity_random']
 >>> PROTOCOLS["full"].n_learning_runs
 135
 """
