@@ -56,6 +56,7 @@ import time
 import numpy as np
 
 from ._io import atomic_savez
+from ._limits import check_memory
 from ._random import as_generator
 from .clusters import Clusters, level2_hmm
 from .episodic import EpisodicMemory
@@ -115,6 +116,8 @@ class TwoLevelMemory:
         self.rng = as_generator(seed)
         self.memory = EpisodicMemory(n_obs, n_actions)
         self.clusters = Clusters(n_states=0)
+        check_memory(f"first-order counts of {n_obs} observations x {n_actions} actions",
+                     8 * int(n_obs) ** 2 * int(n_actions))
         self.fo_counts = np.zeros((n_obs, n_actions, n_obs), dtype=np.int64)
         self._fo_prev = np.zeros(1, dtype=np.int64)  # the previous observation, for the first-order model
         self.steps = 0
@@ -176,7 +179,8 @@ class TwoLevelMemory:
     def sleep(self) -> list[dict]:
         """Partition the unclustered level-1 states and run the merge iterations now.
 
-        Returns one report per merge iteration (see :func:`~hmmmerge.merging.merge_iteration`).
+        Returns one report per merge iteration run (see :func:`~hmmmerge.merging.merge_iteration`);
+        the iterations stop early once no colour has two clusters (nothing can merge any more).
 
         >>> from hmmmerge import gridworld
         >>> agent = TwoLevelMemory(10, 4, initial_size=5, merge_iterations=2, sleep_every=10**6)
@@ -193,6 +197,8 @@ class TwoLevelMemory:
         if self.merger is not None:
             for _ in range(s["merge_iterations"]):
                 reports.append(merge_iteration(self.memory, self.clusters, self.merger, self.rng))
+                if reports[-1]["colour"] < 0:  # no colour has two clusters: a fixed point, no draw was made
+                    break
         self.sleeps += 1
         self._purity = self._current_purity()
         self._set_level2()

@@ -158,6 +158,9 @@ class ActionHMM:
             raise ValueError("a deterministic model needs at least one state")
         if ns.size and (ns.max() >= H or ns.min() < -1):
             raise ValueError(f"next_state entries must be state indices in 0..{H - 1} or -1")
+        from ._limits import check_memory
+
+        check_memory(f"a model of {H} states and {n_obs} observations (dense emissions)", 8 * H * n_obs)
         if em.min() < 0 or em.max() >= n_obs:
             raise ValueError(f"emission entries must be observations in 0..{n_obs - 1}")
         if not 0 <= start < H:
