@@ -387,6 +387,8 @@ class BestFirstMerging:
         """
         from . import _bfmm_kernels as K
 
+        if isinstance(traj, Trajectories) and traj.n_episodes == 0:
+            raise ValueError("the trajectories hold no episodes: nothing to fit")
         build = prefix_tree if self.initial == "tree" else sequence_model
         model = build(traj, n_obs, n_actions, end_state=self.end_state)
         model = _permute(model, as_generator(self.seed))

@@ -170,6 +170,8 @@ class CloneHMM:
                 obs, acts = t.obs.ravel(), t.actions.ravel()
         else:
             raise TypeError("traj must be a Trajectories or a pair (obs, actions) of int arrays")
+        if obs.size == 0:
+            raise ValueError("the trajectories hold no episodes: nothing to fit")
         if n_obs is None:
             n_obs = int(obs.max()) + 1
         elif not isinstance(n_obs, Integral) or n_obs < 1:
