@@ -15,9 +15,11 @@ Storage is array-backed (``next_state`` A x capacity, grown geometrically), so
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse as sp
 
 from ._io import atomic_savez
-from .rollouts import Trajectories
+from .hmm import ActionHMM
+from .trajectories import Trajectories
 
 __all__ = ["EpisodicMemory"]
 
@@ -203,8 +205,6 @@ class EpisodicMemory:
         >>> mem.to_hmm().log_likelihood([0, 1])
         0.0
         """
-        from .hmm import ActionHMM
-
         if self.n_states == 0:
             raise ValueError("the memory is empty: observe something first")
         return ActionHMM.from_deterministic(self.next_state, self.emission, self.n_obs, start=self.start_state)
@@ -218,8 +218,6 @@ class EpisodicMemory:
         >>> mem.transition_matrices()[0].toarray().tolist()
         [[0.0, 1.0, 0.0], [0.0, 0.0, 1.0], [0.0, 0.0, 0.0]]
         """
-        import scipy.sparse as sp
-
         n = self.n_states
         mats = []
         for a in range(self.n_actions):
