@@ -18,7 +18,9 @@ import os
 __all__ = ["SizeLimitError", "memory_budget", "check_memory", "check_count", "no_limits", "COUNT_LIMITS"]
 
 #: stated bounds of counts that cost time rather than memory
-COUNT_LIMITS = {"merge_iterations": 10_000, "seeds": 10_000, "em_iterations": 100_000, "world_states": 250_000}
+COUNT_LIMITS = {"merge_iterations": 10_000, "seeds": 10_000, "em_iterations": 100_000, "world_states": 250_000,
+                # edges followed by markov_radii, about 10^8 a second: a few seconds
+                "radius_work": 500_000_000}
 
 _enforced = [True]
 

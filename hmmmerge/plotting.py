@@ -24,6 +24,10 @@ def grid_shape(env: Environment) -> tuple[int, int] | None:
     return rows, cols
 
 
+#: grids with more cells than this get no per-cell text (it is unreadable and slow to draw)
+MAX_ANNOTATED_CELLS = 2500
+
+
 def plot_grid_values(env: Environment, values, ax=None, cmap="viridis", title=None, annotate="obs", colorbar=True):
     """Draw per-state ``values`` on the grid as a heat map, with each cell's colour number written in it.
 
@@ -46,9 +50,10 @@ def plot_grid_values(env: Environment, values, ax=None, cmap="viridis", title=No
     for i, (r, c) in enumerate(env.nodes):
         grid[r, c] = values[i]
     if ax is None:
-        _, ax = plt.subplots(figsize=(0.45 * shape[1] + 1.5, 0.45 * shape[0] + 0.8))
+        scale = 0.45 * min(1.0, 60 / max(shape))  # at most about 27 x 27 inches
+        _, ax = plt.subplots(figsize=(scale * shape[1] + 1.5, scale * shape[0] + 0.8))
     im = ax.imshow(grid, cmap=cmap)
-    if annotate == "obs":
+    if annotate == "obs" and env.n_states <= MAX_ANNOTATED_CELLS:  # larger grids: the colours say it, no text
         for i, (r, c) in enumerate(env.nodes):
             ax.text(c, r, str(env.obs[i]), ha="center", va="center", fontsize=7, color="white",
                     path_effects=_outline())
