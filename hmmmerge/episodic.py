@@ -147,7 +147,7 @@ class EpisodicMemory:
         >>> mem.observe(0, -1), mem.observe(1, 0), mem.observe(0, 0)   # 1 -> 2 contradicted: new state 3
         (0, 1, 3)
         """
-        from ._memory_kernels import l1_observe
+        from ._episodic_kernels import l1_observe
 
         obs, action = int(obs), int(action)
         if not 0 <= obs < self.n_obs:
@@ -176,7 +176,7 @@ class EpisodicMemory:
         >>> int(states.max()) + 1 == mem.n_states
         True
         """
-        from ._memory_kernels import observe_batch
+        from ._episodic_kernels import observe_batch
 
         if not isinstance(traj, Trajectories):
             raise TypeError(f"traj must be Trajectories, got {type(traj).__name__}")

@@ -293,11 +293,12 @@ def test_fitting_no_episodes_says_so():
     from hmmmerge.rollouts import Trajectories
 
     empty = Trajectories(np.zeros((0, 5), dtype=np.int64), np.full((0, 5), -1, dtype=np.int64))
-    for fit in (lambda: TwoLevelMemory(10, 4).fit(empty), lambda: CloneHMM(n_clones=2).fit(empty, 10, 4),
-                lambda: BestFirstMerging().fit(empty, 10, 4),
+    for fit in (lambda: CloneHMM(n_clones=2).fit(empty, 10, 4), lambda: BestFirstMerging().fit(empty, 10, 4),
                 lambda: EpisodicMemory(10, 4).observe_trajectories(empty)):
         with pytest.raises(ValueError, match="no episodes"):
             fit()
+    agent = TwoLevelMemory(10, 4).fit(empty)  # online: living no episode changes nothing
+    assert agent.episodes_ == 0 and agent.steps_ == 0 and agent.memory_.n_states == 0
 
 
 # --------------------------------------------------------------------------- large worlds
@@ -339,10 +340,10 @@ def test_large_grid_plot_has_no_per_cell_text():
     import matplotlib.pyplot as plt
 
     from hmmmerge import gridworld
-    from hmmmerge.plotting import MAX_ANNOTATED_CELLS, plot_grid_values
+    from hmmmerge.plotting import MAX_ANNOTATED_STATES, plot_grid_values
 
     small, large = gridworld(5, 5, n_colours=3), gridworld(60, 60, n_colours=3)
-    assert large.n_states > MAX_ANNOTATED_CELLS
+    assert large.n_states > MAX_ANNOTATED_STATES
     ax_small, ax_large = plot_grid_values(small, small.obs), plot_grid_values(large, large.obs)
     assert len(ax_small.texts) == 25 and len(ax_large.texts) == 0
     plt.close("all")
