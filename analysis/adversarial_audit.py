@@ -190,7 +190,9 @@ def agent_cases(tmp):
             f.write(data)
         files[name] = path
 
-    def put_arrays(name, **changes):
+    def put_arrays(name, unversioned=True, **changes):
+        """The changed file as saved, and a copy without format, version and checksum (so that the
+        array validation alone must catch it)."""
         d = dict(arrays)
         for k, v in changes.items():
             if v is None:
@@ -200,6 +202,16 @@ def agent_cases(tmp):
         path = os.path.join(tmp, name)
         np.savez_compressed(path, **d)
         files[name] = path
+        try:
+            m = json.loads(str(d["meta"]))
+            for k in ("format", "version", "checksum"):
+                m.pop(k, None)
+        except (KeyError, ValueError, TypeError):
+            return
+        if unversioned and isinstance(m, dict) and m:
+            legacy = os.path.join(tmp, "unversioned-" + name)
+            np.savez_compressed(legacy, **dict(d, meta=np.array(json.dumps(m))))
+            files["unversioned-" + name] = legacy
 
     put("empty.npz", b"")
     for frac in (0.1, 0.5, 0.9, 0.99):
@@ -245,13 +257,13 @@ def agent_cases(tmp):
             put_arrays(f"{k}-out-of-range.npz", **{k: arrays[k] + 10**9})
             put_arrays(f"{k}-below-minus-one.npz", **{k: arrays[k] * 0 - 7})
     for change, label in ((lambda m: m.update(version=999), "version-999"),
-                          (lambda m: m["settings"].update(bogus=1), "unknown-setting"),
+                          (lambda m: m["params"].update(bogus=1), "unknown-setting"),
                           (lambda m: m.update(steps=-5), "negative-steps"),
                           (lambda m: m.update(rng="not a state"), "bad-rng"),
-                          (lambda m: m.pop("settings"), "no-settings")):
+                          (lambda m: m.pop("params"), "no-params")):
         m = json.loads(json.dumps(meta))
         change(m)
-        put_arrays(f"meta-{label}.npz", meta=np.array(json.dumps(m)))
+        put_arrays(f"meta-{label}.npz", unversioned=label != "version-999", meta=np.array(json.dumps(m)))
     put_arrays("meta-not-json.npz", meta=np.array("{not json"))
     cases = [_cli("run", "--resume", path, "--episodes", "3", "--eval-episodes", "2") for path in files.values()]
     cases.append(_cli("run", "--resume", good, "--episodes", "3", "--eval-episodes", "2", "--json", expect="ok",

@@ -15,6 +15,8 @@ import time
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from hmmmerge import ActionHMM, Environment
 from hmmmerge._io import atomic_write_bytes, atomic_write_text
@@ -210,7 +212,7 @@ def test_absurd_sizes_refused_before_allocating(tmp_path):
     argvs = [[a.replace("{tmp}", str(tmp_path)) for a in argv] for argv, _ in _LIMIT_CASES]
     res = _run([sys.executable, "-c", _BATCH, json.dumps(argvs)], timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
-    for (argv, message), (code, err) in zip(_LIMIT_CASES, json.loads(res.stdout)):
+    for (argv, message), (code, err) in zip(_LIMIT_CASES, json.loads(res.stdout.strip().splitlines()[-1])):
         assert code == 2, (argv, err)
         assert _one_line(err) and message in err, (argv, err)
 
@@ -347,3 +349,124 @@ def test_large_grid_plot_has_no_per_cell_text():
     ax_small, ax_large = plot_grid_values(small, small.obs), plot_grid_values(large, large.obs)
     assert len(ax_small.texts) == 25 and len(ax_large.texts) == 0
     plt.close("all")
+
+
+# --------------------------------------------------------------------------- agent files
+@pytest.fixture(scope="module")
+def agent_file(tmp_path_factory):
+    from hmmmerge import gridworld
+    from hmmmerge.agent import TwoLevelMemory
+
+    path = tmp_path_factory.mktemp("agent") / "agent.npz"
+    TwoLevelMemory(10, 4, initial_size=5).run(gridworld(), 12, seed=0).save(path)
+    return path
+
+
+def _damaged_variants(good, out_dir):
+    """The damaged files of the issue, each also without format, version and checksum (validation alone)."""
+    with np.load(good, allow_pickle=False) as f:
+        base = {k: f[k] for k in f.files}
+    meta = json.loads(str(base["meta"]))
+    legacy = {k: v for k, v in meta.items() if k not in ("format", "version", "checksum")}
+    history_key = next(k for k in base if k.startswith("history_") and k != "history_episode")
+    changes = {
+        "t2-indices-out-of-range": {"t2_indices": base["t2_indices"] + 10**5},
+        "t2-data-nan": {"t2_data": np.full_like(base["t2_data"], np.nan)},
+        "t2-data-negative": {"t2_data": -base["t2_data"] - 0.1},
+        "fo-counts-negative": {"fo_counts": base["fo_counts"] - 5},
+        "next-state-float": {"l1_next_state": base["l1_next_state"] + 0.5},
+        "next-state-out-of-range": {"l1_next_state": base["l1_next_state"] + 10**6},
+        "assignment-huge": {"assignment": base["assignment"] + 2**40},
+        "history-short": {history_key: base[history_key][:-1]},
+        "emission-out-of-range": {"l1_emission": base["l1_emission"] + 100},
+        "fo-prev-out-of-range": {"meta": dict(legacy, fo_prev=99)},
+        "unknown-setting": {"meta": dict(legacy, params=dict(legacy["params"], bogus=1))},
+        "bad-rng": {"meta": dict(legacy, rng={"bit_generator": "PCG64", "state": "nope"})},
+    }
+    paths = {}
+    for name, change in changes.items():
+        for flavour, m in (("checked", meta), ("legacy", legacy)):
+            d = dict(base, meta=np.array(json.dumps(change.get("meta", m))))
+            d.update({k: v for k, v in change.items() if k != "meta"})
+            paths[f"{name}-{flavour}"] = str(out_dir / f"{name}-{flavour}.npz")
+            np.savez_compressed(paths[f"{name}-{flavour}"], **d)
+    unknown = dict(base, meta=np.array(json.dumps(dict(meta, version=999))))
+    paths["unknown-version"] = str(out_dir / "unknown-version.npz")
+    np.savez_compressed(paths["unknown-version"], **unknown)
+    raw = open(good, "rb").read()
+    for name, data in (("empty", b""), ("truncated", raw[: len(raw) // 2]), ("json", b'{"a": 1}'),
+                       ("png", b"\x89PNG\r\n\x1a\n" + bytes(64))):
+        paths[name] = str(out_dir / f"{name}.npz")
+        open(paths[name], "wb").write(data)
+    return paths
+
+
+def test_damaged_agent_files_are_one_line_errors(agent_file, tmp_path):
+    paths = _damaged_variants(agent_file, tmp_path)
+    argvs = [["run", "--resume", p, "--episodes", "2", "--episode-length", "5", "--eval-episodes", "0"]
+             for p in paths.values()]
+    argvs.append(["run", "--resume", str(agent_file), "--episodes", "2", "--episode-length", "5",
+                  "--eval-episodes", "0"])
+    res = _run([sys.executable, "-c", _BATCH, json.dumps(argvs)], timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]  # a signal here would be a kernel fed a bad array
+    outcomes = json.loads(res.stdout.strip().splitlines()[-1])
+    for name, (code, err) in zip(paths, outcomes):
+        assert code == 2 and _one_line(err), (name, code, err)
+    assert outcomes[-1] == [0, ""]  # the intact file still resumes
+    assert "checksum mismatch" in outcomes[0][1] and "t2_indices" in outcomes[1][1]
+
+
+def test_agent_file_round_trip_keeps_format_and_checksum(agent_file):
+    from hmmmerge._agent_file import FORMAT, VERSION, read_agent_file
+
+    data, meta = read_agent_file(agent_file)
+    assert meta["format"] == FORMAT and meta["version"] == VERSION and len(meta["checksum"]) == 64
+    assert "meta" not in data and data["l1_emission"].ndim == 1
+
+
+_FUZZ = settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+_FLIPS = st.lists(st.lists(st.tuples(st.floats(0, 1, exclude_max=True), st.integers(1, 255)), min_size=1, max_size=6),
+                  min_size=1, max_size=5)
+
+
+def _fuzz(good, tmp_path, flip_sets, argv_of, xor: bool):
+    """Write one damaged copy of ``good`` per flip set and load them all in one capped subprocess (one
+    process per hypothesis example keeps the test fast); each load must end with exit code 0 or 2 and,
+    on 2, one line on stderr -- a signal kills the subprocess and fails the test."""
+    raw = open(good, "rb").read()
+    argvs = []
+    for i, flips in enumerate(flip_sets):
+        b = bytearray(raw)
+        for where, value in flips:
+            pos = int(where * len(b))
+            b[pos] = b[pos] ^ value if xor else value
+        bad = tmp_path / f"fuzzed-{i}{os.path.splitext(str(good))[1]}"
+        bad.write_bytes(bytes(b))
+        argvs.append(argv_of(str(bad)))
+    res = _run([sys.executable, "-c", _BATCH, json.dumps(argvs)], timeout=300)
+    assert res.returncode == 0, (res.returncode, res.stderr[-1000:])
+    for code, err in json.loads(res.stdout.strip().splitlines()[-1]):
+        assert code in (0, 2), (code, err)
+        assert code == 0 or _one_line(err), err
+
+
+@_FUZZ
+@given(flip_sets=_FLIPS)
+def test_fuzz_agent_file_bytes(agent_file, tmp_path, flip_sets):
+    _fuzz(agent_file, tmp_path, flip_sets, xor=True, argv_of=lambda p: [
+        "run", "--resume", p, "--episodes", "1", "--episode-length", "5", "--eval-episodes", "0", "--json"])
+
+
+@pytest.fixture(scope="module")
+def env_file(tmp_path_factory):
+    from hmmmerge import gridworld
+
+    path = tmp_path_factory.mktemp("env") / "world.json"
+    gridworld(3, 3, n_colours=3).save(path)
+    return path
+
+
+@_FUZZ
+@given(flip_sets=_FLIPS)
+def test_fuzz_environment_file_bytes(env_file, tmp_path, flip_sets):
+    _fuzz(env_file, tmp_path, flip_sets, xor=False, argv_of=lambda p: ["env", "--graph", p, "--json"])
