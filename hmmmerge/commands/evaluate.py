@@ -74,7 +74,10 @@ def build_bfmm(env, train, args):
     from ..baselines.bfmm import BestFirstMerging
 
     data = train if args.bfmm_episodes is None else train[: args.bfmm_episodes]
-    return BestFirstMerging(seed=args.seed).fit(data, env.n_obs, env.n_actions).to_hmm()
+    search = getattr(args, "bfmm_search", "pairs")
+    bf = BestFirstMerging(search=search, incremental=search == "pairs",
+                          structure_prior=getattr(args, "bfmm_structure_prior", 1.0), seed=args.seed)
+    return bf.fit(data, env.n_obs, env.n_actions).to_hmm()
 
 
 #: name -> builder(env, train_trajectories, args) -> ActionHMM, in table order.
@@ -141,6 +144,11 @@ def add_experiment_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--em-iter", type=_positive_int, default=150, help="EM: iterations (default 150)")
     p.add_argument("--bfmm-episodes", type=_positive_int, default=None,
                    help="best-first merging: use only the first N training episodes (default: all)")
+    p.add_argument("--bfmm-search", choices=("pairs", "fold"), default="pairs",
+                   help="best-first merging: 'pairs' (Stolcke & Omohundro, incremental; default) or 'fold' "
+                        "(evidence-driven determinising folds of the prefix tree)")
+    p.add_argument("--bfmm-structure-prior", type=float, default=1.0,
+                   help="best-first merging: weight of the structure prior (default 1)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
