@@ -74,7 +74,7 @@ def run_case(case, cap_bytes, timeout):
     if code < 0:
         return "signal", f"signal {-code}"
     if code == 2 and len(lines) == 1:
-        if case["expect"] == "error":
+        if case["expect"] in ("error", "any"):
             return "clean", lines[0][:160]
         return "wrong", f"refused a valid input: {lines[0][:160]}"
     if code == 0 and not lines:
@@ -83,7 +83,7 @@ def run_case(case, cap_bytes, timeout):
         check = case.get("check")
         if check is not None:
             verdict = check(out)
-            if verdict is not True:
+            if isinstance(verdict, str) or not verdict:
                 return "wrong", str(verdict)[:200]
         return "clean", f"ok ({wall:.1f} s)"
     return "traceback", f"exit {code}: " + (lines[-1][:200] if lines else "(no stderr)")
@@ -121,6 +121,18 @@ def _json_check(fn):
     return check
 
 
+CLOSED_STDOUT = """
+import json, os, subprocess, sys
+cmd = [sys.executable, "-m", "hmmmerge", *json.loads(sys.argv[1])]
+p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+p.stdout.close()  # the reader is gone, as after `| head`
+err = p.stderr.read().decode()
+code = p.wait()
+sys.stderr.write(err)
+sys.exit(code)
+"""
+
+
 def size_cases(tmp):
     c = []
     for args in (["env", "--grid", "100000x100000"], ["env", "--grid", "1000x1000"], ["env", "--grid", "0x5"],
@@ -150,6 +162,14 @@ def size_cases(tmp):
                  ["reproduce", "--quick", "--only", "true_sim", "--executor", "bogus", "--out", f"{tmp}/r5"],
                  ["reproduce", "--quick", "--only", "no_such_figure", "--out", f"{tmp}/r6"]):
         c.append(_cli(*args))
+    c.append(_cli())  # no command
+    c.append(_cli("no-such-command"))
+    c.append(_cli("run", "--no-such-option"))
+    c.append(_cli("reproduce", "--quick", "--only", "true_sim", "--executor", "dask://127.0.0.1:1", "--out", f"{tmp}/r7"))
+    for cmd in (["run", "--episodes", "40", "--json"], ["env", "--grid", "20x20", "--per-vertex"],
+                ["evaluate", "--models", "oracle,first-order", "--episodes", "20", "--json"]):
+        c.append({"argv": [sys.executable, "-c", CLOSED_STDOUT, json.dumps(cmd)], "expect": "ok", "check": None,
+                  "name": "hmmmerge " + " ".join(cmd) + " with stdout closed (| head)"})
     # valid but large: must answer (or refuse in one line) within the timeout
     c.append(_cli("env", "--grid", "300x300", "--json", expect="ok",
                   check=_json_check(lambda r: r["n_states"] == 90000 or "bad n_states")))
@@ -164,7 +184,11 @@ def write_cases(tmp, specials):
     c = []
     for kind, path in specials.items():
         c.append(_cli("env", "--world", "aliased-loop", "--plot", path))
-        c.append(_cli("run", "--episodes", "3", "--eval-episodes", "0", "--out", path))
+        if kind == "folder":  # --out names a folder: writing into it is right
+            c.append(_cli("run", "--episodes", "3", "--eval-episodes", "0", "--out", path, "--json", expect="ok",
+                          check=lambda out, path=path: os.path.isfile(os.path.join(path, "agent.npz")) or "no agent.npz"))
+        else:
+            c.append(_cli("run", "--episodes", "3", "--eval-episodes", "0", "--out", path))
     link = os.path.join(tmp, "link.png")
     os.symlink(os.path.join(tmp, "link-target.png"), link)
     c.append(_cli("env", "--world", "aliased-loop", "--plot", link, "--json", expect="ok",
@@ -379,12 +403,33 @@ def api_cases():
         """))
     for label, expr in (("gridworld 10^5 x 10^5", "gridworld(100000, 100000)"),
                         ("gridworld with 10^10 colours", "gridworld(10, 10, n_colours=10**10)"),
-                        ("agent with 10^6 observations", "TwoLevelMemory(10**6, 4)"),
+                        ("agent with 10^6 observations", "TwoLevelMemory(10**6, 4).fit(Trajectories([[0, 1]], [[-1, 0]]))"),
                         ("first-order with 10^6 observations", "FirstOrderModel().fit(Trajectories([[0, 999999]], [[-1, 0]]), 10**6, 4)"),
                         ("EM with 10^6 clones", "CloneHMM(n_clones=10**6).fit(Trajectories([[0, 1]], [[-1, 0]]), 2, 1)"),
                         ("markov_radii of 40,000 distinct colours", "markov_radii(Environment.from_arrays([np.roll(np.arange(40000), -1)], np.arange(40000)))"),
                         ("Sweep on local:100000", "Sweep('/tmp/hmmmerge-audit-sweep', example_run, [{'x': 1}]).run(executor='local:100000', progress=False)"),
-                        ("make_executor threads:10^6", "make_executor('threads:1000000').__enter__()")):
+                        ("make_executor threads:10^6", "make_executor('threads:1000000').__enter__()"),
+                        ("make_executor max_workers=0", "make_executor('local', max_workers=0).__enter__()"),
+                        ("make_executor of a number", "make_executor(5).__enter__()"),
+                        ("random_walk of 10^9 episodes", "from hmmmerge import random_walk; random_walk(gridworld(), 10**9, 50)"),
+                        ("random_walk of 10^12 moves", "from hmmmerge import random_walk; random_walk(gridworld(), 1, 10**12)"),
+                        ("random_walk of -1 episodes", "from hmmmerge import random_walk; random_walk(gridworld(), -1, 50)"),
+                        ("Sweep with a NaN in a configuration", "Sweep('/tmp/hmmmerge-audit-sweep', example_run, [{'x': float('nan')}])"),
+                        ("Sweep of a lambda", "Sweep('/tmp/hmmmerge-audit-sweep', lambda c: {}, [{'x': 1}])"),
+                        ("Sweep with a configuration twice", "Sweep('/tmp/hmmmerge-audit-sweep', example_run, [{'x': 1}, {'x': 1}])"),
+                        ("weighted_purity of different lengths", "from hmmmerge.evaluate import weighted_purity; weighted_purity([0, 0], [1])"),
+                        ("weighted_purity of float labels", "from hmmmerge.evaluate import weighted_purity; weighted_purity([0, 0], [0.5, 1.5])"),
+                        ("weighted_purity with cluster -5", "from hmmmerge.evaluate import weighted_purity; weighted_purity([-5, 0], [1, 1])"),
+                        ("gridworld of 0 rows", "gridworld(0, 5)"),
+                        ("gridworld of 2.5 rows", "gridworld(2.5, 5)"),
+                        ("gridworld with colours out of range", "gridworld(2, 2, n_colours=2, colours=[[0, 1], [2, 0]])"),
+                        ("Environment.from_arrays with a successor out of range", "Environment.from_arrays([[5, 0]], [0, 1])"),
+                        ("Environment.from_arrays with a negative observation", "Environment.from_arrays([[1, 0]], [0, -1])"),
+                        ("TwoLevelMemory with merge 'bogus'", "TwoLevelMemory(10, 4, merge='bogus')"),
+                        ("TwoLevelMemory with size 0", "TwoLevelMemory(10, 4, initial_size=0)"),
+                        ("TwoLevelMemory.load of a missing file", "TwoLevelMemory.load('/nonexistent/agent.npz')"),
+                        ("CloneHMM with -1 clones", "CloneHMM(n_clones=-1).fit(Trajectories([[0, 1]], [[-1, 0]]), 2, 1)"),
+                        ("FirstOrderModel with a NaN pseudocount", "FirstOrderModel(pseudocount=float('nan'))")):
         c.append(_api(label, f"""
             from hmmmerge import Environment, gridworld
             from hmmmerge.agent import TwoLevelMemory
@@ -393,7 +438,10 @@ def api_cases():
             from hmmmerge.rollouts import Trajectories
             from hmmmerge.structure import markov_radii
             from hmmmerge.sweep import Sweep, example_run, make_executor
-            {expr}
+            try:
+                {expr}
+            except FileNotFoundError as e:  # a missing file is a clear error too
+                raise ValueError(str(e)) from None
         """))
     return c
 
