@@ -22,7 +22,10 @@ wrong; surprise smoothed with epsilon 1e-3):
    the paper's world, SF merges side by side.
 
 Results are cached per run under ``--out`` (one atomic file each, see
-:mod:`hmmmerge.sweep`): an interrupted run resumes where it stopped.  The
+:mod:`hmmmerge.sweep`): an interrupted run resumes where it stopped.  They
+are keyed by configuration, not by the code, so that the slow baselines are
+not redone when the learner changes: delete ``OUT/runs/SECTION`` to redo a
+section after changing code.  The
 tables go to ``OUT/bench_fold.md`` and stdout.
 
     python benchmarks/bench_fold.py [--quick] [--out DIR] [--learner fold] [--executor serial]
@@ -49,6 +52,9 @@ from hmmmerge.agent import MERGE_MODES
 from hmmmerge.reproduce.beyond import context_curve_run, offline_run, online_run
 from hmmmerge.sweep import Sweep, run_sweeps
 
+VERSION = "1"
+"""Results are keyed by configuration and this version, not by the code: delete ``OUT/runs`` (or a section's
+folder) to recompute after changing a learner."""
 GALLERY = ("maze", "torus", "two-rooms", "cscg-room", "aliased-loop", "random-graph")
 SECTIONS = ("paper", "grid4", "gallery", "noise", "nostart", "speed")
 NAMES = {"fold": "fold", "sf": "SF merges", "random": "random merges", "none": "no merges", "em": "EM (clone HMM)",
@@ -96,15 +102,16 @@ def sweeps_for(section: str, out: str, learner: str, quick: bool):
         for m in offline:
             c = dict(base, model=m)
             if m in ("rpni", "alergia"):
-                if m == "rpni" and base["seed"] != base.get("colouring", 0) and section == "paper":
-                    continue  # RPNI is slow: one seed per colouring on the paper's world
+                one = base["seed"] == base.get("colouring", 0) if section == "paper" else base["seed"] == 0
+                if m == "rpni" and not one:
+                    continue  # RPNI is slow: one run per world (per colouring on the paper's world)
                 c["model_episodes"] = 50 if quick else 200
             if m == "em":
                 c.update(clones=30 if base.get("colours") == 4 else 20, iterations=100)
             off.append(c)
     root = os.path.join(out, "runs", section)
-    return (Sweep(os.path.join(root, "online"), online_run, on, version="auto"),
-            Sweep(os.path.join(root, "offline"), offline_run, off, version="auto"))
+    return (Sweep(os.path.join(root, "online"), online_run, on, version=VERSION),
+            Sweep(os.path.join(root, "offline"), offline_run, off, version=VERSION))
 
 
 # --------------------------------------------------------------------------- tables
@@ -355,7 +362,7 @@ def context_curve_note(out, quick) -> list[str]:
     cols, seeds = ((0,), (0,)) if quick else ((0, 1, 2), (0, 1, 2, 3, 4))
     configs = [{"world": "grid", "colouring": c, "seed": s, "episodes": 300 if quick else 1000, "refit_every": 50}
                for c in cols for s in seeds]
-    sw = Sweep(os.path.join(out, "runs", "paper", "context_curve"), context_curve_run, configs, version="auto")
+    sw = Sweep(os.path.join(out, "runs", "paper", "context_curve"), context_curve_run, configs, version=VERSION)
     res = sw.run(executor="serial", progress=None)
     last = np.mean([r["accuracy"][-50:].mean() for r in res])
     mid = np.mean([r["accuracy"][100:200].mean() for r in res]) if len(res[0]["accuracy"]) >= 200 else np.nan
