@@ -18,6 +18,8 @@ wrong; surprise smoothed with epsilon 1e-3):
    stream vs EM; clusters vs world states.
 5. ``nostart`` -- episodes starting at uniformly random states (no common
    start): where a prefix-tree method does not hold.
+5b. ``slip`` -- a non-deterministic world: with probability 0.1 the move made
+   is a random one (the agent records the move it chose).
 6. ``speed`` -- the learner alone on one core: 1,000 and 10,000 episodes of
    the paper's world, SF merges side by side.
 
@@ -29,7 +31,7 @@ section after changing code.  The
 tables go to ``OUT/bench_fold.md`` and stdout.
 
     python benchmarks/bench_fold.py [--quick] [--out DIR] [--learner fold] [--executor serial]
-        [--sections paper,grid4,gallery,noise,nostart,speed]
+        [--sections paper,grid4,gallery,noise,nostart,slip,speed]
 
 ``--learner`` defaults to ``fold`` when the agent knows that merge mode, else
 ``sf`` (stated in the output).  ``--quick``: 1 seed, 300 episodes, fewer
@@ -56,7 +58,7 @@ VERSION = "1"
 """Results are keyed by configuration and this version, not by the code: delete ``OUT/runs`` (or a section's
 folder) to recompute after changing a learner."""
 GALLERY = ("maze", "torus", "two-rooms", "cscg-room", "aliased-loop", "random-graph")
-SECTIONS = ("paper", "grid4", "gallery", "noise", "nostart", "speed")
+SECTIONS = ("paper", "grid4", "gallery", "noise", "nostart", "slip", "speed")
 NAMES = {"fold": "fold", "sf": "SF merges", "random": "random merges", "none": "no merges", "em": "EM (clone HMM)",
          "context": "context (order 4)", "first_order": "first order", "oracle": "oracle", "rpni": "RPNI (AALpy)",
          "alergia": "ALERGIA (AALpy)"}
@@ -81,6 +83,9 @@ def _worlds(section: str, quick: bool) -> list[dict]:
         return [dict(c, noise=0.05) for c in extra + base]
     if section == "nostart":
         return [dict(c, start="random") for c in extra + base]
+    if section == "slip":
+        worlds = ("maze", "random-graph") if quick else ("maze", "torus", "random-graph")
+        return [dict(c, slip=0.1) for c in extra + [b for b in base if b["world"] in worlds]]
     raise ValueError(section)
 
 
@@ -88,12 +93,13 @@ def sweeps_for(section: str, out: str, learner: str, quick: bool):
     """The online and offline sweeps of a section."""
     episodes = 300 if quick else 1000
     online_modes = {"paper": (learner, "sf", "random"), "grid4": (learner, "sf"), "gallery": (learner, "sf", "random"),
-                    "noise": (learner, "sf"), "nostart": (learner, "sf")}[section]
+                    "noise": (learner, "sf"), "nostart": (learner, "sf"), "slip": (learner, "sf")}[section]
     offline = {"paper": ("oracle", "first_order", "context", "em", "rpni", "alergia"),
                "grid4": ("context", "em", "alergia"),
                "gallery": ("oracle", "first_order", "context", "em", "rpni", "alergia"),
                "noise": ("context", "em", "rpni", "alergia"),
-               "nostart": ("context", "em", "rpni", "alergia")}[section]
+               "nostart": ("context", "em", "rpni", "alergia"),
+               "slip": ("context", "em", "rpni", "alergia")}[section]
     on, off = [], []
     for base in _worlds(section, quick):
         base = dict(base, episodes=episodes, eval_episodes=100)
@@ -246,9 +252,10 @@ def targets(section, rows, learner) -> list[str]:
             cl, ws = _mean(runs, "clusters"), d.get("n_world_states", np.nan)
             lines.append(f"- {d['world']}: held-out {held:.4f} vs EM {em:.4f} (gap {held - em:+.4f}) within 0.02: "
                          f"{ok(held >= em - 0.02)}; clusters {cl:.0f} <= 2 x {ws}: {ok(cl <= 2 * ws)}")
-        elif section == "nostart":
+        elif section in ("nostart", "slip"):
+            why = "a common start is missing" if section == "nostart" else "moves slip (p = 0.1)"
             lines.append(f"- {d['world']}: online {last:.4f}, held-out {held:.4f} vs EM {em:.4f} "
-                         f"(gap {held - em:+.4f}) -- no target: where a common start is missing")
+                         f"(gap {held - em:+.4f}) -- no target: {why}")
     return lines
 
 
