@@ -14,15 +14,19 @@ prediction* at that step: the step is flagged and its probability is 0.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import scipy.sparse as sp
 
 from ._random import as_generator
+from ._validation import as_trajectories, check_int, check_symbols
 from .trajectories import Trajectories
 
 __all__ = ["ActionHMM", "FilterResult"]
 
 
+@dataclass(frozen=True)
 class FilterResult:
     """Output of :meth:`ActionHMM.run_filter`.
 
@@ -35,6 +39,10 @@ class FilterResult:
         where there was no prediction.
     posteriors : (N, L, H) filtered beliefs or ``None``.
 
+    See Also
+    --------
+    hmmmerge.evaluate.score_trajectories : accuracy and surprise from one filter run.
+
     Examples
     --------
     A model that knows no successor of state 1 predicts nothing at the third step:
@@ -45,15 +53,31 @@ class FilterResult:
     ([[0.0, 0.0, -inf]], [[False, False, True]], -inf)
     """
 
-    def __init__(self, log_probs, no_prediction, predictions=None, posteriors=None):
-        self.log_probs = log_probs
-        self.no_prediction = no_prediction
-        self.predictions = predictions
-        self.posteriors = posteriors
+    log_probs: np.ndarray
+    no_prediction: np.ndarray
+    predictions: np.ndarray | None = None
+    posteriors: np.ndarray | None = None
 
     @property
     def log_likelihood(self) -> float:
+        """Total ``log P(o | a)`` in nats of all episodes."""
         return float(self.log_probs.sum())
+
+    def as_dict(self) -> dict:
+        """Plain Python values (nested lists; ``-inf`` stays a float), ready for JSON.
+
+        >>> hmm = ActionHMM.from_deterministic([[1, 0]], [0, 1], n_obs=2)
+        >>> hmm.run_filter([[0, 1]], [[-1, 0]]).as_dict()
+        {'log_probs': [[0.0, 0.0]], 'no_prediction': [[False, False]], 'predictions': None, \
+'posteriors': None, 'log_likelihood': 0.0}
+        """
+        return {
+            "log_probs": self.log_probs.tolist(),
+            "no_prediction": self.no_prediction.tolist(),
+            "predictions": None if self.predictions is None else self.predictions.tolist(),
+            "posteriors": None if self.posteriors is None else self.posteriors.tolist(),
+            "log_likelihood": self.log_likelihood,
+        }
 
 
 class ActionHMM:
@@ -194,27 +218,16 @@ class ActionHMM:
 
     # ------------------------------------------------------------ filtering
     def _prepare(self, obs, actions) -> tuple[np.ndarray, np.ndarray, bool]:
-        if isinstance(obs, Trajectories):
-            if actions is not None:
-                raise ValueError("pass either Trajectories or (obs, actions), not both")
-            obs, actions = obs.obs, obs.actions
-        single = np.ndim(obs) == 1
-        if actions is None:
+        """Checked (obs, actions) 2-D arrays, and whether the input was one 1-D episode."""
+        if actions is None and not isinstance(obs, (Trajectories, tuple)):
             if self.n_actions != 1:
                 raise ValueError(f"actions are required: the model has {self.n_actions} actions")
             actions = np.zeros(np.shape(obs), dtype=np.int64)
-            actions[..., 0] = -1
-        traj = Trajectories(obs=obs, actions=actions)
-        o, a = traj.obs, traj.actions
-        if o.shape[0] == 0:
-            raise ValueError("obs holds no episodes: nothing to filter")
-        if o.max() >= self.n_obs:
-            raise ValueError(f"obs holds {int(o.max())}, outside the model's 0..{self.n_obs - 1}")
-        if o.shape[1] > 1 and a[:, 1:].max() >= self.n_actions:
-            raise ValueError(
-                f"actions holds {int(a[:, 1:].max())}, outside the model's 0..{self.n_actions - 1}"
-            )
-        return o, a, single
+            actions[..., :1] = -1
+        raw = obs.obs if isinstance(obs, Trajectories) else obs[0] if isinstance(obs, tuple) else obs
+        traj = as_trajectories(obs, actions)
+        check_symbols(traj.obs, traj.actions, self.n_obs, self.n_actions)
+        return traj.obs, traj.actions, np.ndim(raw) == 1 and traj.n_episodes == 1
 
     def _stacked_csr(self):
         if self._csr is None:
@@ -236,7 +249,7 @@ class ActionHMM:
         """Run the scaled forward filter over a batch of episodes.
 
         ``obs``/``actions``: (N, L) int arrays (or 1-D for one episode, or a
-        :class:`~hmmmerge.rollouts.Trajectories`), ``actions[:, 0] == -1``.
+        :class:`~hmmmerge.trajectories.Trajectories`), ``actions[:, 0] == -1``.
         Every episode restarts from ``B``.
 
         >>> import numpy as np
@@ -315,6 +328,8 @@ class ActionHMM:
         >>> hmm.sample(1, 4, seed=0).obs.tolist()
         [[0, 1, 0, 1, 0]]
         """
+        check_int(n_episodes, "n_episodes", low=1)
+        check_int(episode_length, "episode_length", low=0)
         rng = as_generator(seed)
         if actions is None:
             acts = np.empty((n_episodes, episode_length + 1), dtype=np.int64)
@@ -324,8 +339,7 @@ class ActionHMM:
             acts = Trajectories(np.zeros_like(actions), actions).actions
             if acts.shape != (n_episodes, episode_length + 1):
                 raise ValueError(f"actions must have shape ({n_episodes}, {episode_length + 1}), got {acts.shape}")
-            if episode_length and acts[:, 1:].max() >= self.n_actions:
-                raise ValueError(f"actions outside the model's 0..{self.n_actions - 1}")
+            check_symbols(np.zeros(0, dtype=np.int64), acts, self.n_obs, self.n_actions)
         states = np.empty_like(acts)
         states[:, 0] = _draw(np.broadcast_to(self.B, (n_episodes, self.n_states)), rng)
         for t in range(1, episode_length + 1):

@@ -358,7 +358,7 @@ def test_bad_data_raise():
         m.fit(([[0, 1]], [[0, 0]]))
     with pytest.raises(ValueError, match="n_obs"):
         m.fit(([0, 1], [-1, 0]), n_obs=0)
-    with pytest.raises(TypeError, match="traj"):
+    with pytest.raises(TypeError, match="Trajectories, a pair"):
         m.fit("not data")
     with pytest.raises(ValueError, match="not fitted"):
         CloneHMM().to_hmm()

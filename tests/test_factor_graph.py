@@ -76,9 +76,9 @@ def test_factor_graph_structure_passes_pgmpy_checks():
 def test_factor_graph_bad_inputs():
     rng = np.random.default_rng(0)
     hmm = random_model(rng, 3, 2, 2)
-    with pytest.raises(ValueError, match="obs holds 2"):
+    with pytest.raises(ValueError, match="obs holds observation 2"):
         to_factor_graph(hmm, [0, 2], [-1, 0])
-    with pytest.raises(ValueError, match="actions holds 5"):
+    with pytest.raises(ValueError, match="actions holds action 5"):
         to_factor_graph(hmm, [0, 1], [-1, 5])
     with pytest.raises(ValueError, match="actions are required"):
         to_factor_graph(hmm, [0, 1])

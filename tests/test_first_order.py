@@ -81,7 +81,7 @@ def test_validation():
     with pytest.raises(ValueError, match="n_actions=1"):
         FirstOrderModel().fit(traj, n_actions=1)
     with pytest.raises(ValueError, match="pseudocount"):
-        FirstOrderModel(pseudocount=-1)
+        FirstOrderModel(pseudocount=-1).fit(traj)  # checked in fit, as scikit-learn does
     with pytest.raises(ValueError, match="not fitted"):
         FirstOrderModel().to_hmm()
     with pytest.raises(TypeError, match="Trajectories"):
@@ -91,3 +91,17 @@ def test_validation():
     fo = FirstOrderModel().fit(traj)
     assert (fo.n_obs_, fo.n_actions_) == (3, 2)
     assert fo.fit(traj, n_obs=5).to_hmm().n_obs == 5  # refit resets the cached model
+
+
+def test_estimator_conventions_and_input_forms():
+    """Parameters as attributes, repr from them, the same fit from every accepted input form."""
+    traj = random_walk(gridworld(4, 4, n_colours=3, seed=1), 20, 10, seed=2)
+    fo = FirstOrderModel(pseudocount=0.5)
+    assert fo.get_params() == {"pseudocount": 0.5} and repr(fo) == "FirstOrderModel(pseudocount=0.5)"
+    assert repr(FirstOrderModel()) == "FirstOrderModel()"
+    ref = fo.fit(traj).counts_.copy()
+    for form in ((traj.obs, traj.actions), (traj.obs.ravel(), traj.actions.ravel())):
+        assert np.array_equal(FirstOrderModel(**fo.get_params()).fit(form).counts_, ref)
+    # a new fit starts afresh: the counts of the first data are gone
+    half = traj[:10]
+    assert np.array_equal(fo.fit(traj).fit(half).counts_, FirstOrderModel().fit(half).counts_)

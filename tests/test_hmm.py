@@ -302,8 +302,8 @@ def test_constructor_validation_sparse_and_types():
 @pytest.mark.parametrize(
     "obs, acts, match",
     [
-        ([[0, 2]], [[-1, 0]], "obs holds 2"),
-        ([[0, 1]], [[-1, 1]], "actions holds 1"),
+        ([[0, 2]], [[-1, 0]], "obs holds observation 2, outside 0..1"),
+        ([[0, 1]], [[-1, 1]], "actions holds action 1, outside 0..0"),
         ([[0, 1]], [[0, 0]], r"actions\[:, 0\] must be -1"),
         ([[0, -1]], [[-1, 0]], "negative"),
         (np.zeros((1, 0), dtype=int), np.zeros((1, 0), dtype=int), "empty"),
