@@ -258,9 +258,12 @@ class ActionHMM:
         >>> np.round(np.exp(r.log_probs), 3).tolist()
         [[0.5, 0.5, 0.5]]
         """
+        o, a, _ = self._prepare(obs, actions)
+        return self._run(o, a, predictions, posteriors)
+
+    def _run(self, o: np.ndarray, a: np.ndarray, predictions: bool = False, posteriors: bool = False) -> FilterResult:
         from . import _forward
 
-        o, a, _ = self._prepare(obs, actions)
         N, L = o.shape
         logp = np.zeros((N, L))
         nopred = np.zeros((N, L), dtype=bool)
@@ -297,9 +300,7 @@ class ActionHMM:
         >>> hmm.filter([0, 1]).tolist()
         [[1.0, 0.0], [0.0, 1.0]]
         """
-        _, _, single = self._prepare(obs, actions)
-        post = self.run_filter(obs, actions, posteriors=True).posteriors
-        return post[0] if single else post
+        return self._per_episode(obs, actions, "posteriors")
 
     def predict_obs(self, obs, actions=None) -> np.ndarray:
         """Predictive distributions ``P(o_t | o_<t, a_<=t)``: (N, L, O), or (L, O) for one episode.
@@ -312,9 +313,13 @@ class ActionHMM:
         >>> hmm.predict_obs([0, 1]).tolist()
         [[1.0, 0.0], [0.5, 0.5]]
         """
-        _, _, single = self._prepare(obs, actions)
-        pred = self.run_filter(obs, actions, predictions=True).predictions
-        return pred[0] if single else pred
+        return self._per_episode(obs, actions, "predictions")
+
+    def _per_episode(self, obs, actions, what: str) -> np.ndarray:
+        """``posteriors`` or ``predictions`` of the filter, without the episode axis for one 1-D episode."""
+        o, a, single = self._prepare(obs, actions)
+        out = getattr(self._run(o, a, **{what: True}), what)
+        return out[0] if single else out
 
     # ------------------------------------------------------------ sampling
     def sample(self, n_episodes: int = 1, episode_length: int = 50, seed=0, actions=None) -> Trajectories:

@@ -61,7 +61,7 @@ def test_first_order_is_the_oracle_when_colours_are_unique():
     env = gridworld(3, 3, n_colours=9, seed=0)  # every cell its own colour
     fo = FirstOrderModel().fit(random_walk(env, 300, 30, seed=1), env.n_obs, env.n_actions)
     r = evaluate_model(env, fo.to_hmm(), n_episodes=50, episode_length=30, seed=2)
-    assert r["accuracy"] == 1.0 and r["surprise"] == 0.0
+    assert r.accuracy == 1.0 and r.surprise == 0.0
 
 
 def test_first_order_is_not_enough_on_the_paper_world():
@@ -69,9 +69,9 @@ def test_first_order_is_not_enough_on_the_paper_world():
     fo = FirstOrderModel().fit(random_walk(env, 1000, 50, seed=0), env.n_obs, env.n_actions)
     r = evaluate_model(env, fo.to_hmm(), n_episodes=200, seed=1, smoothing=1e-3)
     oracle = evaluate_model(env, env.to_hmm(), n_episodes=200, seed=1)
-    assert r["accuracy"] < 0.75 < oracle["accuracy"]
-    assert r["surprise"] > 0.5 > oracle["surprise"]
-    assert r["no_prediction_share"] == 0.0  # every (colour, move) pair was seen in 1000 episodes
+    assert r.accuracy < 0.75 < oracle.accuracy
+    assert r.surprise > 0.5 > oracle.surprise
+    assert r.no_prediction_share == 0.0  # every (colour, move) pair was seen in 1000 episodes
 
 
 def test_validation():

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from .._validation import check_float, check_int
 from ..baselines import MODELS, build_model
 from .env import add_world_arguments, world_from_args
 
@@ -32,34 +33,27 @@ def experiment_generators(seed: int):
     return np.random.default_rng(train), np.random.default_rng(evaluation)
 
 
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {v}")
-    return v
+def _cli_number(kind, **bounds):
+    """An argparse type: ``kind`` (int or float) parsed from text and range-checked like the library does."""
+    check = check_int if kind is int else check_float
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, "
+                                             f"got {text!r}") from None
+        try:
+            return check(value, "value", **bounds)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e).removeprefix("value ")) from None
+
+    return parse
 
 
-def _non_negative(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not v >= 0.0 or v == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
-    return v
-
-
-def _epsilon(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not 0.0 < v <= 1.0:
-        raise argparse.ArgumentTypeError(f"--smoothing must be in (0, 1], got {v}")
-    return v
+_positive_int = _cli_number(int, low=1)
+_non_negative = _cli_number(float, low=0)
+_epsilon = _cli_number(float, low=0, high=1, low_open=True)
 
 
 def model_flags() -> dict:
