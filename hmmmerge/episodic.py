@@ -136,6 +136,10 @@ class EpisodicMemory:
     def observe(self, obs: int, action: int, label: int = -1) -> int:
         """Algorithm 1 for one step; returns the current state afterwards.
 
+        See Also
+        --------
+        observe_trajectories : the same over a batch of episodes (compiled).
+
         ``action == -1`` marks the first observation of an episode (and implies :meth:`reset`).
 
         >>> mem = EpisodicMemory(2, 1)
@@ -192,6 +196,14 @@ class EpisodicMemory:
     # ------------------------------------------------------------ models
     def to_hmm(self):
         """Level 1 as a sparse deterministic :class:`~hmmmerge.hmm.ActionHMM` (B = the first state).
+
+        Returns
+        -------
+        ActionHMM
+
+        See Also
+        --------
+        hmmmerge.clusters.level2_hmm : level 2 from level 1 and the clusters.
 
         >>> mem = EpisodicMemory(2, 1); _ = mem.observe(0, -1); _ = mem.observe(1, 0)
         >>> mem.to_hmm().log_likelihood([0, 1])

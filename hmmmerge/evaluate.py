@@ -453,6 +453,14 @@ def cluster_labels(assignment, labels, n_clusters: int | None = None) -> np.ndar
     unassigned), ``labels[i]`` its true label.  Clusters with no member get
     ``-1``.
 
+    Returns
+    -------
+    (k,) int array
+
+    See Also
+    --------
+    weighted_purity, position_transition_matrix
+
     >>> cluster_labels([0, 0, 0, 1, -1], [5, 5, 2, 3, 9]).tolist()
     [5, 3]
     """
@@ -476,7 +484,15 @@ def weighted_purity(assignment, labels, *, include_singletons: bool = False) -> 
     The purity of a cluster is the share of its most common label.
     Unassigned states (``-1``) are ignored.  By default clusters of size 1 are
     skipped, as the paper's authors do (a singleton is trivially pure); pass
-    ``include_singletons=True`` to count them.  ``nan`` when no cluster qualifies.
+    ``include_singletons=True`` to count them.
+
+    Returns
+    -------
+    float in [0, 1], ``nan`` when no cluster qualifies.
+
+    See Also
+    --------
+    cluster_labels, hmmmerge.purity : the exact law of a random cluster's purity.
 
     >>> weighted_purity([0, 0, 0, 0, 1, 1, 2], [1, 1, 1, 2, 3, 4, 7])
     0.6666666666666666
@@ -534,6 +550,14 @@ def position_transition_matrix(
     assignment : (n,) cluster of each first-level state, -1 unassigned.
     labels : (n,) true label (position index) of each first-level state.
     n_positions : number of positions P (default: largest label + 1).
+
+    Returns
+    -------
+    (P, P) array, or (A, P, P) with ``per_action=True``; rows sum to 1 or 0.
+
+    See Also
+    --------
+    cluster_labels
 
     >>> import numpy as np
     >>> from hmmmerge import ActionHMM

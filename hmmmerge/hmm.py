@@ -248,9 +248,19 @@ class ActionHMM:
     def run_filter(self, obs, actions=None, *, predictions=False, posteriors=False) -> FilterResult:
         """Run the scaled forward filter over a batch of episodes.
 
-        ``obs``/``actions``: (N, L) int arrays (or 1-D for one episode, or a
-        :class:`~hmmmerge.trajectories.Trajectories`), ``actions[:, 0] == -1``.
-        Every episode restarts from ``B``.
+        ``obs``/``actions``: (N, L) int arrays (or 1-D for one episode, a pair
+        ``(obs, actions)``, or a :class:`~hmmmerge.trajectories.Trajectories`),
+        ``actions[:, 0] == -1``.  Every episode restarts from ``B``.
+
+        Returns
+        -------
+        FilterResult
+            per-step log-probabilities and no-prediction flags; predictive
+            distributions and beliefs when asked for.
+
+        See Also
+        --------
+        log_likelihood, filter, predict_obs, hmmmerge.evaluate.score_trajectories
 
         >>> import numpy as np
         >>> hmm = ActionHMM(np.ones((1, 2, 2)) / 2, np.eye(2), [0.5, 0.5])
@@ -283,6 +293,14 @@ class ActionHMM:
     def log_likelihood(self, obs, actions=None) -> float:
         """Total log-likelihood in nats of all episodes (each restarting from ``B``).
 
+        Returns
+        -------
+        float (``-inf`` if some observation had probability 0)
+
+        See Also
+        --------
+        run_filter
+
         >>> import numpy as np
         >>> hmm = ActionHMM(np.ones((1, 2, 2)) / 2, np.eye(2), [0.5, 0.5])
         >>> bool(round(hmm.log_likelihood([0, 0, 1, 0]), 6) == round(4 * np.log(0.5), 6))
@@ -294,6 +312,10 @@ class ActionHMM:
         """Filtered beliefs ``P(h_t | o_<=t, a_<=t)``: (N, L, H), or (L, H) for one episode.
 
         Memory grows as N * L * H; meant for small models and short windows.
+
+        See Also
+        --------
+        run_filter, predict_obs
 
         >>> import numpy as np
         >>> hmm = ActionHMM(np.ones((1, 2, 2)) / 2, np.eye(2), [0.5, 0.5])
@@ -307,6 +329,10 @@ class ActionHMM:
 
         Entry ``t`` is the prediction made *before* seeing ``o_t``; an all-zero
         row means the model made no prediction at that step.
+
+        See Also
+        --------
+        run_filter, filter
 
         >>> import numpy as np
         >>> hmm = ActionHMM(np.ones((1, 2, 2)) / 2, np.eye(2), [1.0, 0.0])
@@ -327,6 +353,15 @@ class ActionHMM:
 
         ``actions``: an (n_episodes, episode_length + 1) int array with first
         column -1, or ``None`` for uniformly random actions.
+
+        Returns
+        -------
+        Trajectories
+            with ``states`` the sampled hidden states.
+
+        See Also
+        --------
+        hmmmerge.rollouts.random_walk : episodes of an Environment.
 
         >>> import numpy as np
         >>> hmm = ActionHMM(np.array([[[0., 1.], [1., 0.]]]), np.eye(2), [1.0, 0.0])

@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 import numpy as np
 
-from .._estimator import Estimator
+from .._estimator import ModelLearner
 from .._random import as_generator
 from .._validation import alphabet_sizes, as_sequence, check_float, check_int
 from ..hmm import ActionHMM
@@ -29,7 +29,7 @@ from ..trajectories import Trajectories
 __all__ = ["CloneHMM"]
 
 
-class CloneHMM(Estimator):
+class CloneHMM(ModelLearner):
     """Action-conditioned clone-structured HMM learned by EM (Baum-Welch).
 
     Parameters
@@ -153,7 +153,11 @@ class CloneHMM(Estimator):
         (so episodes may differ in length; ``actions[0] == -1``).
         ``n_obs`` defaults to ``len(n_clones)`` when that is an array, else to
         the largest observation plus one; ``n_actions`` to the largest action
-        plus one.
+        plus one.  A new fit starts afresh.
+
+        Returns
+        -------
+        self
 
         >>> import numpy as np
         >>> obs = np.array([0, 1, 0, 1, 0]); acts = np.array([-1, 0, 0, 0, 0])
@@ -211,6 +215,14 @@ class CloneHMM(Estimator):
 
         ``sparse=True`` stores ``T`` as CSR (worth it when the pseudocount is 0).
 
+        Returns
+        -------
+        ActionHMM
+
+        See Also
+        --------
+        hmmmerge.evaluate.score_trajectories : scores it.
+
         >>> m = CloneHMM(n_clones=2, n_iter=3).fit(([0, 1, 0], [-1, 0, 1]))
         >>> m.to_hmm()
         ActionHMM(n_states=4, n_actions=2, n_obs=2, dense)
@@ -225,18 +237,17 @@ class CloneHMM(Estimator):
             return ActionHMM([sp.csr_matrix(m) for m in self.T_], E, self.B_)
         return ActionHMM(self.T_, E, self.B_)
 
-    def score(self, traj, actions=None) -> float:
-        """Total log-likelihood in nats of ``traj`` under the fitted model (via :class:`ActionHMM`).
-
-        >>> m = CloneHMM(n_clones=1, n_iter=5, pseudocount=0.0).fit(([0, 1, 0], [-1, 0, 0]))
-        >>> m.score([0, 1, 0, 1], [-1, 0, 0, 0])
-        0.0
-        """
-        self._check_fitted("T_")
-        return self.to_hmm().log_likelihood(traj, actions)
-
     def decode(self, traj, actions=None):
         """Most probable clone path: ``(log P(path, X), states)``, states shaped like ``obs``.
+
+        Returns
+        -------
+        log_prob : float
+        states : int array shaped like ``obs``
+
+        See Also
+        --------
+        posteriors
 
         >>> m = CloneHMM(n_clones=1, n_iter=5, pseudocount=0.0).fit(([0, 1, 0], [-1, 0, 0]))
         >>> m.decode([0, 1, 0], [-1, 0, 0])[1].tolist()
@@ -248,6 +259,10 @@ class CloneHMM(Estimator):
 
     def posteriors(self, traj, actions=None) -> np.ndarray:
         """Smoothed posteriors ``P(h_t | X)`` (N, L, H), or (L, H) for one 1-D sequence.
+
+        See Also
+        --------
+        decode, hmmmerge.hmm.ActionHMM.filter : the filtered (not smoothed) beliefs.
 
         >>> m = CloneHMM(n_clones=1, n_iter=5, pseudocount=0.0).fit(([0, 1], [-1, 0]))
         >>> m.posteriors([0, 1], [-1, 0]).tolist()

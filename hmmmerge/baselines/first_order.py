@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._estimator import Estimator
+from .._estimator import ModelLearner
 from .._validation import alphabet_sizes, as_trajectories, check_float
 from ..hmm import ActionHMM
 
 __all__ = ["FirstOrderModel"]
 
 
-class FirstOrderModel(Estimator):
+class FirstOrderModel(ModelLearner):
     """Action-conditioned first-order Markov model of the observations.
 
     Parameters
@@ -97,21 +97,3 @@ class FirstOrderModel(Estimator):
             B = b / b.sum()
             self._hmm = ActionHMM(T, np.eye(self.n_obs_), B)
         return self._hmm
-
-    def score(self, traj, actions=None) -> float:
-        """Total log-likelihood (nats) of ``traj``, each episode restarting from ``B``.
-
-        Returns
-        -------
-        float
-
-        See Also
-        --------
-        hmmmerge.evaluate.score_trajectories : accuracy, surprise and the rest.
-
-        >>> from hmmmerge import Trajectories
-        >>> t = Trajectories([[0, 1, 0, 1]], [[-1, 0, 0, 0]])
-        >>> FirstOrderModel().fit(t).score(t)
-        0.0
-        """
-        return self.to_hmm().log_likelihood(traj, actions)

@@ -20,7 +20,7 @@ from .._validation import check_float, check_int
 from ..baselines import MODELS, build_model
 from .env import add_world_arguments, world_from_args
 
-#: the row keys of ``--json`` besides ``model`` and the times (ARCHITECTURE.md's model-quality keys)
+#: the model-quality keys of each ``--json`` row (besides ``model`` and the times ``fit_s``, ``score_s``, ``wall_s``)
 SCORE_KEYS = ("accuracy", "surprise", "surprise_ci", "mean_true_prob", "no_prediction_share", "zero_prob_steps",
               "log_likelihood", "n_states")
 
