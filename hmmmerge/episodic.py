@@ -148,7 +148,7 @@ class EpisodicMemory:
         >>> mem.observe(0, -1), mem.observe(1, 0), mem.observe(0, 0)   # 1 -> 2 contradicted: new state 3
         (0, 1, 3)
         """
-        from ._memory_kernels import l1_observe
+        from ._episodic_kernels import l1_observe
 
         obs, action = check_int(obs, "obs"), check_int(action, "action")
         self._check_symbols(obs, action)
@@ -178,7 +178,7 @@ class EpisodicMemory:
         >>> int(states.max()) + 1 == mem.n_states
         True
         """
-        from ._memory_kernels import observe_batch
+        from ._episodic_kernels import observe_batch
 
         traj = as_trajectories(traj)
         self._check_symbols(traj.obs, traj.actions)

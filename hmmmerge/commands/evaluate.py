@@ -86,7 +86,7 @@ def add_experiment_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--score-first", action="store_true",
                    help="also score the first observation of each episode (predicted from B)")
     for flag, (option, default) in model_flags().items():
-        kind = _positive_int if isinstance(default, int) else _non_negative
+        kind = _positive_int if (option.type or type(default)) is int else _non_negative
         p.add_argument(flag, type=kind, default=default, help=f"{option.help} (default {default})")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
