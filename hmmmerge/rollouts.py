@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._random import as_generator
+from ._validation import check_int
 from .environment import Environment
 from .trajectories import Trajectories
 
@@ -37,9 +38,8 @@ def random_walk(
     """
     if not isinstance(env, Environment):
         raise TypeError(f"env must be an Environment, got {type(env).__name__}")
-    for name, v, low in (("n_episodes", n_episodes, 1), ("episode_length", episode_length, 0)):
-        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < low:
-            raise ValueError(f"{name} must be an integer >= {low}, got {v!r}")
+    check_int(n_episodes, "n_episodes", low=1)
+    check_int(episode_length, "episode_length", low=0)
     rng = as_generator(seed)
     n_actions = env.n_actions
     if policy is None:
