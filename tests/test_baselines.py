@@ -28,7 +28,7 @@ def test_cli_choices_are_the_registry():
     with pytest.raises(SystemExit):
         build_parser().parse_args(["baseline", "first_order"])
     # the names README and ARCHITECTURE use for `hmmmerge baseline`
-    assert {"em", "bfmm", "first-order", "oracle"} <= set(MODELS)
+    assert {"em", "bfmm", "first-order", "context", "oracle"} <= set(MODELS)
     assert all(name == name.lower() and "_" not in name for name in MODELS)
 
 

@@ -266,7 +266,7 @@ def test_cli_baseline_and_evaluate(capsys):
     table = _cli_json(capsys, ["evaluate", *common, "--smoothing", "0.01", "--clones", "3", "--em-iter", "5",
                                "--bfmm-episodes", "10"])
     rows = {r["model"]: r for r in table["models"]}
-    from hmmmerge.commands.evaluate import MODELS
+    from hmmmerge.baselines import MODELS
 
     assert set(rows) == set(MODELS)
     for r in rows.values():

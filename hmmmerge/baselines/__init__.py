@@ -9,7 +9,7 @@ notebooks all build their models here, so a name means one model with one set
 of defaults everywhere.
 
 **Names** are the CLI's (lower case, words joined by ``-``): ``oracle``,
-``first-order``, ``level1``, ``level2-sf``, ``level2-random``,
+``first-order``, ``context``, ``level1``, ``level2-sf``, ``level2-random``,
 ``level2-none``, ``em``, ``bfmm``.
 
 **Defaults** are the learners' own constructor defaults, except where the
@@ -35,6 +35,7 @@ from .._validation import alphabet_sizes, as_trajectories
 from ..agent import TwoLevelMemory
 from ..episodic import EpisodicMemory
 from .bfmm import BestFirstMerging
+from .context import ContextModel
 from .em import CloneHMM
 from .first_order import FirstOrderModel
 
@@ -42,6 +43,7 @@ __all__ = [
     "MODELS",
     "BestFirstMerging",
     "CloneHMM",
+    "ContextModel",
     "FirstOrderModel",
     "ModelEntry",
     "Option",
@@ -103,6 +105,10 @@ def _first_order(train, n_obs, n_actions, *, env, seed, **params):
     return FirstOrderModel(**params).fit(train, n_obs, n_actions)
 
 
+def _context(train, n_obs, n_actions, *, env, seed, **params):
+    return ContextModel(**params).fit(train, n_obs, n_actions)
+
+
 def _level1(train, n_obs, n_actions, *, env, seed):
     mem = EpisodicMemory(n_obs, n_actions)
     mem.observe_trajectories(train)
@@ -127,13 +133,17 @@ def _bfmm(train, n_obs, n_actions, *, env, seed, n_episodes, **params):
 
 _LEVEL2 = constructor_defaults(TwoLevelMemory, exclude=("n_obs", "n_actions", "merge", "seed"))
 _SIZE = (Option("initial_size", "--size", "level 2: initial cluster size"),)
+_PSEUDOCOUNT = Option("pseudocount", "--pseudocount", "first-order and context models: pseudocount")
 
 #: name -> entry, in table order.
 MODELS: dict[str, ModelEntry] = {e.name: e for e in (
     ModelEntry("oracle", _oracle, "the true world (env.to_hmm()); ignores the training data", needs_data=False),
     ModelEntry("first-order", _first_order, "observations as hidden states, action-conditioned counts",
-               constructor_defaults(FirstOrderModel), (Option("pseudocount", "--pseudocount",
-                                                              "first-order model pseudocount"),)),
+               constructor_defaults(FirstOrderModel), (_PSEUDOCOUNT,)),
+    ModelEntry("context", _context, "longest matching context of (action, observation) pairs",
+               constructor_defaults(ContextModel),
+               (Option("order", "--context-order", "context model: longest context in (action, observation) pairs"),
+                _PSEUDOCOUNT)),
     ModelEntry("level1", _level1, "level 1: the episodic memory of Algorithm 1"),
     *(ModelEntry(f"level2-{m}", _level2(m), f"level 2 of the paper's agent, merge={m!r}", _LEVEL2, _SIZE,
                  to_hmm=lambda agent: agent.level2_hmm()) for m in ("sf", "random", "none")),
