@@ -5,7 +5,15 @@ import pytest
 
 from hmmmerge import gridworld, random_walk
 from hmmmerge.agent import TwoLevelMemory
-from hmmmerge.baselines import MODELS, BestFirstMerging, CloneHMM, FirstOrderModel, build_model, fit_model
+from hmmmerge.baselines import (
+    MODELS,
+    BestFirstMerging,
+    CloneHMM,
+    ContextModel,
+    FirstOrderModel,
+    build_model,
+    fit_model,
+)
 from hmmmerge.cli import build_parser
 from hmmmerge.commands.evaluate import model_params
 from hmmmerge.episodic import EpisodicMemory
@@ -46,6 +54,7 @@ def test_registry_builds_what_direct_construction_builds(small):
     direct = {
         "oracle": env.to_hmm(),
         "first-order": FirstOrderModel(pseudocount=0.5).fit(train, env.n_obs, env.n_actions).to_hmm(),
+        "context": ContextModel(order=2).fit(train, env.n_obs, env.n_actions).to_hmm(),
         "em": CloneHMM(n_clones=2, n_iter=4, seed=[3, 1]).fit(train, env.n_obs, env.n_actions).to_hmm(),
         "bfmm": BestFirstMerging(seed=[3, 1]).fit(train[:5], env.n_obs, env.n_actions).to_hmm(),
         "level2-random": TwoLevelMemory(env.n_obs, env.n_actions, merge="random", initial_size=3,
@@ -54,8 +63,9 @@ def test_registry_builds_what_direct_construction_builds(small):
     mem = EpisodicMemory(env.n_obs, env.n_actions)
     mem.observe_trajectories(train)
     direct["level1"] = mem.to_hmm()
-    params = {"first-order": {"pseudocount": 0.5}, "em": {"n_clones": 2, "n_iter": 4},
+    params = {"first-order": {"pseudocount": 0.5}, "context": {"order": 2}, "em": {"n_clones": 2, "n_iter": 4},
               "bfmm": {"n_episodes": 5}, "level2-random": {"initial_size": 3}}
+    assert set(direct) | {"level2-sf", "level2-none"} == set(MODELS)  # every entry checked (level 2 once)
     for name, expected in direct.items():
         got = build_model(name, train, env=env, seed=[3, 1], **params.get(name, {}))
         assert _same_hmm(got, expected), name
