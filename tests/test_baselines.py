@@ -46,7 +46,8 @@ def test_cli_defaults_are_the_registry_defaults():
         assert model_params(name, args) == {o.param: entry.defaults[o.param] for o in entry.options}
     assert MODELS["em"].defaults["n_clones"] == 30 and MODELS["em"].defaults["n_iter"] == 150
     args = build_parser().parse_args(["baseline", "em", "--clones", "4", "--em-iter", "7", "--bfmm-episodes", "3"])
-    assert model_params("em", args) == {"n_clones": 4, "n_iter": 7} and model_params("bfmm", args) == {"n_episodes": 3}
+    assert model_params("em", args) == {"n_clones": 4, "n_iter": 7}
+    assert model_params("bfmm", args) == {"n_episodes": 3, "search": "pairs", "structure_prior": 1.0}
 
 
 def test_registry_builds_what_direct_construction_builds(small):

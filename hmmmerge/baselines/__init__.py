@@ -16,7 +16,8 @@ of defaults everywhere.
 registry states otherwise, for the protocol of the README's model table
 (``hmmmerge evaluate``: 1,000 training episodes on the paper's world): EM with
 30 clones per observation and 150 iterations, which recovers that world
-almost exactly (accuracy 0.998).  A caller with another budget passes its
+almost exactly (accuracy 0.998); best-first merging's ``incremental`` follows
+its ``search`` (incremental for ``pairs``, batch for ``fold``) unless given.  A caller with another budget passes its
 parameters explicitly (the demo: EM with 20 clones and 100 iterations, to stay
 within two minutes).
 
@@ -59,7 +60,8 @@ class Option:
     param: str
     flag: str
     help: str
-    type: Callable | None = None  # parses the flag; default: the type of the entry's default
+    type: type | None = None  # int or float (checked >= 1 / >= 0); default: the type of the entry's default
+    choices: tuple | None = None  # for a string option
 
 
 @dataclass(frozen=True)
@@ -126,9 +128,11 @@ def _em(train, n_obs, n_actions, *, env, seed, **params):
     return CloneHMM(seed=seed, **params).fit(train, n_obs, n_actions)
 
 
-def _bfmm(train, n_obs, n_actions, *, env, seed, n_episodes, **params):
+def _bfmm(train, n_obs, n_actions, *, env, seed, n_episodes, incremental, **params):
     data = train if n_episodes is None else train[:n_episodes]
-    return BestFirstMerging(seed=seed, **params).fit(data, n_obs, n_actions)
+    if incremental is None:  # the fold search works on the batch prefix tree
+        incremental = params["search"] == "pairs"
+    return BestFirstMerging(seed=seed, incremental=incremental, **params).fit(data, n_obs, n_actions)
 
 
 _LEVEL2 = constructor_defaults(TwoLevelMemory, exclude=("n_obs", "n_actions", "merge", "seed"))
@@ -152,9 +156,14 @@ MODELS: dict[str, ModelEntry] = {e.name: e for e in (
                (Option("n_clones", "--clones", "EM: clones per observation"),
                 Option("n_iter", "--em-iter", "EM: iterations"))),
     ModelEntry("bfmm", _bfmm, "best-first model merging (Stolcke & Omohundro) on the first training episodes",
-               {**constructor_defaults(BestFirstMerging), "n_episodes": None},
+               {**constructor_defaults(BestFirstMerging, incremental=None), "n_episodes": None},
                (Option("n_episodes", "--bfmm-episodes", "best-first merging: use only the first N training "
-                                                        "episodes (None: all)", int),)),
+                                                        "episodes (None: all)", int),
+                Option("search", "--bfmm-search", "best-first merging: 'pairs' (Stolcke & Omohundro, incremental) "
+                                                  "or 'fold' (evidence-driven determinising folds of the prefix tree)",
+                       choices=("pairs", "fold")),
+                Option("structure_prior", "--bfmm-structure-prior", "best-first merging: weight of the structure "
+                                                                    "prior"))),
 )}
 
 

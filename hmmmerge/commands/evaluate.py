@@ -33,8 +33,11 @@ def experiment_generators(seed: int):
     return np.random.default_rng(train), np.random.default_rng(evaluation)
 
 
-def _cli_number(kind, **bounds):
-    """An argparse type: ``kind`` (int or float) parsed from text and range-checked like the library does."""
+def _cli_number(kind, name: str | None = None, **bounds):
+    """An argparse type: ``kind`` (int or float) parsed from text and range-checked like the library does.
+
+    The error names the library parameter ``name`` when given.
+    """
     check = check_int if kind is int else check_float
 
     def parse(text: str):
@@ -44,7 +47,7 @@ def _cli_number(kind, **bounds):
             raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, "
                                              f"got {text!r}") from None
         try:
-            return check(value, "value", **bounds)
+            return check(value, name or "value", **bounds)
         except ValueError as e:
             raise argparse.ArgumentTypeError(str(e).removeprefix("value ")) from None
 
@@ -86,8 +89,12 @@ def add_experiment_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--score-first", action="store_true",
                    help="also score the first observation of each episode (predicted from B)")
     for flag, (option, default) in model_flags().items():
-        kind = _positive_int if (option.type or type(default)) is int else _non_negative
-        p.add_argument(flag, type=kind, default=default, help=f"{option.help} (default {default})")
+        kind = option.type or type(default)
+        if option.choices:
+            p.add_argument(flag, choices=option.choices, default=default, help=f"{option.help} (default {default})")
+        else:
+            parse = _cli_number(kind, option.param, low=1) if kind is int else _cli_number(kind, option.param, low=0)
+            p.add_argument(flag, type=parse, default=default, help=f"{option.help} (default {default})")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
