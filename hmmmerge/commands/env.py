@@ -218,8 +218,8 @@ def clones_line(clones: dict) -> str:
     top = sorted(clones.items(), key=lambda oc: -oc[1])[:5]  # stable: ties keep observation order
     return (f"clones per observation ({len(clones)} observations; all of them with --json): min {counts.min()}, "
             f"median {np.median(counts):g}, mean {counts.mean():.2f}, max {counts.max()}"
-            + (f", {unused} unused" if unused else "") + ";\n"
-            + "most cloned: " + ", ".join(f"{o}:{c}" for o, c in top))
+            + (f", {unused} unused" if unused else "")
+            + (";\nmost cloned: " + ", ".join(f"{o}:{c}" for o, c in top) if counts.max() > 1 else ""))
 
 
 def run(args) -> int:
