@@ -121,11 +121,11 @@ def _held_out(hmm, fresh) -> dict:
 
     raw = score_trajectories(hmm, fresh)
     smooth = score_trajectories(hmm, fresh, smoothing=SMOOTHING)
-    return {"heldout_accuracy": np.float64(raw["accuracy"]),
-            "heldout_surprise": np.float64(smooth["surprise"]),
-            "heldout_no_prediction": np.float64(raw["no_prediction_share"]),
-            "heldout_zero_prob_steps": np.int64(raw["zero_prob_steps"]),
-            "heldout_states": np.int64(raw["n_states"])}
+    return {"heldout_accuracy": np.float64(raw.accuracy),
+            "heldout_surprise": np.float64(smooth.surprise),
+            "heldout_no_prediction": np.float64(raw.no_prediction_share),
+            "heldout_zero_prob_steps": np.int64(raw.zero_prob_steps),
+            "heldout_states": np.int64(raw.n_states)}
 
 
 def online_run(config: dict) -> dict:
