@@ -191,6 +191,8 @@ class EpisodicMemory:
         return out_states, out_pred
 
     def _check_symbols(self, obs, actions) -> None:
+        if np.size(obs) == 0:
+            raise ValueError("the trajectories hold no episodes: nothing to learn from")
         check_symbols(obs, actions, self.n_obs, self.n_actions)
 
     # ------------------------------------------------------------ models

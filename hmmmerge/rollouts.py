@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._limits import check_memory
 from ._random import as_generator
 from ._validation import check_int
 from .environment import Environment
@@ -40,6 +41,9 @@ def random_walk(
         raise TypeError(f"env must be an Environment, got {type(env).__name__}")
     check_int(n_episodes, "n_episodes", low=1)
     check_int(episode_length, "episode_length", low=0)
+    # states, actions and observations (int64), the draws and their temporaries
+    check_memory(f"a random walk of {n_episodes} episodes x {episode_length} moves",
+                 48 * int(n_episodes) * (int(episode_length) + 1))
     rng = as_generator(seed)
     n_actions = env.n_actions
     if policy is None:

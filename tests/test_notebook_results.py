@@ -236,5 +236,7 @@ def test_baselines_on_networkx_world():
     agent = TwoLevelMemory(env.n_obs, env.n_actions, merge="sf", initial_size=1, seed=0).fit(train)
     two_level = score(agent.level2_hmm())
     assert two_level.accuracy > first_order.accuracy + 0.1
-    bfmm = score(build_model("bfmm", train, env=env, seed=0, n_episodes=40))
+    bfmm = score(build_model("bfmm", train, env=env, seed=0))
     assert bfmm.accuracy < em.accuracy
+    folds = score(build_model("bfmm", train, env=env, seed=0, search="fold"))
+    assert bfmm.accuracy < folds.accuracy < em.accuracy

@@ -173,6 +173,7 @@ class CloneHMM(ModelLearner):
             n_obs = len(self.n_clones)
         obs, acts, n_obs, n_actions = self._sequence(traj, n_obs, n_actions)
         nc = self._clone_counts(n_obs)
+        _check_em_memory(int(np.sum(nc)), int(n_actions), int(np.asarray(obs).size), int(np.max(nc)))
         data = _Data(K, obs, acts, nc)
         H = data.H
         rng = as_generator(self.seed)  # a sequence of ints seeds numpy's SeedSequence, e.g. [run, seed]
@@ -422,6 +423,15 @@ def em_step(data: _Data, T, B, pseudocount: float):
         raise ValueError("the training data has probability 0 under the current model (pseudocount 0?)")
     T2, B2 = _normalise(C, Bc, pseudocount)
     return ll, T2, B2
+
+
+def _check_em_memory(H: int, n_actions: int, n_steps: int, max_clones: int) -> None:
+    """Refuse an EM fit whose dense transitions (a few copies of A x H x H) or per-step
+    messages (clones per step) would not fit in the memory budget."""
+    from .._limits import check_memory
+
+    check_memory(f"EM on {H} clone states, {n_actions} actions, {n_steps} steps",
+                 4 * 8 * n_actions * H * H + 3 * 8 * n_steps * max_clones)
 
 
 def _run_em(K, data, T, B, n_iter, pseudocount, tol):

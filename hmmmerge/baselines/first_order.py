@@ -67,6 +67,9 @@ class FirstOrderModel(ModelLearner):
         traj = as_trajectories(traj)
         obs, act = traj.obs, traj.actions
         O, A = alphabet_sizes(obs, act, n_obs, n_actions)
+        from .._limits import check_memory
+
+        check_memory(f"first-order counts of {O} observations x {A} actions", 3 * 8 * A * O * O)
         counts = np.zeros((A, O, O))
         if traj.episode_length:
             np.add.at(counts, (act[:, 1:].ravel(), obs[:, :-1].ravel(), obs[:, 1:].ravel()), 1.0)

@@ -115,9 +115,13 @@ def run_models(env, names, args) -> list[dict]:
     Times: ``fit_s`` (building the model), ``score_s`` (scoring), ``wall_s``
     (both); the numba kernels are loaded before any timing.
     """
+    from .._limits import check_count
     from ..evaluate import score_trajectories
     from ..rollouts import random_walk
+    from .run import check_run_memory
 
+    check_count("--em-iter", args.em_iter, "em_iterations")
+    check_run_memory(env, args.episodes, args.episode_length, args.eval_episodes, args.size)
     _warm_up()
     train_rng, eval_rng = experiment_generators(args.seed)
     train = random_walk(env, args.episodes, args.episode_length, seed=train_rng)
