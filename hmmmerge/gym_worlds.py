@@ -26,7 +26,9 @@
   alongside by :meth:`Recording.save`.  Numpy arrays, dicts, lists and
   tuples of those are hashed by content.  An episode that terminates before
   ``episode_length`` moves is dropped and drawn again (counted in
-  ``Recording.dropped``); a truncation (time limit) before that is an error.
+  ``Recording.dropped``; the vocabulary keeps the observations they showed);
+  a truncation (time limit) before that is an error.  Actions are recorded as
+  ``action - action_space.start``, so they run from 0.
 """
 
 from __future__ import annotations
