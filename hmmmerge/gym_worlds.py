@@ -229,8 +229,8 @@ class Recording:
 def score_recording(model, trajectories: Trajectories, **kwargs) -> dict:
     """Accuracy, surprise and likelihood of ``model`` on recorded (held-out) trajectories; purity unavailable.
 
-    :func:`hmmmerge.evaluate.score_trajectories` (keyword arguments go there,
-    e.g. ``smoothing``) plus ``purity: None`` and a ``purity_note``: purity
+    :func:`hmmmerge.evaluate.score_trajectories` as a dict (keyword arguments go
+    there, e.g. ``smoothing``) plus ``purity: None`` and a ``purity_note``: purity
     compares clusters with true states, which a recording does not have.
 
     >>> from hmmmerge.baselines.first_order import FirstOrderModel
@@ -242,7 +242,7 @@ def score_recording(model, trajectories: Trajectories, **kwargs) -> dict:
     """
     from .evaluate import score_trajectories
 
-    out = score_trajectories(model, trajectories, **kwargs)
+    out = score_trajectories(model, trajectories, **kwargs).as_dict()
     out.update(purity=None, purity_note="unavailable: the true states of recorded trajectories are unknown")
     return out
 
