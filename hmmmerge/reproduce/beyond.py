@@ -18,11 +18,13 @@ Shared configuration keys: ``world`` (a gallery name, ``"grid"`` with
 ``colours`` (optional), ``colouring`` (the world's seed), ``seed`` (the
 walk's), ``episodes``, ``episode_length`` (50), ``eval_episodes`` (100),
 ``noise`` (0: each observation replaced by a uniformly random colour with this
-probability, in the training and the fresh walks alike), ``start``
+probability, in the training and the fresh walks alike), ``slip`` (0: with this
+probability the move made is a uniformly random action while the recorded
+action is the one chosen -- a world with non-deterministic transitions), ``start``
 (``"fixed"``: every episode at the world's start, the paper's protocol;
 ``"random"``: each at a uniformly random state).  The training and fresh
-walks depend on the world, ``colouring``, ``seed``, ``noise`` and ``start``
-only, so every learner of a seed sees the same data.  Accuracy counts a step
+walks depend on the world, ``colouring``, ``seed``, ``noise``, ``slip`` and
+``start`` only, so every learner of a seed sees the same data.  Accuracy counts a step
 without prediction as wrong; surprise is smoothed with epsilon 1e-3.
 """
 
@@ -75,7 +77,7 @@ def bench_world(config: dict):
     return world(name, seed=colouring, **kw)
 
 
-def _walk(env, n_episodes: int, length: int, rng, start: str, noise: float):
+def _walk(env, n_episodes: int, length: int, rng, start: str, noise: float, slip: float = 0.0):
     from ..trajectories import Trajectories
 
     S, A = env.n_states, env.n_actions
@@ -89,8 +91,12 @@ def _walk(env, n_episodes: int, length: int, rng, start: str, noise: float):
     actions[:, 1:] = rng.integers(0, A, size=(n_episodes, length))
     path = np.empty_like(actions)
     path[:, 0] = states
+    executed = actions.copy()
+    if slip > 0:  # the move made is a random one; the agent records the one it meant
+        slipped = rng.random(actions.shape) < slip
+        executed = np.where(slipped, rng.integers(0, A, size=actions.shape), actions)
     for t in range(1, length + 1):
-        path[:, t] = env.next_state[actions[:, t], path[:, t - 1]]
+        path[:, t] = env.next_state[executed[:, t], path[:, t - 1]]
     obs = env.obs[path]
     if noise > 0:
         flip = rng.random(obs.shape) < noise
@@ -107,12 +113,15 @@ def bench_walks(env, config: dict):
     ((3, 51), (2, 51), True)
     """
     noise = float(config.get("noise", 0.0))
+    slip = float(config.get("slip", 0.0))
     start = str(config.get("start", "fixed"))
     length = int(config.get("episode_length", 50))
     salt = [int(config.get("colouring", 0)), int(config["seed"]), int(round(noise * 1e6)), int(start == "random")]
-    train = _walk(env, int(config["episodes"]), length, np.random.default_rng(salt + [0]), start, noise)
+    if slip > 0:
+        salt.append(int(round(slip * 1e6)))
+    train = _walk(env, int(config["episodes"]), length, np.random.default_rng(salt + [0]), start, noise, slip)
     fresh = _walk(env, int(config.get("eval_episodes", 100)), length, np.random.default_rng(salt + [1]), start,
-                  noise)
+                  noise, slip)
     return train, fresh
 
 
@@ -121,11 +130,11 @@ def _held_out(hmm, fresh) -> dict:
 
     raw = score_trajectories(hmm, fresh)
     smooth = score_trajectories(hmm, fresh, smoothing=SMOOTHING)
-    return {"heldout_accuracy": np.float64(raw["accuracy"]),
-            "heldout_surprise": np.float64(smooth["surprise"]),
-            "heldout_no_prediction": np.float64(raw["no_prediction_share"]),
-            "heldout_zero_prob_steps": np.int64(raw["zero_prob_steps"]),
-            "heldout_states": np.int64(raw["n_states"])}
+    return {"heldout_accuracy": np.float64(raw.accuracy),
+            "heldout_surprise": np.float64(smooth.surprise),
+            "heldout_no_prediction": np.float64(raw.no_prediction_share),
+            "heldout_zero_prob_steps": np.int64(raw.zero_prob_steps),
+            "heldout_states": np.int64(raw.n_states)}
 
 
 def online_run(config: dict) -> dict:
@@ -166,23 +175,13 @@ def online_run(config: dict) -> dict:
 
 
 def _fit_offline(model: str, env, train, config: dict):
+    from ..baselines import MODELS, build_model
+
     n_obs, n_actions = env.n_obs, env.n_actions
-    seed = [int(config.get("colouring", 0)), int(config["seed"]), 2]
-    if model == "oracle":
-        return env.to_hmm()
-    if model == "first_order":
-        from ..baselines.first_order import FirstOrderModel
-
-        return FirstOrderModel().fit(train, n_obs, n_actions).to_hmm()
-    if model == "context":
-        from ..baselines.context import ContextModel
-
-        return ContextModel(order=int(config.get("order", 4))).fit(train, n_obs, n_actions).to_hmm()
-    if model == "em":
-        from ..baselines.em import CloneHMM
-
-        return CloneHMM(n_clones=int(config.get("clones", 20)), n_iter=int(config.get("iterations", 100)),
-                        seed=seed).fit(train, n_obs, n_actions).to_hmm()
+    if model in MODELS:  # the registry's models, with the parameters the config names (e.g. n_clones, order)
+        params = {k: config[k] for k in MODELS[model].defaults if k in config}
+        return build_model(model, train, env=env, seed=[int(config.get("colouring", 0)), int(config["seed"]), 2],
+                           **params)
     if model == "rpni":
         from ..baselines.aalpy_models import RPNIModel
 
@@ -196,15 +195,17 @@ def _fit_offline(model: str, env, train, config: dict):
     raise ValueError(f"model must be one of {', '.join(OFFLINE_MODELS)}, got {model!r}")
 
 
-OFFLINE_MODELS = ("oracle", "first_order", "context", "em", "rpni", "alergia")
+OFFLINE_MODELS = ("oracle", "first-order", "context", "em", "rpni", "alergia")
 """Models :func:`offline_run` fits (``model`` key)."""
 
 
 def offline_run(config: dict) -> dict:
     """A model fitted on the training walk and scored on the fresh one.
 
-    Extra keys: ``model`` (one of :data:`OFFLINE_MODELS`); ``order`` (context,
-    4); ``clones`` / ``iterations`` (EM, 20 / 100); ``eps`` (ALERGIA, 0.05);
+    Extra keys: ``model`` (one of :data:`OFFLINE_MODELS`); the parameters of
+    a registry model (:data:`hmmmerge.baselines.MODELS`, e.g. ``order`` for
+    context, ``n_clones`` / ``n_iter`` for EM; unset ones keep the registry's
+    defaults); ``eps`` (ALERGIA, 0.05);
     ``model_episodes`` (RPNI / ALERGIA: fit on the first that many episodes
     only, their cost grows fast).  A model that refuses the data (RPNI on
     noisy data or without a common start) returns ``refused = 1`` and the
