@@ -1,0 +1,585 @@
+"""Sleep consolidation by folding: evidence-driven state merging of level 1 (``merge="fold"``).
+
+With one start state, Algorithm 1's level 1 is a prefix tree of
+(action, observation) paths.  This module groups its states into clusters
+(level 2, the connection matrix C) the way automaton learning does it
+(blue-fringe / EDSM, Lang, Pearlmutter & Price 1998; RPNI):
+
+* **blocks** are the clusters; every placed level-1 state is in one block, a
+  block emits one colour and has at most one successor block per action, so
+  level 2 stays deterministic where the world is;
+* **red** blocks are the consolidated automaton; **blue** blocks hang from a
+  red block by one transition and are undecided;
+* **placing** a new level-1 state walks the automaton: if the block of its
+  parent has a successor under the action with the right colour, the state
+  joins it; otherwise it starts a new block (attached as that successor).
+  This happens as experience arrives (:meth:`FoldMerger.observe`), so
+  level 2 predicts for the current episode;
+* a **sleep** (:meth:`FoldMerger.sleep`) folds blue blocks into red ones:
+  merging blue ``b`` into red ``r`` merges their successors under each action
+  too, recursively (determinisation); one colour clash anywhere refuses the
+  merge; its **evidence** is the number of agreeing block pairs the fold
+  merges below ``(r, b)``.  The candidate pair with most evidence goes first
+  and needs at least ``min_evidence``; a blue block that clashes with every
+  red block of its colour is promoted to red; the rest wait for more
+  experience;
+* **undo**: every change is journaled.  When new experience contradicts a
+  level-2 transition (a state's parent block has a successor of another
+  colour), the merge decisions that put the two level-1 parents in one block
+  are found from the journal; everything from the latest of them on is rolled
+  back (C returns exactly to its earlier value), and the rolled-back states are
+  placed and folded again, now with the contradicting evidence.  Level 1 is
+  never modified.
+
+The work of a sleep is the new experience plus the folds it triggers; the
+part of level 1 already in the red automaton is never visited again (writing
+C is one vectorised pass, like the agent's level-2 refresh).
+
+Default evidence minimum.  Two different cells of one colour in a world with
+``n_obs`` equally frequent colours agree on one compared successor with
+probability about ``1/n_obs``, so ``k`` agreements by chance have probability
+about ``n_obs**-k``.  ``min_evidence=None`` takes the smallest ``k`` with
+``n_obs**-k <= 1e-3`` and at least 3 (3 for 10 colours, 5 for 4 colours),
+so that a run with a few hundred merge decisions expects well under one wrong
+merge; undo repairs the rare one that slips through.
+
+Where it holds.  The fold's clash test is exact for deterministic worlds with a
+common start: then a level-1 state's true position is a function of its
+path, and one clash proves two blocks differ.  In a world whose transitions
+are random, two visits of one position have different futures and clashes
+prove nothing: the exact variant would promote instead of merging and level 2
+would grow like level 1.  Without a common start, the tree's root is not one
+position, and paths no longer identify positions.
+
+Examples
+--------
+>>> from hmmmerge import gridworld, random_walk
+>>> from hmmmerge.episodic import EpisodicMemory
+>>> from hmmmerge.clusters import Clusters
+>>> env = gridworld(4, 4, n_colours=4, seed=0)
+>>> mem = EpisodicMemory(env.n_obs, env.n_actions)
+>>> states, _ = mem.observe_trajectories(random_walk(env, 300, 20, seed=0))
+>>> fold = FoldMerger()
+>>> fold.observe(mem, states)
+>>> cl = Clusters(n_states=mem.n_states); report = fold.sleep(mem, cl)
+>>> cl.n_clusters     # the 16 cells of the world
+16
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = ["FoldMerger", "default_min_evidence"]
+
+# journal operations (undone in reverse order)
+_PLACE, _ROOT, _UNION, _DELTA, _RED, _CONFLICT = range(6)
+
+
+def default_min_evidence(n_obs: int, risk: float = 1e-3) -> int:
+    """The evidence minimum: the smallest ``k >= 3`` with ``n_obs**-k <= risk``.
+
+    ``n_obs**-k`` is the chance that ``k`` successor colours of two different
+    cells agree when colours are equally frequent and independent.
+
+    >>> default_min_evidence(10), default_min_evidence(4), default_min_evidence(2)
+    (3, 5, 10)
+    """
+    if not isinstance(n_obs, (int, np.integer)) or isinstance(n_obs, bool) or n_obs < 1:
+        raise ValueError(f"n_obs must be a positive integer, got {n_obs!r}")
+    if not 0 < risk < 1:
+        raise ValueError(f"risk must be in (0, 1), got {risk!r}")
+    if n_obs == 1:
+        return 3
+    return max(3, math.ceil(math.log(1 / risk) / math.log(n_obs) - 1e-9))
+
+
+class FoldMerger:
+    """Evidence-driven folding of level-1 states into a deterministic level 2.
+
+    Parameters
+    ----------
+    min_evidence : agreeing block pairs a merge needs (None: :func:`default_min_evidence`).
+    max_undo_rounds : bound on roll-back-and-refold rounds per sleep.
+
+    Attributes
+    ----------
+    n_recorded : level-1 states recorded so far (their parents and actions are kept).
+    n_red : number of red (consolidated) blocks.
+    stats : counters: ``merges``, ``promotions``, ``undos``, ``conflicts``.
+
+    Nodes are level-1 states shifted by one; node 0 is the virtual start state
+    whose one action (index ``n_actions``) leads to the first observation.
+
+    Examples
+    --------
+    >>> from hmmmerge.episodic import EpisodicMemory
+    >>> from hmmmerge.clusters import Clusters
+    >>> mem = EpisodicMemory(n_obs=2, n_actions=1)
+    >>> states = [mem.observe(o, -1 if t == 0 else 0) for t, o in enumerate([0, 1, 0, 1, 0, 1])]
+    >>> fold = FoldMerger(min_evidence=2); fold.observe(mem, [states])
+    >>> cl = Clusters(n_states=mem.n_states); _ = fold.sleep(mem, cl)
+    >>> cl.assignment.tolist()   # a two-state loop
+    [0, 1, 0, 1, 0, 1]
+    """
+
+    def __init__(self, min_evidence: int | None = None, max_undo_rounds: int = 50):
+        if min_evidence is not None and (not isinstance(min_evidence, (int, np.integer))
+                                         or isinstance(min_evidence, bool) or min_evidence < 0):
+            raise ValueError(f"min_evidence must be a non-negative integer or None, got {min_evidence!r}")
+        if not isinstance(max_undo_rounds, (int, np.integer)) or max_undo_rounds < 1:
+            raise ValueError(f"max_undo_rounds must be a positive integer, got {max_undo_rounds!r}")
+        self.min_evidence = None if min_evidence is None else int(min_evidence)
+        self.max_undo_rounds = int(max_undo_rounds)
+        self._A = None
+
+    # ------------------------------------------------------------ set-up
+    def _init(self, n_obs: int, n_actions: int) -> None:
+        self._A = int(n_actions)
+        self._n_obs = int(n_obs)
+        self._k = default_min_evidence(n_obs) if self.min_evidence is None else self.min_evidence
+        # per node (node 0 = virtual start, node h + 1 = level-1 state h)
+        self._parent = [-1]        # parent node of the level-1 state (0 for a first observation)
+        self._action = [-1]        # action that led to it (n_actions for a first observation)
+        self._colour = [-1]
+        self._uf = [0]             # union-find parent (-1: not placed); roots are blocks
+        self._uf_time = [-1]       # journal index of the operation that attached the node
+        self._just = [-1]          # placement: the level-1 child whose transition it followed; -1 fold
+        self._delta = [[-1] * (n_actions + 1)]    # per root: successor node per action
+        self._dchild = [[-1] * (n_actions + 1)]   # per root: a level-1 node that gave that successor
+        self._red = [True]
+        self._reds_by_colour: dict[int, list[int]] = {}
+        self._journal: list[tuple] = []
+        self._conflicts: list[tuple[int, int]] = []   # (node, parent node) placed against a transition
+        self._decisions: list[int] = []               # journal index at which each fold decision began
+        self.stats = {"merges": 0, "promotions": 0, "undos": 0, "conflicts": 0}
+
+    def _check(self, memory) -> None:
+        if self._A is None:
+            self._init(memory.n_obs, memory.n_actions)
+        elif (memory.n_obs, memory.n_actions) != (self._n_obs, self._A):
+            raise ValueError(f"the memory has {memory.n_obs} observations / {memory.n_actions} actions; "
+                             f"this merger was fed {self._n_obs} / {self._A}")
+
+    @property
+    def n_recorded(self) -> int:
+        return 0 if self._A is None else len(self._parent) - 1
+
+    @property
+    def n_red(self) -> int:
+        return 0 if self._A is None else sum(len(v) for v in self._reds_by_colour.values())
+
+    @property
+    def evidence_minimum(self) -> int | None:
+        """The evidence minimum in use (known once the alphabet sizes are)."""
+        return None if self._A is None else self._k
+
+    # ------------------------------------------------------------ union-find
+    def _find(self, x: int) -> int:
+        uf = self._uf
+        while uf[x] != x:
+            x = uf[x]
+        return x
+
+    def _log(self, *op) -> None:
+        self._journal.append(op)
+
+    def _rollback(self, t: int, unplaced: list | None = None) -> None:
+        """Undo journal entries from index ``t`` on (latest first)."""
+        j = self._journal
+        while len(j) > t:
+            op = j.pop()
+            kind = op[0]
+            if kind == _PLACE:
+                self._uf[op[1]] = -1
+                if unplaced is not None:
+                    unplaced.append(op[1])
+            elif kind == _ROOT:
+                x = op[1]
+                self._uf[x] = -1
+                self._delta[x] = None
+                self._dchild[x] = None
+                if unplaced is not None:
+                    unplaced.append(x)
+            elif kind == _UNION:
+                self._uf[op[1]] = op[1]
+            elif kind == _DELTA:
+                _, x, a, old, oldc = op
+                self._delta[x][a] = old
+                self._dchild[x][a] = oldc
+            elif kind == _RED:
+                x = op[1]
+                self._red[x] = False
+                self._reds_by_colour[self._colour[x]].pop()
+            elif kind == _CONFLICT:
+                self._conflicts.pop()
+        while self._decisions and self._decisions[-1] >= t:
+            self._decisions.pop()
+
+    # ------------------------------------------------------------ experience
+    def _grow(self, n: int) -> None:
+        grow = n + 1 - len(self._parent)
+        if grow > 0:
+            for lst, v in ((self._parent, -1), (self._action, -1), (self._colour, -1), (self._uf, -1),
+                           (self._uf_time, -1), (self._just, -1), (self._red, False)):
+                lst.extend([v] * grow)
+            self._delta.extend([None] * grow)
+            self._dchild.extend([None] * grow)
+
+    def observe(self, memory, states, actions=None) -> None:
+        """Record the level-1 states of experienced steps and place the new ones.
+
+        ``states`` holds the level-1 state after each step, as episodes (one
+        row or list per episode, first entry the first observation);
+        ``actions`` the matching actions (``actions[:, 0] == -1``).  Without
+        ``actions`` they are read from the links of ``memory`` (exact when no
+        link was ever replaced, i.e. in a deterministic world).  Only states not
+        recorded before are new; they must appear in creation order, as they do
+        in Algorithm 1.
+
+        >>> from hmmmerge.episodic import EpisodicMemory
+        >>> mem = EpisodicMemory(2, 1)
+        >>> states = [mem.observe(o, -1 if t == 0 else 0) for t, o in enumerate([0, 1, 1])]
+        >>> fold = FoldMerger(); fold.observe(mem, [states]); fold.n_recorded
+        3
+        """
+        self._check(memory)
+        A = self._A
+        nxt = memory.next_state
+        emission = memory.emission
+        self._grow(memory.n_states)
+        for e, row in enumerate(states):
+            row = np.asarray(row, dtype=np.int64).tolist()
+            acts = None if actions is None else np.asarray(actions[e], dtype=np.int64).tolist()
+            prev = -1
+            for t, h in enumerate(row):
+                node = h + 1
+                if self._parent[node] < 0 and node > 0 and h >= 0:
+                    if t == 0:
+                        pnode, a = 0, A
+                    else:
+                        a = acts[t] if acts is not None else _link_action(nxt, prev, h)
+                        pnode = prev + 1
+                    self._parent[node] = pnode
+                    self._action[node] = a
+                    self._colour[node] = int(emission[h])
+                    self._place(node)
+                prev = h
+
+    def observe_tree(self, memory) -> None:
+        """Record every state of a deterministic ``memory`` from its links (a prefix tree) and place it.
+
+        >>> from hmmmerge.episodic import EpisodicMemory
+        >>> mem = EpisodicMemory(2, 2)
+        >>> _ = [mem.observe(o, a) for o, a in [(0, -1), (1, 0), (0, 1)]]
+        >>> fold = FoldMerger(); fold.observe_tree(mem); fold.n_recorded
+        3
+        """
+        self._check(memory)
+        n = memory.n_states
+        start = self.n_recorded
+        parent = np.full(n, -2, dtype=np.int64)
+        action = np.full(n, -1, dtype=np.int64)
+        nxt = memory.next_state
+        for a in range(self._A):
+            src = np.flatnonzero(nxt[a] >= start)
+            if ((parent[nxt[a, src]] != -2)).any():
+                raise ValueError("a level-1 state has two incoming links: not a prefix tree")
+            parent[nxt[a, src]] = src
+            action[nxt[a, src]] = a
+        self._grow(n)
+        for h in range(start, n):
+            if parent[h] == -2:
+                if h != memory.start_state:
+                    raise ValueError(f"level-1 state {h} has no incoming link (a replaced link?): "
+                                     "use observe() with the step stream")
+                pnode, a = 0, self._A
+            else:
+                pnode, a = int(parent[h]) + 1, int(action[h])
+            node = h + 1
+            self._parent[node], self._action[node] = pnode, a
+            self._colour[node] = int(memory.emission[h])
+            self._place(node)
+
+    def _place(self, node: int) -> None:
+        """Put a recorded, unplaced node into the block its parent's transition leads to."""
+        pnode = self._parent[node]
+        if self._uf[pnode] < 0:
+            raise ValueError("level-1 states must be placed after their parents")
+        p = self._find(pnode)
+        a = self._action[node]
+        q = self._delta[p][a]
+        t = len(self._journal)
+        if q >= 0:
+            q = self._find(q)
+            if self._colour[q] == self._colour[node]:
+                self._uf[node] = q
+                self._uf_time[node] = t
+                self._just[node] = self._dchild[p][a]
+                self._log(_PLACE, node)
+                return
+            # the transition says another colour: a contradiction, resolved at the next sleep
+            self._make_root(node, t)
+            self._conflicts.append((node, self._dchild[p][a]))
+            self._log(_CONFLICT)
+            self.stats["conflicts"] += 1
+            return
+        self._make_root(node, t)
+        self._set_delta(p, a, node, node)
+
+    def _make_root(self, node: int, t: int) -> None:
+        self._uf[node] = node
+        self._uf_time[node] = t
+        self._just[node] = -1
+        self._delta[node] = [-1] * (self._A + 1)
+        self._dchild[node] = [-1] * (self._A + 1)
+        self._log(_ROOT, node)
+
+    def _set_delta(self, x: int, a: int, target: int, child: int) -> None:
+        self._log(_DELTA, x, a, self._delta[x][a], self._dchild[x][a])
+        self._delta[x][a] = target
+        self._dchild[x][a] = child
+
+    def _set_red(self, x: int) -> None:
+        self._red[x] = True
+        self._reds_by_colour.setdefault(self._colour[x], []).append(x)
+        self._log(_RED, x)
+
+    # ------------------------------------------------------------ folding
+    def _fold(self, r: int, b: int, budget: int = -1) -> int:
+        """Merge block ``b`` into ``r`` and, recursively, their successors; return the evidence or -1 (clash).
+
+        Changes are journaled; the caller rolls back a refused or tentative fold.
+        """
+        evidence = -1
+        stack = [(r, b)]
+        A1 = self._A + 1
+        colour, delta, dchild, uf = self._colour, self._delta, self._dchild, self._uf
+        while stack:
+            x, y = stack.pop()
+            x, y = self._find(x), self._find(y)
+            if x == y:
+                continue
+            if colour[x] != colour[y]:
+                return -1
+            evidence += 1
+            if self._red[y] and not self._red[x]:
+                x, y = y, x
+            uf[y] = x
+            self._uf_time[y] = len(self._journal)
+            self._just[y] = -1
+            self._log(_UNION, y)
+            dx, dy = delta[x], delta[y]
+            for a in range(A1):
+                ty = dy[a]
+                if ty < 0:
+                    continue
+                tx = dx[a]
+                if tx < 0:
+                    self._set_delta(x, a, ty, dchild[y][a])
+                else:
+                    stack.append((tx, ty))
+            if 0 <= budget < evidence:
+                break
+        return evidence
+
+    def _blues(self) -> list[int]:
+        """Non-red blocks that a red block leads to, in a fixed order."""
+        out, seen = [], set()
+        for reds in self._reds_by_colour.values():
+            for r in reds:
+                for t in self._delta[r]:
+                    if t >= 0:
+                        t = self._find(t)
+                        if not self._red[t] and t not in seen:
+                            seen.add(t)
+                            out.append(t)
+        if self._delta[0] is not None:
+            for t in self._delta[0]:
+                if t >= 0:
+                    t = self._find(t)
+                    if not self._red[t] and t not in seen:
+                        seen.add(t)
+                        out.append(t)
+        out.sort()
+        return out
+
+    def _blue_fringe(self) -> None:
+        """Promote, then merge (most evidence first) until every blue block waits for evidence.
+
+        Fold outcomes are cached per (blue, red) pair for the sleep: a clash
+        stays a clash as the automaton grows, and the chosen merge is folded
+        again for real, so a stale evidence count only changes the order.
+        """
+        cache: dict[tuple[int, int], int] = {}
+        k = self._k
+        while True:
+            blues = self._blues()
+            if not blues:
+                return
+            best, best_pair, promoted = -1, None, False
+            for b in blues:
+                consistent, ev_b, r_b = 0, -1, -1
+                for r in self._reds_by_colour.get(self._colour[b], ()):
+                    ev = cache.get((b, r))
+                    if ev is None:
+                        mark = len(self._journal)
+                        ev = cache[(b, r)] = self._fold(r, b)
+                        self._rollback(mark)
+                    if ev >= 0:
+                        consistent += 1
+                        ev_b, r_b = ev, r
+                if consistent == 1 and ev_b > best:
+                    best, best_pair = ev_b, (r_b, b)
+                if not consistent:
+                    self._set_red(b)
+                    self.stats["promotions"] += 1
+                    promoted = True
+            if promoted:
+                continue
+            if best < k:
+                return
+            mark = len(self._journal)
+            self._decisions.append(mark)
+            ev = self._fold(*best_pair)
+            if ev < k:
+                self._rollback(mark)
+                cache[best_pair[::-1]] = ev
+            else:
+                self.stats["merges"] += 1
+
+    # ------------------------------------------------------------ undo
+    def _decision_of(self, t: int) -> int:
+        """The journal index of the fold decision containing journal entry ``t``."""
+        import bisect
+
+        i = bisect.bisect_right(self._decisions, t) - 1
+        return self._decisions[i]
+
+    def _responsible(self, u: int, w: int) -> int:
+        """Latest fold decision (journal index) that made nodes ``u`` and ``w`` share a block; -1 if none."""
+        latest = -1
+        pending = [(u, w)]
+        seen = set()
+        while pending:
+            u, w = pending.pop()
+            if u == w or (u, w) in seen:
+                continue
+            seen.add((u, w))
+            path_u = {}
+            x = u
+            while True:
+                path_u[x] = len(path_u)
+                if self._uf[x] == x:
+                    break
+                x = self._uf[x]
+            # walk w up to the first common ancestor
+            edges = []
+            y = w
+            while y not in path_u:
+                edges.append(y)
+                y = self._uf[y]
+            x = u
+            while x != y:
+                edges.append(x)
+                x = self._uf[x]
+            for z in edges:
+                just = self._just[z]
+                if just < 0:       # a fold union (or a conflict root, which joins nothing)
+                    latest = max(latest, self._decision_of(self._uf_time[z]))
+                else:              # placed by following the transition that ``just`` created
+                    pending.append((self._parent[z], self._parent[just]))
+                    pending.append((just, self._uf[z]))
+        return latest
+
+    def _resolve_conflicts(self) -> int:
+        """Roll back the decisions behind contradicted transitions and place again; returns rounds used."""
+        rounds = 0
+        while self._conflicts and rounds < self.max_undo_rounds:
+            rounds += 1
+            t = -1
+            for node, child in self._conflicts:
+                t = max(t, self._responsible(self._parent[node], self._parent[child]))
+            if t < 0:      # no merge is behind it (cannot happen with deterministic data): keep the new block
+                self._conflicts.clear()
+                break
+            unplaced: list[int] = []
+            self._rollback(t, unplaced)
+            self.stats["undos"] += 1
+            for node in sorted(unplaced):
+                self._place(node)
+            self._blue_fringe()
+        return rounds
+
+    # ------------------------------------------------------------ sleep
+    def sleep(self, memory, clusters) -> dict:
+        """Consolidate: resolve contradictions, fold the blue fringe, write C into ``clusters``.
+
+        Every recorded level-1 state ends in exactly one cluster.  Returns a
+        small report (merges, promotions and undos of this sleep, red blocks, clusters).
+
+        >>> from hmmmerge.episodic import EpisodicMemory
+        >>> from hmmmerge.clusters import Clusters
+        >>> mem = EpisodicMemory(2, 1)
+        >>> _ = [mem.observe(o, -1 if t == 0 else 0) for t, o in enumerate([0, 1, 0, 1, 0, 1, 0])]
+        >>> fold = FoldMerger(min_evidence=2); fold.observe_tree(mem)
+        >>> cl = Clusters(n_states=mem.n_states); fold.sleep(mem, cl)["clusters"]
+        2
+        """
+        self._check(memory)
+        before = dict(self.stats)
+        rounds = self._resolve_conflicts()
+        self._blue_fringe()
+        self.write_clusters(clusters, memory.n_states)
+        report = {k: self.stats[k] - before[k] for k in ("merges", "promotions", "undos")}
+        report.update(undo_rounds=rounds, red=self.n_red, clusters=clusters.n_clusters)
+        return report
+
+    def block_of(self, n_states: int) -> np.ndarray:
+        """The block (root node) of each of the first ``n_states`` level-1 states; -1 if not placed.
+
+        >>> from hmmmerge.episodic import EpisodicMemory
+        >>> mem = EpisodicMemory(2, 1); _ = [mem.observe(o, a) for o, a in [(0, -1), (1, 0)]]
+        >>> fold = FoldMerger(); fold.observe_tree(mem); fold.block_of(2).tolist()
+        [1, 2]
+        """
+        if self._A is None:
+            return np.full(n_states, -1, dtype=np.int64)
+        uf = np.asarray(self._uf, dtype=np.int64)
+        m = min(n_states, len(uf) - 1)
+        nodes = np.arange(1, m + 1)
+        root = uf[nodes]
+        placed = root >= 0
+        root = np.where(placed, root, 0)
+        while True:
+            up = uf[root]
+            if np.array_equal(up, root):
+                break
+            root = up
+        out = np.full(n_states, -1, dtype=np.int64)
+        out[:m] = np.where(placed, root, -1)
+        return out
+
+    def write_clusters(self, clusters, n_states: int) -> None:
+        """Set ``clusters`` to the blocks: cluster ids in order of their root node.
+
+        >>> from hmmmerge.clusters import Clusters
+        >>> from hmmmerge.episodic import EpisodicMemory
+        >>> mem = EpisodicMemory(2, 1); _ = [mem.observe(o, a) for o, a in [(0, -1), (1, 0)]]
+        >>> fold = FoldMerger(); fold.observe_tree(mem); cl = Clusters(n_states=2)
+        >>> fold.write_clusters(cl, 2); cl.assignment.tolist()
+        [0, 1]
+        """
+        clusters.grow(n_states)
+        roots = self.block_of(n_states)
+        clusters.assignment[:n_states] = roots
+        clusters.compact()
+
+
+def _link_action(next_state: np.ndarray, prev: int, h: int) -> int:
+    hits = np.flatnonzero(next_state[:, prev] == h)
+    if not len(hits):
+        raise ValueError(f"no level-1 link {prev} -> {h}: pass the actions of the steps")
+    return int(hits[0])
