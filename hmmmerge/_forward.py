@@ -86,6 +86,41 @@ def forward_dense(T, E, B, obs, actions, logp, nopred, pred_out, post_out):
 
 
 @njit(cache=True)
+def csr_propagate(alpha, sup, m_s, a, n_rows, indptr, indices, data, pred, touched, tlist):
+    """One sparse prediction step: ``pred += alpha T[a]`` over the support ``sup[:m_s]`` of ``alpha``.
+
+    ``T`` is stacked CSR (row ``a * n_rows + i``).  ``alpha`` is zeroed on its
+    support; the states reached are marked in ``touched`` and listed in
+    ``tlist`` in the order first reached; returns their number.  The caller
+    clears the scratch with :func:`clear_touched`.  Shared by
+    :func:`forward_csr` and the level-2 filters of the online agent.
+    """
+    m_t = 0
+    for q in range(m_s):
+        i = sup[q]
+        w = alpha[i]
+        alpha[i] = 0.0
+        r = a * n_rows + i
+        for k in range(indptr[r], indptr[r + 1]):
+            j = indices[k]
+            if not touched[j]:
+                touched[j] = True
+                tlist[m_t] = j
+                m_t += 1
+            pred[j] += w * data[k]
+    return m_t
+
+
+@njit(cache=True)
+def clear_touched(pred, touched, tlist, m_t):
+    """Reset the scratch left by :func:`csr_propagate`."""
+    for q in range(m_t):
+        j = tlist[q]
+        pred[j] = 0.0
+        touched[j] = False
+
+
+@njit(cache=True)
 def forward_csr(indptr, indices, data, E, B, em_ptr, em_idx, obs, actions, logp, nopred, pred_out, post_out):
     """As :func:`forward_dense` with T as stacked CSR (row ``a * H + i``).
 
@@ -117,19 +152,7 @@ def forward_csr(indptr, indices, data, E, B, em_ptr, em_idx, obs, actions, logp,
                     tlist[m_t] = j
                     m_t += 1
             else:
-                a = actions[n, t]
-                for q in range(m_s):
-                    i = sup[q]
-                    w = alpha[i]
-                    alpha[i] = 0.0
-                    r = a * H + i
-                    for k in range(indptr[r], indptr[r + 1]):
-                        j = indices[k]
-                        if not touched[j]:
-                            touched[j] = True
-                            tlist[m_t] = j
-                            m_t += 1
-                        pred[j] += w * data[k]
+                m_t = csr_propagate(alpha, sup, m_s, actions[n, t], H, indptr, indices, data, pred, touched, tlist)
             total = 0.0
             for q in range(m_t):
                 total += pred[tlist[q]]
@@ -150,10 +173,7 @@ def forward_csr(indptr, indices, data, E, B, em_ptr, em_idx, obs, actions, logp,
                         m_s += 1
             else:
                 nopred[n, t] = True
-            for q in range(m_t):
-                j = tlist[q]
-                pred[j] = 0.0
-                touched[j] = False
+            clear_touched(pred, touched, tlist, m_t)
             if po > 0.0:
                 logp[n, t] = np.log(po)
                 for q in range(m_s):

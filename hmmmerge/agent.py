@@ -50,8 +50,8 @@ change only at sleeps; merges are unions).
 
 from __future__ import annotations
 
+import inspect
 import json
-import time
 
 import numpy as np
 
@@ -59,37 +59,116 @@ from ._io import atomic_savez
 from ._random import as_generator
 from .clusters import Clusters, level2_hmm
 from .episodic import EpisodicMemory
-from .merging import RandomMerger, SFMerger, merge_iteration
+from .merging import NoMerger, RandomMerger, SFMerger
 from .rollouts import Trajectories
 
-__all__ = ["TwoLevelMemory", "PREDICTORS"]
+__all__ = ["TwoLevelMemory", "PREDICTORS", "MERGE_MODES"]
 
 PREDICTORS = ("l1", "l2", "l2_filter", "first_order")
-_MERGE_MODES = ("sf", "random", "none")
 
 
-class TwoLevelMemory:
+def _sf_merger(agent, **extra):
+    return SFMerger(agent.similarity, agent.threshold, agent.gamma, agent.horizon, agent.min_depth,
+                    split_contradictions=agent.split_contradictions, sf_scale=agent.sf_scale,
+                    initial_size=agent.initial_size, merge_iterations=agent.merge_iterations, **extra)
+
+
+def _random_merger(agent, **extra):
+    return RandomMerger(agent.gamma, agent.horizon, agent.min_depth, split_contradictions=agent.split_contradictions,
+                        initial_size=agent.initial_size, merge_iterations=agent.merge_iterations, **extra)
+
+
+def _no_merger(agent, **extra):
+    return NoMerger(agent.initial_size, **extra)
+
+
+MERGE_MODES = {"sf": _sf_merger, "random": _random_merger, "none": _no_merger}
+"""``merge`` name -> factory ``f(agent, **merge_params) -> merger`` (the interface: :mod:`hmmmerge.merging`)."""
+
+
+class _Params:
+    """``get_params`` / ``set_params`` / ``__repr__`` from the constructor's signature (scikit-learn style)."""
+
+    @classmethod
+    def _param_names(cls) -> list[str]:
+        sig = inspect.signature(cls.__init__)
+        return [p.name for p in sig.parameters.values() if p.name != "self" and p.kind != p.VAR_KEYWORD]
+
+    def get_params(self, deep: bool = True) -> dict:
+        """The constructor parameters, by name.
+
+        >>> TwoLevelMemory(10, 4, merge="none").get_params()["merge"]
+        'none'
+        """
+        return {name: getattr(self, name) for name in self._param_names()}
+
+    def set_params(self, **params):
+        """Set constructor parameters (checked); they take effect at the next :meth:`fit`.
+
+        >>> TwoLevelMemory(10, 4).set_params(initial_size=100).initial_size
+        100
+        """
+        names = self._param_names()
+        for name, value in params.items():
+            if name not in names:
+                raise ValueError(f"invalid parameter {name!r} for {type(self).__name__}; valid: {names}")
+            setattr(self, name, value)
+        self._check_params()
+        return self
+
+    def __repr__(self) -> str:
+        defaults = {p.name: p.default for p in inspect.signature(type(self).__init__).parameters.values()}
+        shown = []
+        for name, value in self.get_params().items():
+            default = defaults[name]
+            if default is inspect.Parameter.empty or not _same(value, default):
+                shown.append(f"{name}={value!r}")
+        return f"{type(self).__name__}({', '.join(shown)})"
+
+
+def _same(a, b) -> bool:
+    try:
+        return bool(a == b) and type(a) is type(b)
+    except (TypeError, ValueError):
+        return a is b
+
+
+class TwoLevelMemory(_Params):
     """The paper's agent: an episodic memory structured online into clusters.
 
     Parameters
     ----------
     n_obs, n_actions : alphabet sizes.
-    merge : ``"sf"`` (Algorithm 3), ``"random"`` or ``"none"``.
+    merge : a key of :data:`MERGE_MODES`: ``"sf"`` (Algorithm 3), ``"random"`` or ``"none"``.
     initial_size : size of the initial random clusters (1, 10, 100 in the paper).
     merge_iterations : merge iterations per sleep (5).
     refresh_every, sleep_every : in steps (200, 500).
     gamma, horizon, min_depth, threshold, similarity, sf_scale : see :class:`~hmmmerge.merging.SFMerger`.
     online_connect, split_contradictions : the authors' two extra steps (module docstring).
+    merge_params : extra keyword arguments for the merger of the mode (``None``: none).
     seed : int or numpy Generator; drives partitions, merges and online connections.
+
+    Attributes
+    ----------
+    memory_ : the :class:`~hmmmerge.episodic.EpisodicMemory` (level 1).
+    clusters_ : the :class:`~hmmmerge.clusters.Clusters` (C; ``assignment`` may be
+        longer than ``memory_.n_states``, its capacity).
+    merger_ : the merger of the mode (the interface: :mod:`hmmmerge.merging`).
+    n_clusters_ : number of clusters (level-2 states).
+    first_order_counts_ : (n_obs, n_actions, n_obs) counts of the first-order predictor.
+    steps_, episodes_, sleeps_ : counters (a step is one observation).
+    last_predictions_, last_states_ : per step of the last (partial_)fit call.
 
     Examples
     --------
     >>> from hmmmerge import gridworld, random_walk
     >>> env = gridworld()
     >>> agent = TwoLevelMemory(env.n_obs, env.n_actions, merge="sf", initial_size=10, seed=0)
+    >>> agent
+    TwoLevelMemory(n_obs=10, n_actions=4)
     >>> _ = agent.fit(random_walk(env, 60, seed=0))
     >>> h = agent.history()
-    >>> len(h["episode"]), int(h["n_states"][-1]) == agent.memory.n_states
+    >>> len(h["episode"]), int(h["n_states"][-1]) == agent.memory_.n_states
     (60, True)
     """
 
@@ -97,103 +176,107 @@ class TwoLevelMemory:
                  merge_iterations: int = 5, refresh_every: int = 200, sleep_every: int = 500,
                  gamma: float = 0.8, horizon: int = 25, min_depth: int = 5, threshold: float = 0.5,
                  similarity="euclidean", online_connect: bool = True, split_contradictions: bool = True,
-                 sf_scale: float = 1.0, seed=0):
-        if merge not in _MERGE_MODES:
-            raise ValueError(f"merge must be one of {_MERGE_MODES}, got {merge!r}")
-        for name, v in (("initial_size", initial_size), ("merge_iterations", merge_iterations),
-                        ("refresh_every", refresh_every), ("sleep_every", sleep_every)):
-            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < (0 if name == "merge_iterations" else 1):
-                raise ValueError(f"{name} must be a {'non-negative' if name == 'merge_iterations' else 'positive'} integer, got {v!r}")
-        self.settings = dict(merge=merge, initial_size=int(initial_size), merge_iterations=int(merge_iterations),
-                             refresh_every=int(refresh_every), sleep_every=int(sleep_every), gamma=float(gamma),
-                             horizon=int(horizon), min_depth=int(min_depth), threshold=float(threshold),
-                             similarity=similarity if isinstance(similarity, str) else "custom",
-                             online_connect=bool(online_connect), split_contradictions=bool(split_contradictions),
-                             sf_scale=float(sf_scale))
-        self._similarity = similarity
-        self.merger = self._make_merger()
-        self.rng = as_generator(seed)
-        self.memory = EpisodicMemory(n_obs, n_actions)
-        self.clusters = Clusters(n_states=0)
-        self.fo_counts = np.zeros((n_obs, n_actions, n_obs), dtype=np.int64)
-        self._fo_prev = np.zeros(1, dtype=np.int64)  # the previous observation, for the first-order model
-        self.steps = 0
-        self.episodes = 0
-        self.sleep_pending = False
-        self.sleeps = 0
-        self._purity = (np.nan, np.nan)
-        self._history: list[np.ndarray] = []
-        self._set_level2()
+                 sf_scale: float = 1.0, merge_params: dict | None = None, seed=0):
+        self.n_obs = n_obs
+        self.n_actions = n_actions
+        self.merge = merge
+        self.initial_size = initial_size
+        self.merge_iterations = merge_iterations
+        self.refresh_every = refresh_every
+        self.sleep_every = sleep_every
+        self.gamma = gamma
+        self.horizon = horizon
+        self.min_depth = min_depth
+        self.threshold = threshold
+        self.similarity = similarity
+        self.online_connect = online_connect
+        self.split_contradictions = split_contradictions
+        self.sf_scale = sf_scale
+        self.merge_params = merge_params
+        self.seed = seed
+        self._check_params()
+
+    def _check_params(self) -> None:
+        """The one check of the parameters (constructor, :meth:`set_params`, :meth:`fit`)."""
+        if self.merge not in MERGE_MODES:
+            raise ValueError(f"merge must be one of {tuple(MERGE_MODES)}, got {self.merge!r}")
+        for name in ("n_obs", "n_actions", "initial_size", "merge_iterations", "refresh_every", "sleep_every"):
+            v = getattr(self, name)
+            low = 0 if name == "merge_iterations" else 1
+            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < low:
+                raise ValueError(f"{name} must be a {'non-negative' if low == 0 else 'positive'} integer, got {v!r}")
+        if self.merge_params is not None and not isinstance(self.merge_params, dict):
+            raise TypeError(f"merge_params must be a dict or None, got {type(self.merge_params).__name__}")
+        self._make_merger()  # the merger checks its own parameters
 
     def _make_merger(self):
-        s = self.settings
-        if s["merge"] == "sf":
-            return SFMerger(self._similarity, s["threshold"], s["gamma"], s["horizon"], s["min_depth"],
-                            split_contradictions=s["split_contradictions"], sf_scale=s["sf_scale"])
-        if s["merge"] == "random":
-            return RandomMerger(s["gamma"], s["horizon"], s["min_depth"],
-                                split_contradictions=s["split_contradictions"])
-        return None
+        return MERGE_MODES[self.merge](self, **(self.merge_params or {}))
+
+    # ------------------------------------------------------------ learned state
+    def _start(self) -> None:
+        """Fresh learned state: empty level 1, no clusters, counters at zero, the RNG from ``seed``."""
+        from ._agent_kernels import FirstOrder
+
+        self._check_params()
+        self.merger_ = self._make_merger()
+        self.rng_ = as_generator(self.seed)
+        self.memory_ = EpisodicMemory(int(self.n_obs), int(self.n_actions))
+        self.clusters_ = Clusters(n_states=0)
+        self.first_order_counts_ = np.zeros((self.n_obs, self.n_actions, self.n_obs), dtype=np.int64)
+        self._fo = FirstOrder(self.first_order_counts_, np.zeros(1, dtype=np.int64))
+        self.steps_ = 0
+        self.episodes_ = 0
+        self.sleeps_ = 0
+        self.sleep_pending_ = False
+        self._purity = (np.nan, np.nan)
+        self._history: list[dict] = []
+        self._k = None
+        self._set_level2()
+
+    def _started(self) -> bool:
+        return hasattr(self, "memory_")
 
     @property
-    def n_obs(self) -> int:
-        return self.memory.n_obs
-
-    @property
-    def n_actions(self) -> int:
-        return self.memory.n_actions
-
-    @property
-    def n_clusters(self) -> int:
-        return self.clusters.n_clusters
-
-    def __repr__(self) -> str:
-        return (f"TwoLevelMemory(merge={self.settings['merge']!r}, initial_size={self.settings['initial_size']}, "
-                f"episodes={self.episodes}, level1_states={self.memory.n_states}, clusters={self.n_clusters})")
+    def n_clusters_(self) -> int:
+        return self.clusters_.n_clusters
 
     # ------------------------------------------------------------ level 2
     def _set_level2(self) -> None:
         """Recompute T2 (stacked CSR, row ``a * k + c``) and the per-colour cluster index."""
-        n = self.memory.n_states
-        self.clusters.grow(n)
-        k = self.clusters.n_clusters
-        from ._memory_kernels import level2_transitions
+        from ._agent_kernels import Level2, level2_transitions, new_belief, new_scratch
 
-        self._t2 = level2_transitions(self.memory._next, n, self.clusters.assignment, k)
-        self._cluster_obs = self.clusters.cluster_emission(self.memory.emission)
-        order = np.argsort(self._cluster_obs, kind="stable")
-        self._em_idx = order[self._cluster_obs[order] >= 0].astype(np.int64)
-        self._em_ptr = np.zeros(self.n_obs + 1, dtype=np.int64)
-        self._em_ptr[1:] = np.cumsum(np.bincount(self._cluster_obs[self._cluster_obs >= 0], minlength=self.n_obs))
-        if getattr(self, "_k", None) != k:
-            size = max(k, 1)
-            self._beliefs = [np.zeros(size), np.zeros(size, dtype=np.int64), np.zeros(1, dtype=np.int64),
-                             np.zeros(size), np.zeros(size, dtype=np.int64), np.zeros(1, dtype=np.int64)]
-            self._scratch = [np.zeros(size), np.zeros(size, dtype=bool), np.zeros(size, dtype=np.int64),
-                             np.zeros(self.n_obs)]
+        n = self.memory_.n_states
+        self.clusters_.grow(n)
+        k = self.clusters_.n_clusters
+        t2 = level2_transitions(self.memory_._next, n, self.clusters_.assignment, k)
+        cluster_obs = self.clusters_.cluster_emission(self.memory_.emission)
+        order = np.argsort(cluster_obs, kind="stable")
+        em_idx = order[cluster_obs[order] >= 0].astype(np.int64)
+        em_ptr = np.zeros(self.n_obs + 1, dtype=np.int64)
+        em_ptr[1:] = np.cumsum(np.bincount(cluster_obs[cluster_obs >= 0], minlength=self.n_obs))
+        self._level2 = Level2(k, *t2, self.clusters_.assignment, cluster_obs, em_ptr, em_idx)
+        if self._k != k:  # beliefs over the old clusters are dropped
+            self._anchored, self._filtered = new_belief(k), new_belief(k)
+            self._scratch = new_scratch(k, self.n_obs)
             self._k = k
 
     def sleep(self) -> list[dict]:
-        """Partition the unclustered level-1 states and run the merge iterations now.
+        """Run the merger's sleep now (partition the unclustered level-1 states, merge).
 
-        Returns one report per merge iteration (see :func:`~hmmmerge.merging.merge_iteration`).
+        Returns the merger's reports (one per merge iteration for ``sf`` and ``random``).
 
         >>> from hmmmerge import gridworld
         >>> agent = TwoLevelMemory(10, 4, initial_size=5, merge_iterations=2, sleep_every=10**6)
-        >>> agent = agent.run(gridworld(), 10, seed=0); agent.n_clusters   # no sleep due yet
+        >>> agent = agent.run(gridworld(), 10, seed=0); agent.n_clusters_   # no sleep due yet
         0
-        >>> reports = agent.sleep(); len(reports), agent.n_clusters > 0, agent.sleeps
+        >>> reports = agent.sleep(); len(reports), agent.n_clusters_ > 0, agent.sleeps_
         (2, True, 1)
         """
-        n = self.memory.n_states
-        self.clusters.grow(n)
-        s = self.settings
-        self.clusters.partition_unassigned(self.memory.emission, s["initial_size"], self.rng, n_states=n)
-        reports = []
-        if self.merger is not None:
-            for _ in range(s["merge_iterations"]):
-                reports.append(merge_iteration(self.memory, self.clusters, self.merger, self.rng))
-        self.sleeps += 1
+        if not self._started():
+            self._start()
+        self.clusters_.grow(self.memory_.n_states)
+        reports = self.merger_.sleep(self.memory_, self.clusters_, self.rng_)
+        self.sleeps_ += 1
         self._purity = self._current_purity()
         self._set_level2()
         return reports
@@ -202,8 +285,8 @@ class TwoLevelMemory:
         """Weighted purity with and without singleton clusters (NaN without true labels)."""
         from .evaluate import weighted_purity
 
-        n = self.memory.n_states
-        labels, assignment = self.memory.labels, self.clusters.assignment[:n]
+        n = self.memory_.n_states
+        labels, assignment = self.memory_.labels, self.clusters_.assignment[:n]
         if n == 0 or (labels[assignment >= 0] < 0).any():
             return float("nan"), float("nan")
         return (weighted_purity(assignment, labels, include_singletons=True),
@@ -211,7 +294,21 @@ class TwoLevelMemory:
 
     # ------------------------------------------------------------ learning
     def fit(self, traj: Trajectories, progress: bool = False) -> "TwoLevelMemory":
-        """Live through the episodes of ``traj`` in order (online; call again to continue).
+        """Start afresh and live through the episodes of ``traj`` in order.
+
+        Equivalent to discarding all learned state and calling :meth:`partial_fit`.
+
+        >>> from hmmmerge import gridworld, random_walk
+        >>> traj = random_walk(gridworld(), 3, 10, seed=0)
+        >>> agent = TwoLevelMemory(10, 4, merge="none").fit(traj).fit(traj)   # the second fit starts over
+        >>> agent.episodes_, agent.steps_
+        (3, 33)
+        """
+        self._start()
+        return self.partial_fit(traj, progress=progress)
+
+    def partial_fit(self, traj: Trajectories, progress: bool = False) -> "TwoLevelMemory":
+        """Live through the episodes of ``traj`` in order, continuing from the learned state (online).
 
         Per-episode metrics accumulate in :meth:`history`; the per-step
         predictions of this call are kept in ``last_predictions_`` (predictor
@@ -219,70 +316,80 @@ class TwoLevelMemory:
         first observation of an episode) and the level-1 states in ``last_states_``.
 
         >>> from hmmmerge import gridworld, random_walk
-        >>> agent = TwoLevelMemory(10, 4, merge="none").fit(random_walk(gridworld(), 3, 10, seed=0))
-        >>> agent.episodes, agent.steps, agent.last_predictions_["l1"].shape
+        >>> agent = TwoLevelMemory(10, 4, merge="none").partial_fit(random_walk(gridworld(), 3, 10, seed=0))
+        >>> agent.episodes_, agent.steps_, agent.last_predictions_["l1"].shape
         (3, 33, (3, 11))
         >>> agent.last_predictions_["l1"][:, 0].tolist()   # first observations are not scored
         [-2, -2, -2]
+        >>> agent.partial_fit(random_walk(gridworld(), 2, 10, seed=1)).episodes_   # continues
+        5
         """
-        from . import _memory_kernels as K
+        from ._agent_kernels import Level1, Predictions, Steps, agent_steps
 
         if not isinstance(traj, Trajectories):
             raise TypeError(f"traj must be Trajectories, got {type(traj).__name__}")
-        self.memory._check_symbols(traj.obs, traj.actions)
+        if not self._started():
+            self._start()
+        mem = self.memory_
+        mem._check_symbols(traj.obs, traj.actions)
         E, L1 = traj.obs.shape
         obs = traj.obs.ravel()
-        act = traj.actions.ravel()
-        lab = traj.states.ravel() if traj.states is not None else np.full(obs.shape, -1, dtype=np.int64)
-        outs = [np.full(obs.shape, -2, dtype=np.int64) for _ in range(5)]  # l1, fo, l2, l2f, h1
-        s = self.settings
-        mem = self.memory
+        labels = traj.states.ravel() if traj.states is not None else np.full(obs.shape, -1, dtype=np.int64)
+        steps = Steps(obs, traj.actions.ravel(), labels, np.zeros((obs.size, 2)))
+        out = Predictions(*(np.full(obs.shape, -2, dtype=np.int64) for _ in Predictions._fields))
         mem.reserve(obs.size)
-        self.clusters.grow(mem.capacity)
-        next_refresh = (self.steps // s["refresh_every"] + 1) * s["refresh_every"]
-        next_sleep = (self.steps // s["sleep_every"] + 1) * s["sleep_every"]
+        level1 = Level1(mem._next, mem._emission, mem._labels, mem._scal)
+        self.clusters_.grow(mem.capacity)
+        refresh, sleep = int(self.refresh_every), int(self.sleep_every)
+        next_refresh = (self.steps_ // refresh + 1) * refresh
+        next_sleep = (self.steps_ // sleep + 1) * sleep
         stats = np.zeros((E, 4))  # n_clusters, n_states, purity, purity without singletons
-        uniforms = np.zeros((obs.size, 2))
+        place = self.merger_.place
         bar = _progress(E, progress)
         for e in range(E):
-            if self.sleep_pending:
+            if self.sleep_pending_:
                 self.sleep()
-                self.clusters.grow(mem.capacity)
-                self.sleep_pending = False
+                self.clusters_.grow(mem.capacity)
+                self.sleep_pending_ = False
             g, end = e * L1, (e + 1) * L1
-            if s["online_connect"]:
-                uniforms[g:end] = self.rng.random((L1, 2))
+            if self.online_connect:
+                steps.uniforms[g:end] = self.rng_.random((L1, 2))
             while g < end:
-                stop = min(end, g + (next_refresh - self.steps))
-                K.agent_chunk(obs, act, lab, g, stop, mem._next, mem._emission, mem._labels, mem._scal,
-                              self.clusters.assignment, self.fo_counts, self._fo_prev,
-                              self._k, *self._t2, self._cluster_obs, self._em_ptr, self._em_idx,
-                              *self._beliefs, *self._scratch, *outs, s["online_connect"], uniforms)
-                self.steps += stop - g
-                g = stop
-                if self.steps >= next_refresh:
-                    self.clusters.grow(mem.capacity)
+                stop = min(end, g + (next_refresh - self.steps_))
+                level2 = self._level2._replace(cluster_of=self.clusters_.assignment)
+                agent_steps(steps, g, stop, level1, level2, self._anchored, self._filtered, self._fo,
+                            self._scratch, out, bool(self.online_connect))
+                self.steps_ += stop - g
+                if place is not None and place(mem, self.clusters_, out.state[g:stop], self.rng_):
+                    self.clusters_.grow(mem.capacity)
                     self._set_level2()
-                    next_refresh += s["refresh_every"]
-                if self.steps >= next_sleep:
-                    self.sleep_pending = True
-                    next_sleep += s["sleep_every"]
-            self.episodes += 1
-            stats[e] = (self.n_clusters, mem.n_states, *self._purity)
+                g = stop
+                if self.steps_ >= next_refresh:
+                    self.clusters_.grow(mem.capacity)
+                    self._set_level2()
+                    next_refresh += refresh
+                if self.steps_ >= next_sleep:
+                    self.sleep_pending_ = True
+                    next_sleep += sleep
+            self.episodes_ += 1
+            stats[e] = (self.n_clusters_, mem.n_states, *self._purity)
             bar.update(1)
         bar.close()
-        self._history.append(_episode_metrics(traj.obs, [o.reshape(E, L1) for o in outs[:4]], stats,
-                                              self.episodes - E))
-        self.last_states_ = outs[4].reshape(E, L1)
-        self.last_predictions_ = {name: outs[j].reshape(E, L1) for name, j in zip(PREDICTORS, (0, 2, 3, 1))}
+        shaped = {name: getattr(out, name).reshape(E, L1) for name in PREDICTORS}
+        self._history.append(_episode_metrics(traj.obs, shaped, stats, self.episodes_ - E))
+        self.last_states_ = out.state.reshape(E, L1)
+        self.last_predictions_ = shaped
         return self
 
     def run(self, env, n_episodes: int = 1000, episode_length: int = 50, seed=0, progress: bool = False):
-        """Random-walk ``n_episodes`` in ``env`` (the paper's protocol) and :meth:`fit` them.
+        """The paper's protocol in one call: random-walk ``n_episodes`` in ``env`` and live through them.
+
+        Continues the learned state if there is one (a loaded or earlier run
+        agent, like :meth:`partial_fit`); a new agent starts empty.
 
         >>> from hmmmerge import gridworld
         >>> agent = TwoLevelMemory(10, 4, merge="none").run(gridworld(), 5, seed=1)
-        >>> agent.episodes
+        >>> agent.episodes_
         5
         """
         from .rollouts import random_walk
@@ -290,7 +397,7 @@ class TwoLevelMemory:
         if env.n_obs != self.n_obs or env.n_actions != self.n_actions:
             raise ValueError(f"env has {env.n_obs} observations / {env.n_actions} actions; "
                              f"the agent was built for {self.n_obs} / {self.n_actions}")
-        return self.fit(random_walk(env, n_episodes, episode_length, seed=seed), progress=progress)
+        return self.partial_fit(random_walk(env, n_episodes, episode_length, seed=seed), progress=progress)
 
     # ------------------------------------------------------------ results
     def history(self) -> dict[str, np.ndarray]:
@@ -303,11 +410,11 @@ class TwoLevelMemory:
 
         >>> from hmmmerge import gridworld
         >>> agent = TwoLevelMemory(10, 4, merge="none").run(gridworld(), 3, seed=0)
-        >>> h = agent.run(gridworld(), 2, seed=1).history()   # a second call continues the history
+        >>> h = agent.run(gridworld(), 2, seed=1).history()   # a second run continues the history
         >>> h["episode"].tolist(), h["l1_accuracy"].shape
         ([0, 1, 2, 3, 4], (5,))
         """
-        if not self._history:
+        if not self._started() or not self._history:
             return {k: np.zeros(0) for k in _HISTORY_KEYS}
         return {k: np.concatenate([h[k] for h in self._history]) for k in _HISTORY_KEYS}
 
@@ -329,9 +436,9 @@ class TwoLevelMemory:
                     for p in PREDICTORS})
         out["no_prediction_share"] = out["l2_no_prediction_share"]
         out["purity"], out["purity_no_singletons"] = self._current_purity()
-        out["n_clusters"] = int(self.n_clusters)
-        out["n_first_level_states"] = int(self.memory.n_states)
-        out["episodes"] = int(self.episodes)
+        out["n_clusters"] = int(self.n_clusters_)
+        out["n_first_level_states"] = int(self.memory_.n_states)
+        out["episodes"] = int(self.episodes_)
         return out
 
     def level1_hmm(self):
@@ -343,7 +450,7 @@ class TwoLevelMemory:
         >>> l1.log_likelihood(traj.obs[-1:], traj.actions[-1:])   # the last episode is stored exactly
         0.0
         """
-        return self.memory.to_hmm()
+        return self.memory_.to_hmm()
 
     def level2_hmm(self):
         """Level 2 as an :class:`~hmmmerge.hmm.ActionHMM` (clusters are its states).
@@ -354,37 +461,59 @@ class TwoLevelMemory:
         >>> traj = random_walk(gridworld(), 20, seed=0)
         >>> agent = TwoLevelMemory(10, 4, merge="none", initial_size=1, online_connect=False).fit(traj)
         >>> l2 = agent.level2_hmm()
-        >>> l2.n_states == agent.n_clusters, l2.log_likelihood(traj.obs[:5], traj.actions[:5])
+        >>> l2.n_states == agent.n_clusters_, l2.log_likelihood(traj.obs[:5], traj.actions[:5])
         (True, 0.0)
         """
-        self.clusters.grow(self.memory.n_states)
-        return level2_hmm(self.memory, self.clusters)
+        self.clusters_.grow(self.memory_.n_states)
+        return level2_hmm(self.memory_, self.clusters_)
 
     # ------------------------------------------------------------ files
+    def _json_params(self) -> dict:
+        params = self.get_params()
+        if callable(params["similarity"]):
+            params["similarity"] = "custom"
+        seed = params["seed"]
+        if isinstance(seed, (list, tuple)):
+            params["seed"] = [int(x) for x in seed]
+        elif isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+            params["seed"] = int(seed)
+        else:
+            params["seed"] = None  # a Generator: its state is saved separately
+        for name in ("n_obs", "n_actions", "initial_size", "merge_iterations", "refresh_every", "sleep_every"):
+            params[name] = int(params[name])
+        return params
+
     def save(self, path) -> None:
-        """Write level 1, C, the first-order counts, settings, counters and RNG state as ``.npz`` (no pickle).
+        """Write level 1, C, the first-order counts, parameters, counters and RNG state as ``.npz`` (no pickle).
 
         >>> import os, tempfile
         >>> from hmmmerge import gridworld
         >>> agent = TwoLevelMemory(10, 4).run(gridworld(), 12, seed=0)
         >>> with tempfile.TemporaryDirectory() as d:
         ...     path = os.path.join(d, "agent.npz"); agent.save(path); back = TwoLevelMemory.load(path)
-        >>> back.episodes, back.n_clusters == agent.n_clusters, back.memory.n_states == agent.memory.n_states
+        >>> back.episodes_, back.n_clusters_ == agent.n_clusters_, back.memory_.n_states == agent.memory_.n_states
         (12, True, True)
         """
-        n = self.memory.n_states
-        meta = dict(settings=self.settings, steps=self.steps, episodes=self.episodes, sleeps=self.sleeps,
-                    sleep_pending=self.sleep_pending, purity=list(self._purity),
-                    rng=self.rng.bit_generator.state, fo_prev=int(self._fo_prev[0]))
+        if not self._started():
+            self._start()
+        n = self.memory_.n_states
+        meta = dict(params=self._json_params(), steps=self.steps_, episodes=self.episodes_, sleeps=self.sleeps_,
+                    sleep_pending=self.sleep_pending_, purity=list(self._purity),
+                    rng=self.rng_.bit_generator.state, fo_prev=int(self._fo.prev[0]))
+        try:
+            meta_text = json.dumps(meta)
+        except TypeError as e:
+            raise ValueError(f"cannot save: merge_params must be JSON values ({e})") from None
         hist = self.history()
-        atomic_savez(path, **self.memory.state_dict(), assignment=self.clusters.assignment[:n].copy(),
-                     fo_counts=self.fo_counts, meta=np.array(json.dumps(meta)),
-                     t2_indptr=self._t2[0], t2_indices=self._t2[1], t2_data=self._t2[2],
+        l2 = self._level2
+        atomic_savez(path, **self.memory_.state_dict(), assignment=self.clusters_.assignment[:n].copy(),
+                     fo_counts=self.first_order_counts_, meta=np.array(meta_text),
+                     t2_indptr=l2.t2_ptr, t2_indices=l2.t2_idx, t2_data=l2.t2_val,
                      **{f"history_{k}": v for k, v in hist.items()})
 
     @classmethod
     def load(cls, path) -> "TwoLevelMemory":
-        """Read a memory written by :meth:`save`; :meth:`fit` then resumes where it stopped.
+        """Read a memory written by :meth:`save`; :meth:`partial_fit` / :meth:`run` then resume where it stopped.
 
         >>> import os, tempfile
         >>> from hmmmerge import gridworld
@@ -395,40 +524,48 @@ class TwoLevelMemory:
         >>> all(np.array_equal(a[k], b[k], equal_nan=True) for k in a)   # resumed exactly
         True
         """
+        from ._agent_kernels import FirstOrder
+
         src = str(path)
         with np.load(path, allow_pickle=False) as d:
             data = dict(d)
         try:
             meta = json.loads(str(data["meta"]))
-            settings = dict(meta["settings"])
+            params = dict(meta["params"]) if "params" in meta else dict(meta["settings"])  # "settings": older files
         except (KeyError, ValueError) as e:
             raise ValueError(f"{src}: not a TwoLevelMemory file ({e})") from None
-        if settings.get("similarity") == "custom":
+        if params.get("similarity") == "custom":
             raise ValueError(f"{src}: saved with a custom similarity function; rebuild the agent with it")
         mem = EpisodicMemory.from_state_dict(data, source=src)
-        agent = cls(mem.n_obs, mem.n_actions, **settings)
-        agent.memory = mem
+        params.update(n_obs=mem.n_obs, n_actions=mem.n_actions)
+        if params.get("seed") is None:
+            params["seed"] = 0  # the saved RNG state below replaces it
+        agent = cls(**params)
+        agent._start()
+        agent.memory_ = mem
         assignment = np.asarray(data.get("assignment"), dtype=np.int64)
         if assignment.shape != (mem.n_states,):
             raise ValueError(f"{src}: assignment has shape {assignment.shape}, expected ({mem.n_states},)")
-        agent.clusters = Clusters(assignment)
-        agent.fo_counts = np.asarray(data["fo_counts"], dtype=np.int64)
-        if agent.fo_counts.shape != (mem.n_obs, mem.n_actions, mem.n_obs):
-            raise ValueError(f"{src}: fo_counts has the wrong shape {agent.fo_counts.shape}")
-        agent.steps, agent.episodes, agent.sleeps = int(meta["steps"]), int(meta["episodes"]), int(meta["sleeps"])
-        agent.sleep_pending = bool(meta["sleep_pending"])
+        agent.clusters_ = Clusters(assignment)
+        fo_counts = np.asarray(data["fo_counts"], dtype=np.int64)
+        if fo_counts.shape != (mem.n_obs, mem.n_actions, mem.n_obs):
+            raise ValueError(f"{src}: fo_counts has the wrong shape {fo_counts.shape}")
+        agent.first_order_counts_ = fo_counts
+        agent._fo = FirstOrder(fo_counts, np.array([int(meta["fo_prev"])], dtype=np.int64))
+        agent.steps_, agent.episodes_, agent.sleeps_ = int(meta["steps"]), int(meta["episodes"]), int(meta["sleeps"])
+        agent.sleep_pending_ = bool(meta["sleep_pending"])
         agent._purity = tuple(float(x) for x in meta["purity"])
-        agent.rng.bit_generator.state = meta["rng"]
-        agent._fo_prev[0] = int(meta["fo_prev"])
+        agent.rng_.bit_generator.state = meta["rng"]
         hist = {k: data[f"history_{k}"] for k in _HISTORY_KEYS if f"history_{k}" in data}
         if len(hist) == len(_HISTORY_KEYS) and len(hist["episode"]):
             agent._history = [hist]
         agent._set_level2()
         # T2 as last refreshed (it may lag level 1 by up to refresh_every steps): resume exactly
         t2 = tuple(np.asarray(data[f"t2_{x}"]) for x in ("indptr", "indices", "data"))
-        if t2[0].shape != agent._t2[0].shape:
+        if t2[0].shape != agent._level2.t2_ptr.shape:
             raise ValueError(f"{src}: stored level-2 transitions do not match the clusters")
-        agent._t2 = (t2[0].astype(np.int64), t2[1].astype(np.int64), t2[2].astype(np.float64))
+        agent._level2 = agent._level2._replace(t2_ptr=t2[0].astype(np.int64), t2_idx=t2[1].astype(np.int64),
+                                               t2_val=t2[2].astype(np.float64))
         return agent
 
 
@@ -441,12 +578,12 @@ _HISTORY_KEYS = (
 )
 
 
-def _episode_metrics(obs, preds, stats, first_episode: int) -> dict[str, np.ndarray]:
+def _episode_metrics(obs, preds: dict, stats, first_episode: int) -> dict[str, np.ndarray]:
     """Per-episode accuracy and no-prediction share of each predictor over the moves (t >= 1)."""
     truth = obs[:, 1:]
     out = {"episode": np.arange(first_episode, first_episode + len(obs))}
-    for name, pred in zip(PREDICTORS, [preds[0], preds[2], preds[3], preds[1]]):
-        p = pred[:, 1:]
+    for name in PREDICTORS:
+        p = preds[name][:, 1:]
         out[f"{name}_accuracy"] = (p == truth).mean(axis=1)
         out[f"{name}_no_prediction"] = (p < 0).mean(axis=1)
         # the authors' scoring: argmax of an all-zero prediction is colour 0

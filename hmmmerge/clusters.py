@@ -16,6 +16,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ._random import as_generator
+from .hmm import ActionHMM
 
 __all__ = ["Clusters", "level2_hmm"]
 
@@ -238,8 +239,6 @@ def level2_hmm(memory, C, n_states: int | None = None):
     >>> hmm.T[0].toarray().tolist()
     [[0.0, 1.0], [1.0, 0.0]]
     """
-    from .hmm import ActionHMM
-
     n = memory.n_states if n_states is None else int(n_states)
     Cm = C.connection_matrix(n) if isinstance(C, Clusters) else sp.csr_matrix(C, dtype=np.float64)
     if Cm.shape[0] != n:

@@ -19,6 +19,7 @@ import networkx as nx
 import numpy as np
 
 from ._io import atomic_write_text
+from .hmm import ActionHMM
 
 __all__ = ["Environment"]
 
@@ -226,8 +227,6 @@ class Environment:
         >>> hmm.n_states, hmm.n_obs
         (2, 2)
         """
-        from .hmm import ActionHMM
-
         return ActionHMM.from_deterministic(self.next_state, self.obs, n_obs=self.n_obs, start=self.start)
 
     # ------------------------------------------------------------ files

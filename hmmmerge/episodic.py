@@ -15,9 +15,11 @@ Storage is array-backed (``next_state`` A x capacity, grown geometrically), so
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse as sp
 
 from ._io import atomic_savez
-from .rollouts import Trajectories
+from .hmm import ActionHMM
+from .trajectories import Trajectories
 
 __all__ = ["EpisodicMemory"]
 
@@ -145,7 +147,7 @@ class EpisodicMemory:
         >>> mem.observe(0, -1), mem.observe(1, 0), mem.observe(0, 0)   # 1 -> 2 contradicted: new state 3
         (0, 1, 3)
         """
-        from ._memory_kernels import l1_observe
+        from ._episodic_kernels import l1_observe
 
         obs, action = int(obs), int(action)
         if not 0 <= obs < self.n_obs:
@@ -174,7 +176,7 @@ class EpisodicMemory:
         >>> int(states.max()) + 1 == mem.n_states
         True
         """
-        from ._memory_kernels import observe_batch
+        from ._episodic_kernels import observe_batch
 
         if not isinstance(traj, Trajectories):
             raise TypeError(f"traj must be Trajectories, got {type(traj).__name__}")
@@ -201,8 +203,6 @@ class EpisodicMemory:
         >>> mem.to_hmm().log_likelihood([0, 1])
         0.0
         """
-        from .hmm import ActionHMM
-
         if self.n_states == 0:
             raise ValueError("the memory is empty: observe something first")
         return ActionHMM.from_deterministic(self.next_state, self.emission, self.n_obs, start=self.start_state)
@@ -216,8 +216,6 @@ class EpisodicMemory:
         >>> mem.transition_matrices()[0].toarray().tolist()
         [[0.0, 1.0, 0.0], [0.0, 0.0, 1.0], [0.0, 0.0, 0.0]]
         """
-        import scipy.sparse as sp
-
         n = self.n_states
         mats = []
         for a in range(self.n_actions):

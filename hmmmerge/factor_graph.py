@@ -55,7 +55,7 @@ def _check_hmm(hmm, max_states: int | None = None) -> None:
 
 
 def _window(hmm, obs, actions) -> tuple[np.ndarray, np.ndarray]:
-    from .rollouts import Trajectories
+    from .trajectories import Trajectories
 
     o = np.asarray(obs)
     a = np.asarray(actions) if actions is not None else None

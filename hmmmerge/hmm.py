@@ -18,7 +18,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ._random import as_generator
-from .rollouts import Trajectories
+from .trajectories import Trajectories
 
 __all__ = ["ActionHMM", "FilterResult"]
 

@@ -19,6 +19,35 @@ One merge iteration (:func:`merge_iteration`), as in the authors' experiment:
 is accepted with probability ``Phi((max - mean) / std)`` of the probe's row of
 similarities, and only if ``max > threshold``.  :class:`RandomMerger` pairs
 each probe with a uniformly random candidate, always accepted.
+
+The merger interface
+--------------------
+:class:`~hmmmerge.agent.TwoLevelMemory` drives every merge mode through one
+small interface, so a new mode plugs in with one entry in
+:data:`hmmmerge.agent.MERGE_MODES` (a factory ``f(agent, **merge_params) ->
+merger``).  A merger has:
+
+``sleep(memory, clusters, rng) -> list[dict]``
+    One sleep: connect, merge, split or reassign level-1 states of ``memory``
+    (an :class:`~hmmmerge.episodic.EpisodicMemory`, never changed) in
+    ``clusters`` (a :class:`~hmmmerge.clusters.Clusters`, C), drawing only from
+    ``rng``; returns one report (a dict) per step it took.  Level 2 is
+    recomputed by the agent afterwards.
+``place``
+    ``None``, or a method ``place(memory, clusters, states, rng) -> bool``
+    called by the agent after every chunk of online steps (chunks end at every
+    episode end and every level-2 refresh) with the level-1 states visited in
+    that chunk, in order; it may connect them to clusters at once and returns
+    whether C changed (the agent then refreshes level 2 before the next step).
+
+Independently of the mode, the agent's ``online_connect`` rule connects new
+level-1 states step by step inside its kernel (see :mod:`hmmmerge.agent`).
+
+:class:`NoMerger` (``merge="none"``) is the paper's sleep without merges: the
+not-yet-connected states are partitioned at random into clusters of
+``initial_size`` per colour.  :class:`SFMerger` and :class:`RandomMerger`
+sleep by that partition followed by ``merge_iterations`` calls of
+:func:`merge_iteration`.
 """
 
 from __future__ import annotations
@@ -29,10 +58,40 @@ from scipy.special import ndtr
 from ._random import as_generator
 from .successor import pairwise_similarity, successor_features
 
-__all__ = ["SFMerger", "RandomMerger", "merge_iteration", "merge_with_split", "split_by_next_observation"]
+__all__ = ["NoMerger", "SFMerger", "RandomMerger", "merge_iteration", "merge_with_split", "split_by_next_observation"]
 
 
-class SFMerger:
+class NoMerger:
+    """The paper's ``merge="none"``: a sleep only partitions the unconnected states.
+
+    Per colour, the level-1 states without a cluster are shuffled and cut into
+    new clusters of exactly ``initial_size`` (the remainder waits for the next
+    sleep, see :meth:`~hmmmerge.clusters.Clusters.partition_unassigned`).
+
+    >>> from hmmmerge import gridworld, random_walk
+    >>> from hmmmerge.episodic import EpisodicMemory
+    >>> from hmmmerge.clusters import Clusters
+    >>> mem = EpisodicMemory(10, 4); _ = mem.observe_trajectories(random_walk(gridworld(), 5, seed=0))
+    >>> cl = Clusters(n_states=mem.n_states)
+    >>> NoMerger(initial_size=3).sleep(mem, cl, np.random.default_rng(0)), bool((cl.sizes() == 3).all())
+    ([], True)
+    """
+
+    place = None
+
+    def __init__(self, initial_size: int = 10):
+        if not isinstance(initial_size, (int, np.integer)) or isinstance(initial_size, bool) or initial_size < 1:
+            raise ValueError(f"initial_size must be a positive integer, got {initial_size!r}")
+        self.initial_size = int(initial_size)
+
+    def sleep(self, memory, clusters, rng) -> list[dict]:
+        """Partition the unconnected states; no merge step, so no reports."""
+        clusters.grow(memory.n_states)
+        clusters.partition_unassigned(memory.emission, self.initial_size, rng, n_states=memory.n_states)
+        return []
+
+
+class SFMerger(NoMerger):
     """Algorithm 3: successor-feature guided merging.
 
     Parameters
@@ -47,6 +106,9 @@ class SFMerger:
         which weights depth ``l`` by ``gamma^l``).
     split_contradictions : apply pairs with :func:`merge_with_split` (the authors'
         experiment) rather than as plain unions.
+    initial_size, merge_iterations : a :meth:`sleep` partitions the unconnected
+        states into clusters of ``initial_size`` per colour, then runs
+        ``merge_iterations`` merge iterations.
 
     >>> import numpy as np
     >>> m = SFMerger()
@@ -57,7 +119,13 @@ class SFMerger:
     """
 
     def __init__(self, similarity="euclidean", threshold: float = 0.5, gamma: float = 0.8,
-                 horizon: int = 25, min_depth: int = 5, split_contradictions: bool = True, sf_scale: float = 1.0):
+                 horizon: int = 25, min_depth: int = 5, split_contradictions: bool = True, sf_scale: float = 1.0,
+                 initial_size: int = 10, merge_iterations: int = 5):
+        super().__init__(initial_size)
+        if not isinstance(merge_iterations, (int, np.integer)) or isinstance(merge_iterations, bool) \
+                or merge_iterations < 0:
+            raise ValueError(f"merge_iterations must be a non-negative integer, got {merge_iterations!r}")
+        self.merge_iterations = int(merge_iterations)
         self.split_contradictions = bool(split_contradictions)
         self.sf_scale = float(sf_scale)
         self.similarity = similarity
@@ -67,6 +135,21 @@ class SFMerger:
         self.min_depth = int(min_depth)
         if self.min_depth > self.horizon:
             raise ValueError(f"min_depth={min_depth} exceeds horizon={horizon}: no cluster could be eligible")
+
+    def sleep(self, memory, clusters, rng) -> list[dict]:
+        """Partition the unconnected states, then ``merge_iterations`` merge iterations (their reports).
+
+        >>> from hmmmerge import gridworld, random_walk
+        >>> from hmmmerge.episodic import EpisodicMemory
+        >>> from hmmmerge.clusters import Clusters
+        >>> mem = EpisodicMemory(10, 4); _ = mem.observe_trajectories(random_walk(gridworld(), 40, seed=0))
+        >>> cl = Clusters(n_states=mem.n_states)
+        >>> reports = SFMerger(merge_iterations=3).sleep(mem, cl, np.random.default_rng(0))
+        >>> len(reports), sorted(reports[0])
+        (3, ['colour', 'eligible', 'merges', 'probes'])
+        """
+        super().sleep(memory, clusters, rng)
+        return [merge_iteration(memory, clusters, self, rng) for _ in range(self.merge_iterations)]
 
     def acceptance(self, sim: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Row-wise ``argmax``, ``max`` and ``Phi((max - mean) / std)`` (std 0 gives z = 0).
@@ -107,9 +190,10 @@ class RandomMerger(SFMerger):
     """
 
     def __init__(self, gamma: float = 0.8, horizon: int = 25, min_depth: int = 5,
-                 split_contradictions: bool = True):
+                 split_contradictions: bool = True, initial_size: int = 10, merge_iterations: int = 5):
         super().__init__(gamma=gamma, horizon=horizon, min_depth=min_depth,
-                         split_contradictions=split_contradictions)
+                         split_contradictions=split_contradictions, initial_size=initial_size,
+                         merge_iterations=merge_iterations)
 
     def select_pairs(self, probe_features, candidate_features, seed=0):
         """Every probe with a uniformly random candidate (features only give the counts).

@@ -77,7 +77,7 @@ def successor_features(memory, state_sets, gamma: float = 0.8, horizon: int = 25
     >>> sf.tolist(), depth.tolist()
     ([[0.25, 1.0, 0.5]], [3])
     """
-    from ._memory_kernels import set_successor_features
+    from ._successor_kernels import set_successor_features
 
     next_state, emission, n_obs = _transition_arrays(memory)
     if not 0.0 < float(gamma) < 1.0:

@@ -25,9 +25,9 @@ def test_deterministic_under_seed(world):
     ha, hb = a.history(), b.history()
     for key in ha:
         assert np.array_equal(ha[key], hb[key], equal_nan=True), key
-    assert np.array_equal(a.clusters.assignment, b.clusters.assignment)
+    assert np.array_equal(a.clusters_.assignment, b.clusters_.assignment)
     c = _fit(traj, merge="sf", seed=5)
-    assert not np.array_equal(a.clusters.assignment[: a.memory.n_states], c.clusters.assignment[: c.memory.n_states])
+    assert not np.array_equal(a.clusters_.assignment[: a.memory_.n_states], c.clusters_.assignment[: c.memory_.n_states])
 
 
 def test_level1_inside_agent_is_algorithm_1(world):
@@ -35,7 +35,7 @@ def test_level1_inside_agent_is_algorithm_1(world):
     agent = _fit(traj, merge="random")
     mem = EpisodicMemory(10, 4)
     states, pred = mem.observe_trajectories(traj)
-    assert np.array_equal(agent.memory.next_state, mem.next_state)
+    assert np.array_equal(agent.memory_.next_state, mem.next_state)
     assert np.array_equal(agent.last_states_, states)
     l1 = (pred[:, 1:] == traj.obs[:, 1:]).mean(axis=1)
     assert np.allclose(agent.history()["l1_accuracy"], l1)
@@ -80,10 +80,10 @@ def test_no_prediction_counts_as_wrong():
 def test_sleep_schedule(world):
     _, traj = world  # 80 episodes x 51 steps = 4080 steps
     agent = _fit(traj, merge="sf")
-    assert agent.steps == 80 * 51
+    assert agent.steps_ == 80 * 51
     # a sleep is due after every 500 steps and applied at the next episode start
     due = [(k * 500) // 51 + 1 for k in range(1, 9)]   # episode index where each sleep runs
-    assert agent.sleeps == sum(d < 80 for d in due)
+    assert agent.sleeps_ == sum(d < 80 for d in due)
     n_clusters = agent.history()["n_clusters"]
     assert n_clusters[: due[0]].max() == 0 and n_clusters[due[0]] > 0
 
@@ -94,12 +94,12 @@ def test_save_load_resume_is_exact(tmp_path, world):
     part = _fit(traj[:37], merge="sf")
     path = tmp_path / "agent.npz"
     part.save(path)
-    resumed = TwoLevelMemory.load(path).fit(traj[37:])
+    resumed = TwoLevelMemory.load(path).partial_fit(traj[37:])
     hw, hr = whole.history(), resumed.history()
     for key in hw:
         assert np.allclose(hw[key], hr[key], equal_nan=True), key
-    assert np.array_equal(whole.clusters.assignment[: whole.memory.n_states],
-                          resumed.clusters.assignment[: resumed.memory.n_states])
+    assert np.array_equal(whole.clusters_.assignment[: whole.memory_.n_states],
+                          resumed.clusters_.assignment[: resumed.memory_.n_states])
     assert resumed.summary()["episodes"] == 80
 
 
@@ -112,8 +112,8 @@ def test_summary_keys_and_models(world):
         assert key in s
     assert 0 <= s["purity"] <= 1
     l2 = agent.level2_hmm()
-    assert l2.n_states == agent.n_clusters
-    assert agent.level1_hmm().n_states == agent.memory.n_states
+    assert l2.n_states == agent.n_clusters_
+    assert agent.level1_hmm().n_states == agent.memory_.n_states
     assert set(PREDICTORS) == {"l1", "l2", "l2_filter", "first_order"}
 
 
@@ -138,31 +138,30 @@ def test_bad_inputs(tmp_path):
 
 def test_online_connection_probability_and_choice():
     """A state joins a cluster with probability 1 - exp(H(q)) / n_o, drawn from q."""
-    from hmmmerge._memory_kernels import _connect_online
+    from hmmmerge._agent_kernels import Belief, connect_online
 
     q = np.array([0.7, 0.2, 0.1])
-    bel = np.zeros(5)
-    sup = np.array([1, 3, 4, 0, 0])
-    bel[[1, 3, 4]] = q
+    bel = Belief(np.zeros(5), np.array([1, 3, 4, 0, 0]), np.array([3]))
+    bel.p[[1, 3, 4]] = q
     em_ptr = np.array([0, 0, 4])        # four clusters emit observation 1
     p_connect = 1 - np.exp(-(q * np.log(q)).sum()) / 4
     grid = (np.arange(2000) + 0.5) / 2000
     connected, chosen = 0, []
     for u in grid:
         cluster_of = np.full(3, -1)
-        _connect_online(2, 1, cluster_of, bel, sup, 3, em_ptr, u, 0.5)
+        connect_online(2, 1, cluster_of, bel, em_ptr, u, 0.5)
         connected += cluster_of[2] >= 0
     assert connected / len(grid) == pytest.approx(p_connect, abs=1e-3)
     for u in grid:
         cluster_of = np.full(3, -1)
-        _connect_online(2, 1, cluster_of, bel, sup, 3, em_ptr, 0.0, u)
+        connect_online(2, 1, cluster_of, bel, em_ptr, 0.0, u)
         chosen.append(cluster_of[2])
     freq = np.bincount(chosen, minlength=5)[[1, 3, 4]] / len(grid)
     assert np.allclose(freq, q, atol=1e-3)
     # a uniform belief over every cluster of the colour never connects
     cluster_of = np.full(3, -1)
-    bel[[1, 3, 4]] = 1 / 3
-    _connect_online(2, 1, cluster_of, bel, sup, 3, np.array([0, 0, 3]), 0.0, 0.5)
+    bel.p[[1, 3, 4]] = 1 / 3
+    connect_online(2, 1, cluster_of, bel, np.array([0, 0, 3]), 0.0, 0.5)
     assert cluster_of[2] == -1
 
 
@@ -170,10 +169,58 @@ def test_literal_reading_switches(world):
     """Without online connection or contradiction splits the agent is the literal text of the paper."""
     _, traj = world
     literal = _fit(traj, merge="sf", online_connect=False, split_contradictions=False)
-    assert literal.settings["online_connect"] is False
+    assert literal.get_params()["online_connect"] is False
     # without online connection only sleeps connect states: those of the last episode stay unconnected
-    fresh = slice(int(literal.history()["n_states"][-2]), literal.memory.n_states)
-    assert (literal.clusters.assignment[fresh] == -1).all()
+    fresh = slice(int(literal.history()["n_states"][-2]), literal.memory_.n_states)
+    assert (literal.clusters_.assignment[fresh] == -1).all()
     online = _fit(traj, merge="sf")
-    fresh = slice(int(online.history()["n_states"][-2]), online.memory.n_states)
-    assert (online.clusters.assignment[fresh] >= 0).any()
+    fresh = slice(int(online.history()["n_states"][-2]), online.memory_.n_states)
+    assert (online.clusters_.assignment[fresh] >= 0).any()
+
+
+def test_estimator_conventions(world):
+    """Parameters are attributes; fit starts afresh, partial_fit continues; learned state ends with '_'."""
+    _, traj = world
+    agent = TwoLevelMemory(10, 4, merge="random", initial_size=3, seed=2)
+    params = agent.get_params()
+    assert params["merge"] == "random" and params["initial_size"] == 3 and params["seed"] == 2
+    assert repr(agent) == "TwoLevelMemory(n_obs=10, n_actions=4, merge='random', initial_size=3, seed=2)"
+    assert TwoLevelMemory(**params).get_params() == params
+    assert not hasattr(agent, "memory_")
+    once = agent.fit(traj[:30]).history()
+    twice = agent.fit(traj[:30]).history()   # starts over: the same result, not 60 episodes
+    assert all(np.array_equal(once[k], twice[k], equal_nan=True) for k in once)
+    whole = TwoLevelMemory(**params).fit(traj[:30]).history()
+    split = TwoLevelMemory(**params).partial_fit(traj[:12]).partial_fit(traj[12:30]).history()
+    assert all(np.array_equal(whole[k], split[k], equal_nan=True) for k in whole)
+    with pytest.raises(ValueError, match="invalid parameter"):
+        agent.set_params(colour=3)
+    with pytest.raises(ValueError, match="merge"):
+        agent.set_params(merge="kmeans")
+
+
+def test_merge_mode_registry_and_place_hook(world, monkeypatch):
+    """A new mode plugs in with one registry entry; its place hook sees every step's level-1 state."""
+    import hmmmerge.agent as agent_module
+    from hmmmerge.merging import NoMerger
+
+    _, traj = world
+    seen = []
+
+    class Placing(NoMerger):
+        def __init__(self, initial_size, label):
+            super().__init__(initial_size)
+            self.label = label
+
+        def place(self, memory, clusters, states, rng):
+            seen.append(states.copy())
+            return False
+
+    monkeypatch.setitem(agent_module.MERGE_MODES, "toy",
+                        lambda agent, **kw: Placing(agent.initial_size, **kw))
+    agent = TwoLevelMemory(10, 4, merge="toy", merge_params={"label": "x"}).fit(traj[:20])
+    assert agent.merger_.label == "x"
+    assert np.array_equal(np.concatenate(seen), agent.last_states_.ravel())
+    # without the hook and with the same partition-only sleep, the result is merge="none"
+    ref = TwoLevelMemory(10, 4, merge="none").fit(traj[:20])
+    assert np.array_equal(ref.clusters_.assignment, agent.clusters_.assignment)

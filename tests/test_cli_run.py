@@ -23,7 +23,7 @@ def test_keys_and_values(capsys):
         assert key in out, key
     for key in ("l1_accuracy", "l2_accuracy", "first_order_accuracy", "no_prediction_share"):
         assert 0.0 <= out[key] <= 1.0
-    assert out["episodes"] == 40 and out["settings"]["initial_size"] == 5
+    assert out["episodes"] == 40 and out["params"]["initial_size"] == 5
     assert out["surprise"] > 0 and out["surprise_smoothing_epsilon"] == 0.001
 
 
@@ -33,7 +33,7 @@ def test_same_seed_same_numbers_and_literal_switch(capsys):
     for key in ("l2_accuracy", "n_clusters", "purity"):
         assert a[key] == b[key]
     lit = _run(capsys, "--episodes", "30", "--eval-episodes", "0", "--literal")
-    assert lit["settings"]["online_connect"] is False and lit["settings"]["split_contradictions"] is False
+    assert lit["params"]["online_connect"] is False and lit["params"]["split_contradictions"] is False
 
 
 def test_out_and_resume(capsys, tmp_path):

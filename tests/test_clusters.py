@@ -65,10 +65,10 @@ def test_agent_t2_equals_level2_hmm(seed):
     agent.fit(random_walk(env, 40, 12, seed=seed))
     agent.sleep()
     ref = agent.level2_hmm()
-    indptr, indices, data = agent._t2
+    _, indptr, indices, data = agent._level2[:4]
     import scipy.sparse as sp
 
-    k = agent.n_clusters
+    k = agent.n_clusters_
     stacked = sp.csr_matrix((data, indices, indptr), shape=(env.n_actions * k, k)).toarray()
     assert np.allclose(stacked, np.vstack([m.toarray() for m in ref.T]))
 

@@ -125,7 +125,7 @@ def test_two_level_factor_graph_posterior_is_level1_filter_times_C(small_agent):
 
     _, train, agent = small_agent
     level1 = agent.level1_hmm()
-    C = agent.clusters.connection_matrix(agent.memory.n_states)
+    C = agent.clusters_.connection_matrix(agent.memory_.n_states)
     o, a = train.obs[0, :4], train.actions[0, :4]
     fg, evidence = two_level_factor_graph(level1, C, o, a)
     ll, post = pgmpy_filter(fg, evidence, variable="H2")
@@ -168,7 +168,7 @@ def test_perfect_clusters_give_the_true_map_and_learned_level2_beats_first_order
     The learned level 2 smears the rows but beats first-order on accuracy; level 1 has zero-probability moves.
     """
     env, train, agent = small_agent
-    memory, labels = agent.memory, agent.memory.labels
+    memory, labels = agent.memory_, agent.memory_.labels
     S = env.n_states
     true_T = np.zeros((env.n_actions, S, S))
     for k in range(env.n_actions):
@@ -177,7 +177,7 @@ def test_perfect_clusters_give_the_true_map_and_learned_level2_beats_first_order
     pos = position_transition_matrix(perfect, labels, labels, n_positions=S, per_action=True)
     np.testing.assert_array_equal(pos, true_T)  # the walk tries all 64 (cell, move) pairs
     level2 = agent.level2_hmm()
-    assignment = agent.clusters.assignment[: memory.n_states]
+    assignment = agent.clusters_.assignment[: memory.n_states]
     learned = position_transition_matrix(level2, assignment, labels, n_positions=S)
     assert 0.5 * np.abs(learned - true_T.mean(0)).sum(axis=1).mean() > 0.2
     test = random_walk(env, 100, 20, seed=1)

@@ -24,7 +24,7 @@ import numpy as np
 
 from .._random import as_generator
 from ..hmm import ActionHMM
-from ..rollouts import Trajectories
+from ..trajectories import Trajectories
 
 __all__ = ["CloneHMM"]
 

@@ -12,7 +12,8 @@ from numbers import Real
 
 import numpy as np
 
-from ..rollouts import Trajectories
+from ..hmm import ActionHMM
+from ..trajectories import Trajectories
 
 __all__ = ["FirstOrderModel"]
 
@@ -92,8 +93,6 @@ class FirstOrderModel:
         >>> hmm.T[1].tolist()          # action 1 never seen: no prediction
         [[0.0, 0.0], [0.0, 0.0]]
         """
-        from ..hmm import ActionHMM
-
         self._check_fitted()
         if self._hmm is None:
             c = self.counts_ + self.pseudocount

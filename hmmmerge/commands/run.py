@@ -66,12 +66,12 @@ def run(args) -> int:
                                merge_iterations=args.merge_iterations, similarity=args.similarity,
                                online_connect=not args.literal, split_contradictions=not args.literal,
                                **(dict(sf_scale=0.8, min_depth=4) if args.authors_sf else {}), seed=seed)
-    traj = random_walk(env, args.episodes, args.episode_length, seed=(seed, agent.episodes) if args.resume else seed)
+    traj = random_walk(env, args.episodes, args.episode_length, seed=(seed, agent.episodes_) if args.resume else seed)
     show = args.progress or (not args.json and sys.stderr.isatty())
-    agent.fit(traj, progress=show)
+    agent.partial_fit(traj, progress=show)
     wall = time.perf_counter() - start
     out = agent.summary()
-    out.update(settings=agent.settings, seed=seed, wall_s=round(wall, 3), n_states_world=env.n_states)
+    out.update(params=agent._json_params(), seed=seed, wall_s=round(wall, 3), n_states_world=env.n_states)
     if args.eval_episodes:
         out.update(_surprise(env, agent, args.eval_episodes, args.episode_length, seed, args.smoothing))
     if args.out:
@@ -104,7 +104,7 @@ def _surprise(env, agent, n_episodes, episode_length, seed, smoothing) -> dict:
 
     from ..evaluate import evaluate_model
 
-    if agent.n_clusters == 0:
+    if agent.n_clusters_ == 0:
         return {"surprise": None, "surprise_unsmoothed": None, "zero_prob_steps": None,
                 "surprise_smoothing_epsilon": smoothing}
     model = agent.level2_hmm()

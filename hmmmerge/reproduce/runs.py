@@ -75,16 +75,16 @@ def learning_run(config: dict) -> dict:
     agent.fit(traj)
     hist = agent.history()
     out = {k: np.asarray(hist[k], dtype=np.int64 if k == "episode" else np.float64) for k in HISTORY_KEYS}
-    out["n_first_level_states"] = np.int64(agent.memory.n_states)
-    if config.get("structure") and agent.n_clusters:
+    out["n_first_level_states"] = np.int64(agent.memory_.n_states)
+    if config.get("structure") and agent.n_clusters_:
         from ..evaluate import position_transition_matrix
 
-        n = agent.memory.n_states
-        agent.clusters.grow(n)
-        out["structure"] = position_transition_matrix(agent.level2_hmm(), agent.clusters.assignment[:n],
-                                                      agent.memory.labels, n_positions=env.n_states)
+        n = agent.memory_.n_states
+        agent.clusters_.grow(n)
+        out["structure"] = position_transition_matrix(agent.level2_hmm(), agent.clusters_.assignment[:n],
+                                                      agent.memory_.labels, n_positions=env.n_states)
     n_eval = int(config.get("eval_episodes", 0))
-    if n_eval and agent.n_clusters:
+    if n_eval and agent.n_clusters_:
         out.update(_held_out(env, agent.level2_hmm(), config, n_eval, prefix="l2_heldout"))
     return out
 

@@ -1,0 +1,311 @@
+"""Numba kernels of the online agent (:class:`hmmmerge.agent.TwoLevelMemory`).
+
+The agent's state travels in small named tuples of arrays rather than in
+positional arguments:
+
+* :class:`Level1` -- the buffers of the episodic memory (Algorithm 1);
+* :class:`Level2` -- the level-2 model as last refreshed: ``T2`` as stacked
+  CSR (row ``a * n_clusters + c``), the cluster of every level-1 state (C),
+  the observation of every cluster and the clusters emitting each observation;
+* :class:`Belief` -- a sparse belief over clusters (values, support, size);
+* :class:`FirstOrder` -- the first-order counts and the previous observation;
+* :class:`Scratch` -- work arrays of the level-2 step;
+* :class:`Steps` -- the flat input stream; :class:`Predictions` -- the flat
+  outputs, one array per predictor name.
+
+The level-2 prediction step is :func:`hmmmerge._forward.csr_propagate`, the
+same step the forward filter of :class:`~hmmmerge.hmm.ActionHMM` uses;
+conditioning is simpler here because every cluster emits one observation.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit
+
+from ._episodic_kernels import CURRENT, l1_observe
+from ._forward import clear_touched, csr_propagate
+
+
+class Level1(NamedTuple):
+    next_state: np.ndarray  # (A, capacity) int, -1 unknown
+    emission: np.ndarray    # (capacity,) int
+    labels: np.ndarray      # (capacity,) int, true state at creation (-1 unknown)
+    scal: np.ndarray        # [n_states, current state, T(start, -1)]
+
+
+class Level2(NamedTuple):
+    n_clusters: int
+    t2_ptr: np.ndarray
+    t2_idx: np.ndarray
+    t2_val: np.ndarray
+    cluster_of: np.ndarray   # (capacity,) cluster of each level-1 state, -1 unconnected (C)
+    cluster_obs: np.ndarray  # (n_clusters,) observation of each cluster
+    em_ptr: np.ndarray       # CSR by observation of the clusters emitting it
+    em_idx: np.ndarray
+
+
+class Belief(NamedTuple):
+    p: np.ndarray        # (n_clusters,) probabilities, zero off the support
+    support: np.ndarray  # (n_clusters,) int, the first ``size[0]`` entries are the support
+    size: np.ndarray     # (1,) int, 0 = belief lost
+
+
+class FirstOrder(NamedTuple):
+    counts: np.ndarray  # (O, A, O) int
+    prev: np.ndarray    # (1,) the previous observation
+
+
+class Scratch(NamedTuple):
+    pred: np.ndarray      # (n_clusters,)
+    touched: np.ndarray   # (n_clusters,) bool
+    tlist: np.ndarray     # (n_clusters,) int
+    obs_dist: np.ndarray  # (O,)
+
+
+class Steps(NamedTuple):
+    obs: np.ndarray       # (G,) flat over episodes
+    actions: np.ndarray   # (G,) -1 at episode starts
+    labels: np.ndarray    # (G,) true states, -1 unknown
+    uniforms: np.ndarray  # (G, 2) draws of the online connection
+
+
+class Predictions(NamedTuple):
+    """Per step: the observation each predictor expected (-1 none, -2 not scored) and the level-1 state."""
+    l1: np.ndarray
+    l2: np.ndarray
+    l2_filter: np.ndarray
+    first_order: np.ndarray
+    state: np.ndarray
+
+
+def new_belief(n_clusters: int) -> Belief:
+    size = max(n_clusters, 1)
+    return Belief(np.zeros(size), np.zeros(size, dtype=np.int64), np.zeros(1, dtype=np.int64))
+
+
+def new_scratch(n_clusters: int, n_obs: int) -> Scratch:
+    size = max(n_clusters, 1)
+    return Scratch(np.zeros(size), np.zeros(size, dtype=bool), np.zeros(size, dtype=np.int64), np.zeros(n_obs))
+
+
+@njit(cache=True)
+def _predict(bel, a, l2, s):
+    """Propagate ``bel`` through T2[a] into ``s.pred``; fill ``s.obs_dist``; return (#touched, total mass)."""
+    mt = csr_propagate(bel.p, bel.support, bel.size[0], a, l2.n_clusters, l2.t2_ptr, l2.t2_idx, l2.t2_val,
+                       s.pred, s.touched, s.tlist)
+    s.obs_dist[:] = 0.0
+    total = 0.0
+    for q in range(mt):
+        j = s.tlist[q]
+        s.obs_dist[l2.cluster_obs[j]] += s.pred[j]
+        total += s.pred[j]
+    return mt, total
+
+
+@njit(cache=True)
+def _condition(bel, mt, total, o, l2, s):
+    """Condition the propagated belief on ``o``; clear the scratch; set the new support size (0 = lost)."""
+    m_new = 0
+    z = 0.0
+    if total > 0.0:
+        for q in range(mt):
+            j = s.tlist[q]
+            if l2.cluster_obs[j] == o and s.pred[j] > 0.0:
+                bel.p[j] = s.pred[j]
+                z += s.pred[j]
+                bel.support[m_new] = j
+                m_new += 1
+    clear_touched(s.pred, s.touched, s.tlist, mt)
+    if z > 0.0:
+        for q in range(m_new):
+            bel.p[bel.support[q]] /= z
+    else:
+        for q in range(m_new):
+            bel.p[bel.support[q]] = 0.0
+        m_new = 0
+    bel.size[0] = m_new
+
+
+@njit(cache=True)
+def _argmax_or_none(dist, total):
+    if total <= 0.0:
+        return -1
+    best = 0
+    for o in range(1, dist.shape[0]):
+        if dist[o] > dist[best]:
+            best = o
+    return best
+
+
+@njit(cache=True)
+def _set_onehot(bel, c):
+    for q in range(bel.size[0]):
+        bel.p[bel.support[q]] = 0.0
+    bel.p[c] = 1.0
+    bel.support[0] = c
+    bel.size[0] = 1
+
+
+@njit(cache=True)
+def _set_emitters(bel, o, l2):
+    """Uniform over the clusters that emit ``o`` (none: the belief is lost)."""
+    for q in range(bel.size[0]):
+        bel.p[bel.support[q]] = 0.0
+    n = l2.em_ptr[o + 1] - l2.em_ptr[o]
+    for q in range(n):
+        c = l2.em_idx[l2.em_ptr[o] + q]
+        bel.p[c] = 1.0 / n
+        bel.support[q] = c
+    bel.size[0] = n
+
+
+@njit(cache=True)
+def connect_online(h, o, cluster_of, bel, em_ptr, u_connect, u_choose):
+    """Connect level-1 state ``h`` to a cluster drawn from the belief, with probability 1 - exp(H)/n_o.
+
+    ``n_o`` clusters emit ``o`` (``em_ptr``, CSR by observation); a uniform
+    belief over them never connects.
+    """
+    m = bel.size[0]
+    entropy = 0.0
+    for q in range(m):
+        p = bel.p[bel.support[q]]
+        if p > 0.0:
+            entropy -= p * np.log(p)
+    n_o = em_ptr[o + 1] - em_ptr[o]
+    if n_o == 0:
+        return
+    p_connect = 1.0 - np.exp(entropy) / n_o
+    if p_connect <= 1e-12 or u_connect >= p_connect:  # a uniform belief never connects (round-off aside)
+        return
+    acc = 0.0
+    chosen = bel.support[m - 1]
+    for q in range(m):
+        acc += bel.p[bel.support[q]]
+        if u_choose < acc:
+            chosen = bel.support[q]
+            break
+    cluster_of[h] = chosen
+
+
+@njit(cache=True)
+def _first_order_step(fo, a, o):
+    """The first-order prediction (most counted next observation, -1 unseen), then count ``o``."""
+    prev = fo.prev[0]
+    row_total = 0
+    best = -1
+    for j in range(fo.counts.shape[2]):
+        c = fo.counts[prev, a, j]
+        row_total += c
+        if best < 0 or c > fo.counts[prev, a, best]:
+            best = j
+    fo.counts[prev, a, o] += 1
+    return best if row_total > 0 else -1
+
+
+@njit(cache=True)
+def agent_steps(steps, g0, g1, l1, l2, anchored, filtered, fo, scratch, out, online):
+    """The online agent over flat steps ``g0 <= g < g1`` (see :class:`hmmmerge.agent.TwoLevelMemory`).
+
+    Before each observation of a move it records the observation predicted by
+    level 1, the first-order model, level 2 anchored to the current level-1
+    state (the paper's predictor, belief ``anchored``) and the pure level-2
+    filter (belief ``filtered``); then it learns level 1 (Algorithm 1) and the
+    first-order counts, and updates the two level-2 beliefs.
+
+    With ``online``, a level-1 state without a cluster is connected to a
+    cluster drawn from the anchored level-2 posterior (see
+    :func:`connect_online`) with the two uniform draws ``steps.uniforms[g]``.
+    """
+    k = l2.n_clusters
+    for g in range(g0, g1):
+        a = steps.actions[g]
+        o = steps.obs[g]
+        if a >= 0:
+            h = l1.next_state[a, l1.scal[CURRENT]]
+            out.l1[g] = l1.emission[h] if h >= 0 else -1
+            out.first_order[g] = _first_order_step(fo, a, o)
+            if k > 0:
+                mt, total = _predict(anchored, a, l2, scratch)
+                out.l2[g] = _argmax_or_none(scratch.obs_dist, total)
+                _condition(anchored, mt, total, o, l2, scratch)
+                mt, total = _predict(filtered, a, l2, scratch)
+                out.l2_filter[g] = _argmax_or_none(scratch.obs_dist, total)
+                _condition(filtered, mt, total, o, l2, scratch)
+                if filtered.size[0] == 0:  # the pure filter restarts from the clusters that emit o
+                    _set_emitters(filtered, o, l2)
+            else:
+                out.l2[g] = -1
+                out.l2_filter[g] = -1
+        fo.prev[0] = o
+        h1 = l1_observe(l1.next_state, l1.emission, l1.labels, l1.scal, a, o, steps.labels[g])
+        out.state[g] = h1
+        if k > 0:
+            c = l2.cluster_of[h1]
+            if c < 0 and online and a >= 0 and anchored.size[0] > 0:
+                connect_online(h1, o, l2.cluster_of, anchored, l2.em_ptr, steps.uniforms[g, 0], steps.uniforms[g, 1])
+            elif c >= 0:
+                _set_onehot(anchored, c)
+            elif a < 0:
+                _set_emitters(anchored, o, l2)
+            if a < 0:
+                if c >= 0:
+                    _set_onehot(filtered, c)
+                else:
+                    _set_emitters(filtered, o, l2)
+
+
+@njit(cache=True)
+def level2_transitions(next_state, n, assignment, k):
+    """Row-normalised level-2 transitions as stacked CSR (row ``a * k + c``).
+
+    Counts the level-1 links ``i -a-> j`` with both ends connected to clusters
+    (``T2[a] ∝ C^T T1[a] C`` for a hard C) in two passes over the states.
+    Column indices within a row are unsorted.
+    """
+    A = next_state.shape[0]
+    rows = A * k
+    raw = np.zeros(rows + 1, dtype=np.int64)
+    for a in range(A):
+        for i in range(n):
+            j = next_state[a, i]
+            if j >= 0 and assignment[i] >= 0 and assignment[j] >= 0:
+                raw[a * k + assignment[i] + 1] += 1
+    for r in range(rows):
+        raw[r + 1] += raw[r]
+    fill = raw[:-1].copy()
+    cols = np.empty(raw[rows], dtype=np.int64)
+    for a in range(A):
+        for i in range(n):
+            j = next_state[a, i]
+            if j >= 0 and assignment[i] >= 0 and assignment[j] >= 0:
+                r = a * k + assignment[i]
+                cols[fill[r]] = assignment[j]
+                fill[r] += 1
+    # merge duplicate columns row by row
+    seen = np.full(max(k, 1), -1, dtype=np.int64)
+    slot = np.zeros(max(k, 1), dtype=np.int64)
+    indptr = np.zeros(rows + 1, dtype=np.int64)
+    indices = np.empty(raw[rows], dtype=np.int64)
+    data = np.empty(raw[rows], dtype=np.float64)
+    m = 0
+    for r in range(rows):
+        start = m
+        for p in range(raw[r], raw[r + 1]):
+            c = cols[p]
+            if seen[c] != r:
+                seen[c] = r
+                slot[c] = m
+                indices[m] = c
+                data[m] = 1.0
+                m += 1
+            else:
+                data[slot[c]] += 1.0
+        total = raw[r + 1] - raw[r]
+        for p in range(start, m):
+            data[p] /= total
+        indptr[r + 1] = m
+    return indptr, indices[:m].copy(), data[:m].copy()
