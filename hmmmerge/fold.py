@@ -74,8 +74,12 @@ import numpy as np
 
 __all__ = ["FoldMerger", "default_min_evidence"]
 
-# journal operations (undone in reverse order)
+# journal operations (undone in reverse order) and their tuple lengths
 _PLACE, _ROOT, _UNION, _DELTA, _RED, _CONFLICT = range(6)
+_OP_LEN = (2, 2, 2, 5, 2, 1)
+_STATS = ("merges", "promotions", "undos", "conflicts")
+_ARRAYS = ("parent", "action", "colour", "uf", "uf_time", "just", "red", "has_row", "delta", "dchild", "reds",
+           "journal", "conflicts", "decisions", "stats", "cid")
 
 
 def default_min_evidence(n_obs: int, risk: float = 1e-3) -> int:
@@ -155,6 +159,8 @@ class FoldMerger:
         self._conflicts: list[tuple[int, int]] = []   # (node, parent node) placed against a transition
         self._decisions: list[int] = []               # journal index at which each fold decision began
         self.stats = {"merges": 0, "promotions": 0, "undos": 0, "conflicts": 0}
+        self._cid: dict[int, int] = {}   # root node -> cluster id, as last written
+        self._last = -1                   # the level-1 state of the last step seen by place()
 
     def _check(self, memory) -> None:
         if self._A is None:
@@ -494,48 +500,210 @@ class FoldMerger:
                     pending.append((just, self._uf[z]))
         return latest
 
+    @property
+    def decisions(self) -> list[int]:
+        """The merge decisions in force, as journal positions (oldest first)."""
+        return list(self._decisions) if self._A is not None else []
+
+    def contradicted_merge(self) -> int:
+        """The latest merge decision behind a contradicted transition placed since the last sleep; -1 if none.
+
+        >>> FoldMerger().contradicted_merge()
+        -1
+        """
+        t = -1
+        for node, child in (self._conflicts if self._A is not None else ()):
+            t = max(t, self._responsible(self._parent[node], self._parent[child]))
+        return t
+
+    def undo(self, decision: int) -> list[int]:
+        """Undo merge ``decision`` (a journal position from :attr:`decisions`) and every change after it.
+
+        Blocks, transitions and placements return exactly to their state
+        before the merge; returns the level-1 states that became unplaced (to
+        be placed again, as :meth:`sleep` does).
+        """
+        if decision not in self.decisions:
+            raise ValueError(f"{decision!r} is not a merge decision in force")
+        unplaced: list[int] = []
+        self._rollback(decision, unplaced)
+        self.stats["undos"] += 1
+        return sorted(x - 1 for x in unplaced)
+
     def _resolve_conflicts(self) -> int:
         """Roll back the decisions behind contradicted transitions and place again; returns rounds used."""
         rounds = 0
         while self._conflicts and rounds < self.max_undo_rounds:
             rounds += 1
-            t = -1
-            for node, child in self._conflicts:
-                t = max(t, self._responsible(self._parent[node], self._parent[child]))
+            t = self.contradicted_merge()
             if t < 0:      # no merge is behind it (cannot happen with deterministic data): keep the new block
                 self._conflicts.clear()
                 break
-            unplaced: list[int] = []
-            self._rollback(t, unplaced)
-            self.stats["undos"] += 1
-            for node in sorted(unplaced):
-                self._place(node)
+            for h in self.undo(t):
+                self._place(h + 1)
             self._blue_fringe()
         return rounds
 
     # ------------------------------------------------------------ sleep
-    def sleep(self, memory, clusters) -> dict:
-        """Consolidate: resolve contradictions, fold the blue fringe, write C into ``clusters``.
+    def sleep(self, memory, clusters, rng=None) -> list[dict]:
+        """Consolidate: place what is new, undo contradicted merges, fold the blue fringe, write C.
 
-        Every recorded level-1 state ends in exactly one cluster.  Returns a
-        small report (merges, promotions and undos of this sleep, red blocks, clusters).
+        Every recorded level-1 state ends in exactly one cluster of
+        ``clusters``.  States not recorded yet are recorded first from the
+        links of ``memory`` (exact for deterministic worlds); ``rng`` is not
+        used (folding is deterministic).  Returns one report: merges,
+        promotions and undos of this sleep, red blocks and clusters.
 
         >>> from hmmmerge.episodic import EpisodicMemory
         >>> from hmmmerge.clusters import Clusters
         >>> mem = EpisodicMemory(2, 1)
         >>> _ = [mem.observe(o, -1 if t == 0 else 0) for t, o in enumerate([0, 1, 0, 1, 0, 1, 0])]
-        >>> fold = FoldMerger(min_evidence=2); fold.observe_tree(mem)
-        >>> cl = Clusters(n_states=mem.n_states); fold.sleep(mem, cl)["clusters"]
+        >>> cl = Clusters(n_states=mem.n_states)
+        >>> FoldMerger(min_evidence=2).sleep(mem, cl)[0]["clusters"]
         2
         """
         self._check(memory)
+        if self.n_recorded < memory.n_states:
+            self.observe_tree(memory)
         before = dict(self.stats)
         rounds = self._resolve_conflicts()
         self._blue_fringe()
         self.write_clusters(clusters, memory.n_states)
         report = {k: self.stats[k] - before[k] for k in ("merges", "promotions", "undos")}
         report.update(undo_rounds=rounds, red=self.n_red, clusters=clusters.n_clusters)
-        return report
+        return [report]
+
+    def place(self, memory, clusters, states, rng=None) -> bool:
+        """The agent's online hook: record and place the new level-1 states of one chunk of steps.
+
+        ``states`` are the level-1 states after consecutive steps of one
+        episode (a chunk may start mid-episode; then it continues the previous
+        chunk).  New states join the block their parent's transition leads to,
+        or start a new cluster.  Returns whether clusters were added.
+
+        >>> from hmmmerge.episodic import EpisodicMemory
+        >>> from hmmmerge.clusters import Clusters
+        >>> mem = EpisodicMemory(2, 1); fold = FoldMerger(); cl = Clusters(n_states=0)
+        >>> states = [mem.observe(o, -1 if t == 0 else 0) for t, o in enumerate([0, 1])]
+        >>> fold.place(mem, cl, states), cl.assignment[:2].tolist()
+        (True, [0, 1])
+        >>> states = [mem.observe(o, -1 if t == 0 else 0) for t, o in enumerate([0, 1])]
+        >>> fold.place(mem, cl, states)   # the same path: nothing new
+        False
+        """
+        self._check(memory)
+        states = np.asarray(states, dtype=np.int64)
+        if not len(states):
+            return False
+        nxt = memory.next_state
+        emission = memory.emission
+        start = memory.start_state
+        self._grow(memory.n_states)
+        clusters.grow(memory.n_states)
+        assignment = clusters.assignment
+        A = self._A
+        added = False
+        prev = self._last
+        for h in states.tolist():
+            node = h + 1
+            if self._parent[node] < 0:
+                if h == start:   # only a first observation creates the start state
+                    pnode, a = 0, A
+                else:
+                    pnode, a = prev + 1, _link_action(nxt, prev, h)
+                self._parent[node], self._action[node] = pnode, a
+                self._colour[node] = int(emission[h])
+                self._place(node)
+                root = self._find(node)
+                if root == node:
+                    assignment[h] = -1
+                    self._cid[node] = int(clusters.add_clusters([[h]])[0])
+                    added = True
+                else:
+                    assignment[h] = self._cid[root]
+            prev = h
+        self._last = prev
+        return bool(added)
+
+    # ------------------------------------------------------------ files
+    def state_dict(self) -> dict:
+        """Arrays that fully describe the merger (``fold_*`` keys, for ``.npz`` files); empty before any data.
+
+        >>> from hmmmerge.episodic import EpisodicMemory
+        >>> mem = EpisodicMemory(2, 1); _ = [mem.observe(o, a) for o, a in [(0, -1), (1, 0)]]
+        >>> fold = FoldMerger(); fold.observe_tree(mem); sorted(fold.state_dict())[:3]
+        ['fold_action', 'fold_cid', 'fold_colour']
+        """
+        if self._A is None:
+            return {}
+        A1 = self._A + 1
+        has_row = np.array([d is not None for d in self._delta], dtype=bool)
+        delta = np.full((len(self._delta), A1), -1, dtype=np.int64)
+        dchild = np.full((len(self._delta), A1), -1, dtype=np.int64)
+        rows = np.flatnonzero(has_row)
+        if len(rows):
+            delta[rows] = [self._delta[i] for i in rows]
+            dchild[rows] = [self._dchild[i] for i in rows]
+        journal = np.full((len(self._journal), 5), -1, dtype=np.int64)
+        for i, op in enumerate(self._journal):
+            journal[i, :len(op)] = op
+        reds = [(c, x) for c, xs in self._reds_by_colour.items() for x in xs]
+        cid = sorted(self._cid.items())
+        return {
+            "fold_sizes": np.array([self._n_obs, self._A, self._k, self._last], dtype=np.int64),
+            "fold_parent": np.asarray(self._parent, dtype=np.int64),
+            "fold_action": np.asarray(self._action, dtype=np.int64),
+            "fold_colour": np.asarray(self._colour, dtype=np.int64),
+            "fold_uf": np.asarray(self._uf, dtype=np.int64),
+            "fold_uf_time": np.asarray(self._uf_time, dtype=np.int64),
+            "fold_just": np.asarray(self._just, dtype=np.int64),
+            "fold_red": np.asarray(self._red, dtype=bool),
+            "fold_has_row": has_row, "fold_delta": delta, "fold_dchild": dchild,
+            "fold_reds": np.array(reds, dtype=np.int64).reshape(-1, 2),
+            "fold_journal": journal,
+            "fold_conflicts": np.array(self._conflicts, dtype=np.int64).reshape(-1, 2),
+            "fold_decisions": np.asarray(self._decisions, dtype=np.int64),
+            "fold_stats": np.array([self.stats[k] for k in _STATS], dtype=np.int64),
+            "fold_cid": np.array(cid, dtype=np.int64).reshape(-1, 2),
+        }
+
+    def load_state_dict(self, d, source: str = "<dict>") -> None:
+        """Restore :meth:`state_dict` arrays (no ``fold_*`` keys: a fresh merger); errors name ``source``.
+
+        >>> from hmmmerge.episodic import EpisodicMemory
+        >>> mem = EpisodicMemory(2, 1); _ = [mem.observe(o, a) for o, a in [(0, -1), (1, 0)]]
+        >>> fold = FoldMerger(); fold.observe_tree(mem)
+        >>> back = FoldMerger(); back.load_state_dict(fold.state_dict()); back.block_of(2).tolist()
+        [1, 2]
+        """
+        if "fold_sizes" not in d:
+            self._A = None
+            return
+        try:
+            n_obs, A, k, last = (int(x) for x in d["fold_sizes"])
+            arrays = {name: np.asarray(d[f"fold_{name}"]) for name in _ARRAYS}
+        except (KeyError, ValueError) as e:
+            raise ValueError(f"{source}: fold merger arrays are missing or malformed ({e})") from None
+        n = len(arrays["parent"])
+        if any(len(arrays[name]) != n for name in ("action", "colour", "uf", "uf_time", "just", "red", "has_row",
+                                                  "delta", "dchild")) or arrays["delta"].shape[1:] != (A + 1,):
+            raise ValueError(f"{source}: fold merger arrays have inconsistent shapes")
+        self._init(n_obs, A)
+        self._k, self._last = k, last
+        for name in ("parent", "action", "colour", "uf", "uf_time", "just"):
+            setattr(self, f"_{name}", arrays[name].astype(np.int64).tolist())
+        self._red = arrays["red"].astype(bool).tolist()
+        has = arrays["has_row"].astype(bool)
+        self._delta = [row if ok else None for row, ok in zip(arrays["delta"].tolist(), has)]
+        self._dchild = [row if ok else None for row, ok in zip(arrays["dchild"].tolist(), has)]
+        self._reds_by_colour = {}
+        for c, x in arrays["reds"].tolist():
+            self._reds_by_colour.setdefault(c, []).append(x)
+        self._journal = [tuple(row[:_OP_LEN[row[0]]]) for row in arrays["journal"].tolist()]
+        self._conflicts = [tuple(row) for row in arrays["conflicts"].tolist()]
+        self._decisions = arrays["decisions"].tolist()
+        self.stats = dict(zip(_STATS, arrays["stats"].tolist()))
+        self._cid = {r: c for r, c in arrays["cid"].tolist()}
 
     def block_of(self, n_states: int) -> np.ndarray:
         """The block (root node) of each of the first ``n_states`` level-1 states; -1 if not placed.
@@ -574,8 +742,11 @@ class FoldMerger:
         """
         clusters.grow(n_states)
         roots = self.block_of(n_states)
+        clusters.assignment[:] = -1
         clusters.assignment[:n_states] = roots
         clusters.compact()
+        placed = roots >= 0
+        self._cid = dict(zip(roots[placed].tolist(), clusters.assignment[:n_states][placed].tolist()))
 
 
 def _link_action(next_state: np.ndarray, prev: int, h: int) -> int:

@@ -14,7 +14,8 @@ def add_parser(sub) -> None:
     p.add_argument("--episodes", type=int, default=1000)
     p.add_argument("--episode-length", type=int, default=50)
     p.add_argument("--size", type=int, default=10, help="initial cluster size (1, 10, 100 in the paper)")
-    p.add_argument("--merge", choices=["sf", "random", "none"], default="sf")
+    p.add_argument("--merge", choices=["sf", "random", "none", "fold"], default="sf",
+                   help="sf (Algorithm 3), random, none, or fold (evidence-driven folding, beyond the paper)")
     p.add_argument("--merge-iterations", type=int, default=5)
     p.add_argument("--similarity", choices=["euclidean", "cosine", "kl", "correlation"], default="euclidean")
     p.add_argument("--literal", action="store_true",
