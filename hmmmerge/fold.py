@@ -79,7 +79,7 @@ _PLACE, _ROOT, _UNION, _DELTA, _RED, _CONFLICT = range(6)
 _OP_LEN = (2, 2, 2, 5, 2, 1)
 _STATS = ("merges", "promotions", "undos", "conflicts")
 _ARRAYS = ("parent", "action", "colour", "uf", "uf_time", "just", "red", "has_row", "delta", "dchild", "reds",
-           "journal", "conflicts", "decisions", "stats", "cid")
+           "journal", "conflicts", "decisions", "stats", "cid", "pending")
 
 
 def default_min_evidence(n_obs: int, risk: float = 1e-3) -> int:
@@ -161,6 +161,7 @@ class FoldMerger:
         self.stats = {"merges": 0, "promotions": 0, "undos": 0, "conflicts": 0}
         self._cid: dict[int, int] = {}   # root node -> cluster id, as last written
         self._last = -1                   # the level-1 state of the last step seen by place()
+        self._pending: list[int] = []     # nodes unplaced by an undo, placed again at the next sleep
 
     def _check(self, memory) -> None:
         if self._A is None:
@@ -415,12 +416,15 @@ class FoldMerger:
     def _blue_fringe(self) -> None:
         """Promote, then merge (most evidence first) until every blue block waits for evidence.
 
-        Fold outcomes are cached per (blue, red) pair for the sleep: a clash
-        stays a clash as the automaton grows, and the chosen merge is folded
-        again for real, so a stale evidence count only changes the order.
+        A blue block is merged only into its one consistent red block of the
+        colour (with two or more the evidence is ambiguous and it waits).
+        Clashes are cached for the sleep (a clash stays a clash as the
+        automaton grows); evidence counts are recomputed after every change.
         """
-        cache: dict[tuple[int, int], int] = {}
+        clashes: set[tuple[int, int]] = set()
+        cache: dict[tuple[int, int], tuple[int, int]] = {}
         k = self._k
+        epoch = 0
         while True:
             blues = self._blues()
             if not blues:
@@ -429,11 +433,19 @@ class FoldMerger:
             for b in blues:
                 consistent, ev_b, r_b = 0, -1, -1
                 for r in self._reds_by_colour.get(self._colour[b], ()):
-                    ev = cache.get((b, r))
-                    if ev is None:
+                    if (b, r) in clashes:
+                        continue
+                    got = cache.get((b, r))
+                    if got is not None and got[0] == epoch:
+                        ev = got[1]
+                    else:
                         mark = len(self._journal)
-                        ev = cache[(b, r)] = self._fold(r, b)
+                        ev = self._fold(r, b)
                         self._rollback(mark)
+                        if ev < 0:
+                            clashes.add((b, r))
+                        else:
+                            cache[(b, r)] = (epoch, ev)
                     if ev >= 0:
                         consistent += 1
                         ev_b, r_b = ev, r
@@ -443,18 +455,14 @@ class FoldMerger:
                     self._set_red(b)
                     self.stats["promotions"] += 1
                     promoted = True
+            epoch += 1
             if promoted:
                 continue
             if best < k:
                 return
-            mark = len(self._journal)
-            self._decisions.append(mark)
-            ev = self._fold(*best_pair)
-            if ev < k:
-                self._rollback(mark)
-                cache[best_pair[::-1]] = ev
-            else:
-                self.stats["merges"] += 1
+            self._decisions.append(len(self._journal))
+            self._fold(*best_pair)
+            self.stats["merges"] += 1
 
     # ------------------------------------------------------------ undo
     def _decision_of(self, t: int) -> int:
@@ -521,14 +529,21 @@ class FoldMerger:
 
         Blocks, transitions and placements return exactly to their state
         before the merge; returns the level-1 states that became unplaced (to
-        be placed again, as :meth:`sleep` does).
+        be placed again: the next :meth:`sleep` does it).
         """
         if decision not in self.decisions:
             raise ValueError(f"{decision!r} is not a merge decision in force")
         unplaced: list[int] = []
         self._rollback(decision, unplaced)
         self.stats["undos"] += 1
+        self._pending.extend(unplaced)
         return sorted(x - 1 for x in unplaced)
+
+    def _place_pending(self) -> None:
+        pending = sorted(set(x for x in self._pending if self._uf[x] < 0))
+        self._pending = []
+        for node in pending:
+            self._place(node)
 
     def _resolve_conflicts(self) -> int:
         """Roll back the decisions behind contradicted transitions and place again; returns rounds used."""
@@ -539,8 +554,8 @@ class FoldMerger:
             if t < 0:      # no merge is behind it (cannot happen with deterministic data): keep the new block
                 self._conflicts.clear()
                 break
-            for h in self.undo(t):
-                self._place(h + 1)
+            self.undo(t)
+            self._place_pending()
             self._blue_fringe()
         return rounds
 
@@ -566,6 +581,7 @@ class FoldMerger:
         if self.n_recorded < memory.n_states:
             self.observe_tree(memory)
         before = dict(self.stats)
+        self._place_pending()
         rounds = self._resolve_conflicts()
         self._blue_fringe()
         self.write_clusters(clusters, memory.n_states)
@@ -665,6 +681,7 @@ class FoldMerger:
             "fold_decisions": np.asarray(self._decisions, dtype=np.int64),
             "fold_stats": np.array([self.stats[k] for k in _STATS], dtype=np.int64),
             "fold_cid": np.array(cid, dtype=np.int64).reshape(-1, 2),
+            "fold_pending": np.asarray(self._pending, dtype=np.int64),
         }
 
     def load_state_dict(self, d, source: str = "<dict>") -> None:
@@ -704,6 +721,7 @@ class FoldMerger:
         self._decisions = arrays["decisions"].tolist()
         self.stats = dict(zip(_STATS, arrays["stats"].tolist()))
         self._cid = {r: c for r, c in arrays["cid"].tolist()}
+        self._pending = arrays["pending"].tolist()
 
     def block_of(self, n_states: int) -> np.ndarray:
         """The block (root node) of each of the first ``n_states`` level-1 states; -1 if not placed.
