@@ -50,17 +50,18 @@ change only at sleeps; merges are unions).
 
 from __future__ import annotations
 
-import inspect
 import json
 
 import numpy as np
 
+from ._estimator import Estimator
 from ._io import atomic_savez
 from ._random import as_generator
 from .clusters import Clusters, level2_hmm
 from .episodic import EpisodicMemory
 from .merging import NoMerger, RandomMerger, SFMerger
-from .rollouts import Trajectories
+from ._validation import as_trajectories, check_int, check_symbols
+from .trajectories import Trajectories
 
 __all__ = ["TwoLevelMemory", "PREDICTORS", "MERGE_MODES"]
 
@@ -92,54 +93,7 @@ MERGE_MODES = {"sf": _sf_merger, "random": _random_merger, "none": _no_merger, "
 """``merge`` name -> factory ``f(agent, **merge_params) -> merger`` (the interface: :mod:`hmmmerge.merging`)."""
 
 
-class _Params:
-    """``get_params`` / ``set_params`` / ``__repr__`` from the constructor's signature (scikit-learn style)."""
-
-    @classmethod
-    def _param_names(cls) -> list[str]:
-        sig = inspect.signature(cls.__init__)
-        return [p.name for p in sig.parameters.values() if p.name != "self" and p.kind != p.VAR_KEYWORD]
-
-    def get_params(self, deep: bool = True) -> dict:
-        """The constructor parameters, by name.
-
-        >>> TwoLevelMemory(10, 4, merge="none").get_params()["merge"]
-        'none'
-        """
-        return {name: getattr(self, name) for name in self._param_names()}
-
-    def set_params(self, **params):
-        """Set constructor parameters (checked); they take effect at the next :meth:`fit`.
-
-        >>> TwoLevelMemory(10, 4).set_params(initial_size=100).initial_size
-        100
-        """
-        names = self._param_names()
-        for name, value in params.items():
-            if name not in names:
-                raise ValueError(f"invalid parameter {name!r} for {type(self).__name__}; valid: {names}")
-            setattr(self, name, value)
-        self._check_params()
-        return self
-
-    def __repr__(self) -> str:
-        defaults = {p.name: p.default for p in inspect.signature(type(self).__init__).parameters.values()}
-        shown = []
-        for name, value in self.get_params().items():
-            default = defaults[name]
-            if default is inspect.Parameter.empty or not _same(value, default):
-                shown.append(f"{name}={value!r}")
-        return f"{type(self).__name__}({', '.join(shown)})"
-
-
-def _same(a, b) -> bool:
-    try:
-        return bool(a == b) and type(a) is type(b)
-    except (TypeError, ValueError):
-        return a is b
-
-
-class TwoLevelMemory(_Params):
+class TwoLevelMemory(Estimator):
     """The paper's agent: an episodic memory structured online into clusters.
 
     Parameters
@@ -203,15 +157,22 @@ class TwoLevelMemory(_Params):
         self.seed = seed
         self._check_params()
 
+    def set_params(self, **params) -> "TwoLevelMemory":
+        """Set constructor parameters (checked now); they take effect at the next :meth:`fit`.
+
+        >>> TwoLevelMemory(10, 4).set_params(initial_size=100).initial_size
+        100
+        """
+        super().set_params(**params)
+        self._check_params()
+        return self
+
     def _check_params(self) -> None:
         """The one check of the parameters (constructor, :meth:`set_params`, :meth:`fit`)."""
         if self.merge not in MERGE_MODES:
             raise ValueError(f"merge must be one of {tuple(MERGE_MODES)}, got {self.merge!r}")
         for name in ("n_obs", "n_actions", "initial_size", "merge_iterations", "refresh_every", "sleep_every"):
-            v = getattr(self, name)
-            low = 0 if name == "merge_iterations" else 1
-            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < low:
-                raise ValueError(f"{name} must be a {'non-negative' if low == 0 else 'positive'} integer, got {v!r}")
+            check_int(getattr(self, name), name, low=0 if name == "merge_iterations" else 1)
         if self.merge_params is not None and not isinstance(self.merge_params, dict):
             raise TypeError(f"merge_params must be a dict or None, got {type(self.merge_params).__name__}")
         self._make_merger()  # the merger checks its own parameters
@@ -300,7 +261,7 @@ class TwoLevelMemory(_Params):
                 weighted_purity(assignment, labels))
 
     # ------------------------------------------------------------ learning
-    def fit(self, traj: Trajectories, progress: bool = False) -> "TwoLevelMemory":
+    def fit(self, traj, progress: bool = False) -> "TwoLevelMemory":
         """Start afresh and live through the episodes of ``traj`` in order.
 
         Equivalent to discarding all learned state and calling :meth:`partial_fit`.
@@ -314,8 +275,11 @@ class TwoLevelMemory(_Params):
         self._start()
         return self.partial_fit(traj, progress=progress)
 
-    def partial_fit(self, traj: Trajectories, progress: bool = False) -> "TwoLevelMemory":
+    def partial_fit(self, traj, progress: bool = False) -> "TwoLevelMemory":
         """Live through the episodes of ``traj`` in order, continuing from the learned state (online).
+
+        ``traj``: a :class:`~hmmmerge.trajectories.Trajectories` or anything
+        :func:`~hmmmerge._validation.as_trajectories` accepts (e.g. ``(obs, actions)``).
 
         Per-episode metrics accumulate in :meth:`history`; the per-step
         predictions of this call are kept in ``last_predictions_`` (predictor
@@ -333,12 +297,12 @@ class TwoLevelMemory(_Params):
         """
         from ._agent_kernels import Level1, Predictions, Steps, agent_steps
 
-        if not isinstance(traj, Trajectories):
-            raise TypeError(f"traj must be Trajectories, got {type(traj).__name__}")
+        if not isinstance(traj, Trajectories):  # keep the true states of a Trajectories (for purity)
+            traj = as_trajectories(traj)
         if not self._started():
             self._start()
         mem = self.memory_
-        mem._check_symbols(traj.obs, traj.actions)
+        check_symbols(traj.obs, traj.actions, mem.n_obs, mem.n_actions)
         E, L1 = traj.obs.shape
         obs = traj.obs.ravel()
         labels = traj.states.ravel() if traj.states is not None else np.full(obs.shape, -1, dtype=np.int64)

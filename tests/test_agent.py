@@ -193,7 +193,7 @@ def test_estimator_conventions(world):
     whole = TwoLevelMemory(**params).fit(traj[:30]).history()
     split = TwoLevelMemory(**params).partial_fit(traj[:12]).partial_fit(traj[12:30]).history()
     assert all(np.array_equal(whole[k], split[k], equal_nan=True) for k in whole)
-    with pytest.raises(ValueError, match="invalid parameter"):
+    with pytest.raises(ValueError, match="not a parameter"):
         agent.set_params(colour=3)
     with pytest.raises(ValueError, match="merge"):
         agent.set_params(merge="kmeans")
