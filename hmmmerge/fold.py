@@ -39,9 +39,10 @@ Default evidence minimum.  Two different cells of one colour in a world with
 ``n_obs`` equally frequent colours agree on one compared successor with
 probability about ``1/n_obs``, so ``k`` agreements by chance have probability
 about ``n_obs**-k``.  ``min_evidence=None`` takes the smallest ``k`` with
-``n_obs**-k <= 1e-3`` and at least 3 (3 for 10 colours, 5 for 4 colours),
-so that a run with a few hundred merge decisions expects well under one wrong
-merge; undo repairs the rare one that slips through.
+``n_obs**-k <= 1e-4`` and at least 3 (4 for 10 colours, 7 for 4 colours):
+a run makes a few hundred merge decisions and thousands of candidate
+tests, so this keeps the expected number of chance merges well below one;
+undo repairs the rare one that slips through.
 
 Where it holds.  The fold's clash test is exact for deterministic worlds with a
 common start: then a level-1 state's true position is a function of its
@@ -82,14 +83,14 @@ _ARRAYS = ("parent", "action", "colour", "uf", "uf_time", "just", "red", "has_ro
            "journal", "conflicts", "decisions", "stats", "cid", "pending")
 
 
-def default_min_evidence(n_obs: int, risk: float = 1e-3) -> int:
+def default_min_evidence(n_obs: int, risk: float = 1e-4) -> int:
     """The evidence minimum: the smallest ``k >= 3`` with ``n_obs**-k <= risk``.
 
     ``n_obs**-k`` is the chance that ``k`` successor colours of two different
     cells agree when colours are equally frequent and independent.
 
     >>> default_min_evidence(10), default_min_evidence(4), default_min_evidence(2)
-    (3, 5, 10)
+    (4, 7, 14)
     """
     if not isinstance(n_obs, (int, np.integer)) or isinstance(n_obs, bool) or n_obs < 1:
         raise ValueError(f"n_obs must be a positive integer, got {n_obs!r}")

@@ -163,8 +163,9 @@ def test_evidence_minimum_holds_back_a_merge():
 def test_default_evidence_minimum_bounds_chance_agreement():
     for n_obs in (2, 3, 4, 10, 40):
         k = default_min_evidence(n_obs)
-        assert float(n_obs) ** -k <= 1e-3 and k >= 3
-        assert k == 3 or float(n_obs) ** -(k - 1) > 1e-3
+        assert float(n_obs) ** -k <= 1e-4 and k >= 3
+        assert k == 3 or float(n_obs) ** -(k - 1) > 1e-4
+    assert default_min_evidence(10, risk=1e-3) == 3
     with pytest.raises(ValueError, match="n_obs"):
         default_min_evidence(0)
     with pytest.raises(ValueError, match="min_evidence"):
