@@ -11,20 +11,16 @@ numeric works on state *indices* ``0..n_states-1`` in the order of
 
 from __future__ import annotations
 
-import json
-import os
+import ast
+import warnings
 from numbers import Integral
 
 import networkx as nx
 import numpy as np
 
-from ._io import atomic_write_text
 from .hmm import ActionHMM
 
-__all__ = ["Environment"]
-
-_FORMAT = "hmmmerge.environment"
-_FORMAT_VERSION = 1
+__all__ = ["Environment", "NoStartWarning", "match_node"]
 
 
 def _is_int(x) -> bool:
@@ -40,8 +36,12 @@ class Environment:
         Nodes carry ``obs`` (int >= 0); edges carry ``action`` (int >= 0).
         Every node needs exactly one out-edge for every action ``0..A-1``.
     start : node label, optional
-        The start state of every episode.  Defaults to ``graph.graph["start"]``
-        if present, else the first node.
+        The start state of every episode.  Defaults to ``graph.graph["start"]``;
+        with neither, the first node, with a :class:`NoStartWarning`.  The
+        label is matched after the conversions file formats apply (see
+        :func:`match_node`), so ``"(5, 0)"`` names the node ``(5, 0)``.
+        The chosen start is stored in ``env.graph.graph["start"]`` (as text
+        when it is a tuple, so ``nx.write_graphml(env.graph)`` keeps it).
     n_obs : int, optional
         Size of the observation alphabet; defaults to ``max(obs) + 1``.
 
@@ -116,14 +116,9 @@ class Environment:
         if not _is_int(n_obs) or n_obs < max_obs:
             raise ValueError(f"n_obs={n_obs!r} must be an integer >= max(obs) + 1 = {max_obs}")
 
-        if start is None:
-            start = graph.graph.get("start", nodes[0])
-            if isinstance(start, list):  # JSON turns tuple labels into lists
-                start = _to_label(start)
-        try:
-            start_index = index[start]
-        except (KeyError, TypeError):
-            raise ValueError(f"start node {start!r} is not in the graph") from None
+        start_index = _resolve_start(start, graph.graph.get("start"), nodes, index)
+        g.graph["start"] = _graph_attribute_label(nodes[start_index])
+        g.graph["n_obs"] = int(n_obs)
 
         self.graph = g
         self.nodes = nodes
@@ -231,25 +226,23 @@ class Environment:
 
     # ------------------------------------------------------------ files
     def to_json_dict(self) -> dict:
-        """The JSON-ready node-link dictionary written by :meth:`save`.
+        """The JSON-ready node-link dictionary written by :meth:`save` (see :mod:`hmmmerge.environment_files`).
 
         >>> d = Environment.from_arrays([[1, 0]], [0, 1]).to_json_dict()
         >>> d["format"], d["version"], d["graph"]["graph"], len(d["graph"]["edges"])
         ('hmmmerge.environment', 1, {'start': 0, 'n_obs': 2}, 2)
         """
-        data = nx.node_link_data(self.graph, edges="edges")
-        for node in data["nodes"]:
-            node["id"] = _to_json_label(node["id"])
-        for edge in data["edges"]:
-            edge["source"] = _to_json_label(edge["source"])
-            edge["target"] = _to_json_label(edge["target"])
-        data["graph"] = {"start": _to_json_label(self.start_node), "n_obs": self.n_obs}
-        return {"format": _FORMAT, "version": _FORMAT_VERSION, "graph": data}
+        from .environment_files import to_json_dict
 
-    def save(self, path) -> None:
-        """Write the environment as JSON (networkx node-link form), atomically.
+        return to_json_dict(self)
 
-        Tuple node labels, such as the grid's ``(row, col)``, survive the round trip.
+    def save(self, path, format: str | None = None) -> None:
+        """Write the environment atomically as JSON (node-link) or GraphML.
+
+        ``format`` is ``"json"`` or ``"graphml"``; by default it follows the
+        extension (``.graphml`` / ``.xml``: GraphML, anything else: JSON), the
+        same rule :meth:`load` applies.  Tuple node labels, such as the grid's
+        ``(row, col)``, survive both formats (GraphML stores them as text).
 
         >>> import os, tempfile
         >>> from hmmmerge import gridworld
@@ -259,112 +252,134 @@ class Environment:
         >>> back.start_node, bool((back.next_state == env.next_state).all())
         ((2, 0), True)
         """
-        text = json.dumps(self.to_json_dict(), default=_json_scalar)
-        atomic_write_text(path, text)
+        from .environment_files import save
+
+        save(self, path, format)
 
     @classmethod
-    def load(cls, path) -> "Environment":
-        """Read an environment written by :meth:`save` (or GraphML, by extension).
+    def load(cls, path, format: str | None = None, start=None) -> "Environment":
+        """Read an environment: node-link JSON (ours or networkx's) or GraphML.
+
+        ``format`` defaults to the extension (as in :meth:`save`); ``start``
+        overrides the file's ``start`` graph attribute.  See
+        :mod:`hmmmerge.environment_files` for what each format keeps.
 
         >>> import os, tempfile
         >>> import networkx as nx
-        >>> g = Environment.from_arrays([[1, 2, 0]], [0, 1, 0]).graph
+        >>> g = Environment.from_arrays([[1, 2, 0]], [0, 1, 0], start=1).graph
         >>> with tempfile.TemporaryDirectory() as d:
         ...     path = os.path.join(d, "ring.graphml"); nx.write_graphml(g, path); env = Environment.load(path)
-        >>> env.n_states, env.n_actions, env.clones()
-        (3, 1, {0: [0, 2], 1: [1]})
+        >>> env.nodes, env.start_node, env.clones()
+        ([0, 1, 2], 1, {0: [0, 2], 1: [1]})
         """
-        path = os.fspath(path)
-        if path.endswith((".graphml", ".xml")):
-            return cls._load_graphml(path)
-        try:
-            with open(path, encoding="utf-8") as f:
-                payload = json.load(f)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ValueError(f"{path}: not valid JSON ({e})") from None
-        return cls.from_json_dict(payload, source=path)
+        from .environment_files import load
+
+        return load(path, format=format, start=start)
 
     @classmethod
-    def from_json_dict(cls, payload, source: str = "<dict>") -> "Environment":
-        """Build from the dictionary :meth:`to_json_dict` returns; errors name ``source``.
+    def from_json_dict(cls, payload, source: str = "<dict>", start=None) -> "Environment":
+        """Build from node-link data: :meth:`to_json_dict`'s output or ``networkx.node_link_data``'s.
 
         >>> env = Environment.from_arrays([[1, 2, 0]], [0, 1, 0], start=1)
         >>> back = Environment.from_json_dict(env.to_json_dict())
         >>> back.start, back.clones(), back.next_state.tolist()
         (1, {0: [0, 2], 1: [1]}, [[1, 2, 0]])
         """
-        if not isinstance(payload, dict):
-            raise ValueError(f"{source}: expected a JSON object, got {type(payload).__name__}")
-        if payload.get("format") != _FORMAT:
-            raise ValueError(f"{source}: 'format' must be {_FORMAT!r}, got {payload.get('format')!r}")
-        if payload.get("version") != _FORMAT_VERSION:
-            raise ValueError(f"{source}: unsupported version {payload.get('version')!r}")
-        data = payload.get("graph")
-        if not isinstance(data, dict) or not isinstance(data.get("nodes"), list) or not isinstance(
-            data.get("edges"), list
-        ):
-            raise ValueError(f"{source}: 'graph' must hold lists 'nodes' and 'edges'")
-        g = nx.MultiDiGraph()
-        for k, node in enumerate(data["nodes"]):
-            if not isinstance(node, dict) or "id" not in node:
-                raise ValueError(f"{source}: nodes[{k}] has no 'id'")
-            attrs = {key: val for key, val in node.items() if key != "id"}
-            try:
-                g.add_node(_to_label(node["id"]), **attrs)
-            except TypeError:
-                raise ValueError(f"{source}: nodes[{k}] has id {node['id']!r}, not a valid node label") from None
-        for k, edge in enumerate(data["edges"]):
-            if not isinstance(edge, dict) or "source" not in edge or "target" not in edge:
-                raise ValueError(f"{source}: edges[{k}] needs 'source' and 'target'")
-            u, v = _to_label(edge["source"]), _to_label(edge["target"])
-            for end in (u, v):
-                try:
-                    known = end in g
-                except TypeError:  # an unhashable label (a JSON object)
-                    known = False
-                if not known:
-                    raise ValueError(f"{source}: edges[{k}] refers to unknown node {end!r}")
-            attrs = {key: val for key, val in edge.items() if key not in ("source", "target", "key")}
-            g.add_edge(u, v, **attrs)
-        meta = data.get("graph") or {}
-        if not isinstance(meta, dict):
-            raise ValueError(f"{source}: 'graph.graph' must be an object, got {type(meta).__name__}")
-        start = _to_label(meta["start"]) if "start" in meta else None
+        from .environment_files import from_json_dict
+
+        return from_json_dict(payload, source=source, start=start)
+
+
+class NoStartWarning(UserWarning):
+    """An environment was built without a start: it starts at its first node."""
+
+
+def _resolve_start(start, attribute, nodes, index) -> int:
+    """The index of the start node: ``start`` if given, else the graph attribute, else node 0 (warned)."""
+    if start is None and attribute is None:
+        warnings.warn(
+            f"no start given and the graph has no 'start' attribute: starting at its first node {nodes[0]!r} "
+            "(pass start=NODE, --start NODE, or set graph.graph['start'])",
+            NoStartWarning,
+            stacklevel=3,
+        )
+        return 0
+    value = attribute if start is None else start
+    found = match_node(value, index)
+    if found is None:
+        where = "" if start is not None else " (from the graph attribute 'start')"
+        sample = ", ".join(repr(n) for n in nodes[:3]) + (", ..." if len(nodes) > 3 else "")
+        raise ValueError(f"start node {value!r}{where} is not in the graph (nodes: {sample})")
+    return found
+
+
+def match_node(value, index: dict):
+    """The index of the node ``value`` names, matched after the conversions file formats apply; else ``None``.
+
+    ``value`` matches a node equal to it, or to it converted back from text
+    (``"(5, 0)"`` or ``"5,0"`` -> ``(5, 0)``, ``"7"`` -> ``7``), or to its
+    text (``7`` -> ``"7"``, as GraphML stores ids), or a JSON list as a tuple.
+    Two different nodes matching is an error.
+
+    >>> match_node("(1, 0)", {(1, 0): 0, (0, 0): 1}), match_node(3, {"3": 0}), match_node("x", {"y": 0})
+    (0, 0, None)
+    """
+    candidates = [value]
+    if isinstance(value, list):
+        candidates.append(_to_label(value))
+    elif isinstance(value, str):
+        converted = _parse_label(value)
+        if converted is not None:
+            candidates.append(converted)
+    else:
+        candidates.append(str(value))
+    found = {}
+    for c in candidates:
         try:
-            return cls(g, start=start, n_obs=meta.get("n_obs"))
-        except ValueError as e:
-            raise ValueError(f"{source}: {e}") from None
-
-    @classmethod
-    def _load_graphml(cls, path: str) -> "Environment":
-        try:
-            g = nx.read_graphml(path, force_multigraph=True)
-        except Exception as e:  # networkx raises several parser errors
-            raise ValueError(f"{path}: not a readable GraphML file ({e})") from None
-        if not g.is_directed():
-            raise ValueError(f"{path}: GraphML graph is undirected; environments need directed edges")
-        try:
-            return cls(nx.MultiDiGraph(g))
-        except ValueError as e:
-            raise ValueError(f"{path}: {e}") from None
+            i = index.get(c)
+        except TypeError:  # unhashable
+            continue
+        if i is not None:
+            found[i] = c
+    if len(found) > 1:
+        raise ValueError(f"{value!r} names two nodes: {' and '.join(repr(c) for c in found.values())}")
+    return next(iter(found), None)
 
 
-def _json_scalar(x):
-    """``json.dumps`` fallback: numpy scalars/arrays in node or edge attributes."""
-    if isinstance(x, (np.generic, np.ndarray)):
-        return x.tolist()
-    raise TypeError(f"attribute value {x!r} of type {type(x).__name__} is not JSON serialisable")
+def _parse_label(text: str):
+    """``"7"`` -> 7, ``"(5, 0)"`` / ``"5,0"`` -> ``(5, 0)``, ``"1.5"`` -> 1.5; ``None`` if not a number or tuple."""
+    try:
+        value = ast.literal_eval(text.strip())
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+    if isinstance(value, list):
+        value = tuple(value)
+    if _is_plain_label(value):
+        return value
+    return None
 
 
-def _to_json_label(label):
-    if isinstance(label, tuple):
-        return [_to_json_label(x) for x in label]
-    if isinstance(label, np.integer):
-        return int(label)
-    return label
+def _is_plain_label(value) -> bool:
+    """A number (not bool) or a tuple of them, the labels text conversion restores."""
+    if isinstance(value, tuple):
+        return all(_is_plain_label(v) for v in value)
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _graph_attribute_label(label):
+    """The start label in a form every format can store: scalars as they are, anything else as ``str``.
+
+    GraphML writes node ids with ``str``, so ``str`` of a tuple label names the same node after loading.
+    """
+    if isinstance(label, np.generic):
+        label = label.item()
+    if isinstance(label, (str, int, float)) and not isinstance(label, bool):
+        return label
+    return str(label)
 
 
 def _to_label(value):
+    """JSON lists back to tuples, recursively."""
     if isinstance(value, list):
         return tuple(_to_label(x) for x in value)
     return value

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import networkx as nx
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -11,6 +12,7 @@ from hmmmerge import Trajectories, gridworld, random_walk
 from hmmmerge.baselines.bfmm import (
     BestFirstMerging,
     _representatives,
+    path_log_posterior,
     _Workspace,
     prefix_tree,
     sequence_model,
@@ -177,14 +179,14 @@ def test_best_first_takes_the_best_merge_and_traces_the_posterior(seed):
     rng = np.random.default_rng(seed)
     traj = random_traj(rng, 6, 6, 3, 2)
     lam = 1.5
-    bf = BestFirstMerging(structure_prior=lam, seed=seed).fit(traj)
+    bf = BestFirstMerging(structure_prior=lam, incremental=False, seed=seed).fit(traj)
     model = bf.initial_model_
     ws = _Workspace(model, 1.0)
     n_trans = len(model.src)
     merges = np.zeros((0, 2), np.int64)
     for k, (x, y) in enumerate(bf.merges_):
         rep = _representatives(model.n_states, merges)
-        assert bf.log_posterior_[k] == pytest.approx(full_log_posterior(model, rep, 1.0, lam), abs=1e-8)
+        assert bf.log_posterior_trace_[k] == pytest.approx(full_log_posterior(model, rep, 1.0, lam), abs=1e-8)
         alive = np.unique(rep)
         q = len(alive)
         gains = [ws.delta(u, v)[0] + prior_gain(lam, n_trans, q, ws.delta(u, v)[1], model.n_obs)
@@ -203,8 +205,60 @@ def test_best_first_takes_the_best_merge_and_traces_the_posterior(seed):
             if model.emission[u] == model.emission[v]:
                 dl, r = ws.delta(u, v)
                 assert dl + prior_gain(lam, n_trans, q, r, model.n_obs) <= 1e-9
-    assert bf.log_posterior_[-1] == pytest.approx(full_log_posterior(model, rep, 1.0, lam), abs=1e-8)
-    assert (np.diff(bf.log_posterior_) > 0).all()
+    assert bf.log_posterior_trace_[-1] == pytest.approx(full_log_posterior(model, rep, 1.0, lam), abs=1e-8)
+    assert bf.log_posterior_ == pytest.approx(bf.log_posterior_trace_[-1], abs=1e-8)
+    assert (np.diff(bf.log_posterior_trace_) > 0).all()
+
+
+def best_gain(ws, model, alive, n_trans, lam):
+    """Brute force: the largest log posterior gain over all same-emission pairs of alive states."""
+    q = len(alive)
+    best = -np.inf
+    for i, u in enumerate(alive):
+        for v in alive[i + 1:]:
+            if model.emission[u] == model.emission[v]:
+                dl, r = ws.delta(u, v)
+                best = max(best, dl + prior_gain(lam, n_trans, q, r, model.n_obs))
+    return best
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_incremental_merges_each_episode_to_a_local_optimum(seed):
+    """Replay Stolcke & Omohundro's schedule from scratch: episode e's path is added, then every merge
+    is the best of all same-emission pairs, the posterior after it equals a full recount (1e-9), and no
+    merge is left that would raise it before episode e + 1 comes."""
+    rng = np.random.default_rng(seed)
+    traj = random_traj(rng, 5, 6, 3, 2)
+    lam = 1.5
+    bf = BestFirstMerging(structure_prior=lam, seed=seed).fit(traj)
+    assert bf.merges_per_episode_.sum() == bf.n_merges_ == len(bf.merge_gains_)
+    assert (bf.merge_gains_ > 0).all()
+    L1 = traj.obs.shape[1]
+    done = 0
+    for e in range(traj.n_episodes):
+        model = sequence_model(traj[: e + 1], traj.obs.max() + 1, 2)  # numbering = the first (e + 1) * L1 states
+        ws = _Workspace(model, 1.0)
+        n_trans = len(model.src)
+        for x, y in bf.merges_[:done]:
+            n_trans -= ws.merge(x, y)
+        lp = full_log_posterior(model, _representatives(model.n_states, bf.merges_[:done]), 1.0, lam)
+        for k in range(done, done + bf.merges_per_episode_[e]):
+            x, y = bf.merges_[k]
+            assert max(x, y) < (e + 1) * L1
+            alive = np.unique(_representatives(model.n_states, bf.merges_[:k]))
+            dl, r = ws.delta(x, y)
+            gain = dl + prior_gain(lam, n_trans, len(alive), r, model.n_obs)
+            assert gain == pytest.approx(bf.merge_gains_[k], abs=1e-9)
+            assert gain == pytest.approx(best_gain(ws, model, alive, n_trans, lam), abs=1e-9)
+            n_trans -= ws.merge(x, y)
+            lp += gain
+            rep = _representatives(model.n_states, bf.merges_[: k + 1])
+            assert lp == pytest.approx(full_log_posterior(model, rep, 1.0, lam), abs=1e-9)
+        done += bf.merges_per_episode_[e]
+        alive = np.unique(_representatives(model.n_states, bf.merges_[:done]))
+        assert best_gain(ws, model, alive, n_trans, lam) <= 1e-9
+        assert bf.log_posterior_trace_[e] == pytest.approx(lp, abs=1e-9)
+    assert bf.log_posterior_ == pytest.approx(bf.log_posterior_trace_[-1], abs=1e-9)
 
 
 # ------------------------------------------------------------ textbook languages
@@ -269,8 +323,9 @@ def test_same_seed_same_result_and_training_data_explained():
 
 def test_candidates_restrict_merges():
     traj = random_walk(gridworld(4, 4, n_colours=4, seed=1), 8, 12, seed=2)
-    none = BestFirstMerging(candidates=lambda m: np.zeros((0, 2), np.int64)).fit(traj)
-    assert none.n_merges_ == 0 and none.n_states_ == none.n_initial_states_
+    for incremental in (True, False):
+        none = BestFirstMerging(incremental=incremental, candidates=lambda m: np.zeros((0, 2), np.int64)).fit(traj)
+        assert none.n_merges_ == 0 and none.n_states_ == none.n_initial_states_
     allowed = set()
 
     def rule(m):
@@ -278,7 +333,7 @@ def test_candidates_restrict_merges():
         allowed.update(map(tuple, pairs.tolist()))
         return pairs
 
-    bf = BestFirstMerging(candidates=rule).fit(traj)
+    bf = BestFirstMerging(incremental=False, candidates=rule).fit(traj)
     assert 0 < bf.n_merges_ and allowed
     # every merged group is connected by allowed pairs (a merged state inherits its parts' candidates)
     for group in np.unique(bf.labels_):
@@ -303,9 +358,11 @@ def test_bad_inputs_raise():
         BestFirstMerging(max_merges=-2)
     with pytest.raises(ValueError, match="initial"):
         BestFirstMerging(initial="dag")
+    with pytest.raises(TypeError, match="incremental"):
+        BestFirstMerging(incremental="yes")
     with pytest.raises(TypeError, match="candidates"):
         BestFirstMerging(candidates=[(0, 1)])
-    with pytest.raises(TypeError, match="traj"):
+    with pytest.raises(TypeError, match="data must be"):
         BestFirstMerging().fit(np.zeros((2, 3), int))
     with pytest.raises(ValueError, match="n_obs"):
         BestFirstMerging().fit(traj, n_obs=1)
@@ -319,3 +376,100 @@ def test_bad_inputs_raise():
         BestFirstMerging().to_hmm()
     with pytest.raises(ValueError, match="estimate"):
         BestFirstMerging().fit(traj).to_hmm("median")
+
+
+# ------------------------------------------------------------ incremental vs batch, diagnosis
+
+
+def count_graph(bf):
+    """The merged model as a networkx graph: states with their emission, edges with (action, count)."""
+    g = nx.MultiDiGraph()
+    s, a, d, c = bf.edges_
+    for i, o in enumerate(bf.emission_):
+        g.add_node(i, o=int(o))
+    g.add_node(bf.n_states_, o=-1)  # start
+    g.add_node(bf.n_states_ + 1, o=-2)  # final
+    for s_, a_, d_, c_ in zip(s, a, d, c):
+        g.add_edge(int(s_), int(d_), a=int(a_), c=float(c_))
+    return g
+
+
+def same_model(b1, b2):
+    def edges(p):
+        return sorted((e["a"], e["c"]) for e in p.values())
+
+    return nx.is_isomorphic(count_graph(b1), count_graph(b2), node_match=lambda p, q: p["o"] == q["o"],
+                            edge_match=lambda p, q: edges(p) == edges(q))
+
+
+@pytest.mark.parametrize("case", ["ab+", "a*b*", "grid 3x3, 5 colours"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_incremental_finds_the_batch_model(case, seed):
+    """Stolcke & Omohundro's incremental schedule ends with the model batch merging finds on the same data."""
+    rng = np.random.default_rng(seed)
+    if case == "ab+":
+        traj, lam = language(ab_plus, 10, 25, rng), 16.0
+    elif case == "a*b*":
+        traj, lam = language(a_star_b_star, 10, 30, rng), 4.0
+    else:
+        traj, lam = random_walk(gridworld(3, 3, n_colours=5, seed=seed), 10, 20, seed=seed), 1.0
+    inc = BestFirstMerging(structure_prior=lam, seed=seed).fit(traj)
+    for initial in ("sequences", "tree"):
+        batch = BestFirstMerging(structure_prior=lam, incremental=False, initial=initial, seed=seed).fit(traj)
+        assert same_model(inc, batch)
+        assert inc.log_posterior_ == pytest.approx(batch.log_posterior_, abs=1e-9)
+    # the isomorphism check is not vacuous: one merge fewer is another model
+    fewer = BestFirstMerging(structure_prior=lam, incremental=False, max_merges=batch.n_merges_ - 1).fit(traj)
+    assert not same_model(inc, fewer)
+
+
+def test_path_log_posterior_scores_any_labelling():
+    env = gridworld(4, 4, n_colours=4, seed=1)
+    traj = random_walk(env, 6, 15, seed=3)
+    for incremental in (True, False):
+        bf = BestFirstMerging(incremental=incremental, structure_prior=0.5).fit(traj)
+        labels = bf.labels_[bf.initial_model_.path]
+        assert path_log_posterior(traj, labels, structure_prior=0.5) == pytest.approx(bf.log_posterior_, abs=1e-9)
+    # the true world: deterministic rows have zero log evidence, so only the structure prior remains
+    Q = len(np.unique(traj.states))
+    model = sequence_model(traj)
+    lab = np.concatenate([traj.states.ravel(), [99, 100]])
+    n_trans = len({(int(s), int(a), int(d)) for s, a, d in zip(lab[model.src], model.act, lab[model.dst])})
+    expected = -(n_trans * np.log(Q + 1) + Q * np.log(env.n_obs + 1))
+    assert path_log_posterior(traj, traj.states) == pytest.approx(expected, abs=1e-9)
+    # names of states do not matter
+    assert path_log_posterior(traj, 7 * traj.states + 3) == pytest.approx(expected, abs=1e-9)
+    with pytest.raises(ValueError, match="one observation"):
+        path_log_posterior(traj, np.zeros_like(traj.obs))
+    with pytest.raises(ValueError, match="shaped like obs"):
+        path_log_posterior(traj, traj.states[:, 1:])
+
+
+def test_batch_refuses_a_pair_cache_beyond_the_limit(monkeypatch):
+    import hmmmerge.baselines.bfmm as bfmm
+
+    traj = random_walk(gridworld(4, 4, n_colours=4, seed=1), 8, 12, seed=2)
+    monkeypatch.setattr(bfmm, "MAX_PAIR_CACHE", 500)
+    with pytest.raises(ValueError, match="pair scores"):
+        BestFirstMerging(incremental=False).fit(traj)
+    assert BestFirstMerging().fit(traj).n_states_ >= 1  # incremental keeps the working model small
+
+
+def test_estimator_conventions():
+    traj = random_walk(gridworld(4, 4, n_colours=4, seed=1), 6, 10, seed=2)
+    bf = BestFirstMerging(structure_prior=0.5)
+    assert repr(bf) == "BestFirstMerging(structure_prior=0.5)"
+    assert BestFirstMerging(**bf.get_params()).get_params() == bf.get_params()
+    # the same data as a pair (obs, actions) give the same model
+    a = BestFirstMerging().fit(traj)
+    b = BestFirstMerging().fit((traj.obs, traj.actions))
+    assert np.array_equal(a.merges_, b.merges_) and a.log_posterior_ == b.log_posterior_
+    # fit starts afresh: refitting after set_params equals a new estimator's fit
+    other = random_walk(gridworld(4, 4, n_colours=4, seed=1), 4, 10, seed=9)
+    a.fit(other).set_params(incremental=False).fit(traj)
+    fresh = BestFirstMerging(incremental=False).fit(traj)
+    assert a.merges_per_episode_ is None
+    assert np.array_equal(a.merges_, fresh.merges_) and a.log_posterior_ == fresh.log_posterior_
+    # parameters are checked again by fit
+    with pytest.raises(ValueError, match="structure_prior"):
+        a.set_params(structure_prior=-1.0).fit(traj)

@@ -91,6 +91,13 @@ def refresh_row(row, out_head, out_next, cnt, row_n, row_C, row_term, alpha, tab
 
 
 @njit(cache=True)
+def refresh_rows(rows, out_head, out_next, cnt, row_n, row_C, row_term, alpha, tab):
+    """:func:`refresh_row` for every row in ``rows``."""
+    for row in rows:
+        refresh_row(row, out_head, out_next, cnt, row_n, row_C, row_term, alpha, tab)
+
+
+@njit(cache=True)
 def build_lists(n_states, A1, src, act, dst, out_head, out_next, in_head, in_next):
     """Link every edge into its row's out-list and its target's in-list (edge order kept)."""
     out_tail = np.full(n_states * A1, -1, np.int64)

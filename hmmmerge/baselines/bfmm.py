@@ -60,15 +60,16 @@ may stop earlier (more states, lower posterior) or take a different path.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from numbers import Integral, Real
 
 import numpy as np
 import scipy.sparse as sp
 from scipy.special import gammaln
 
+from .._estimator import Estimator
 from .._random import as_generator
+from .._validation import alphabet_sizes, as_trajectories, check_float, check_int
 from ..hmm import ActionHMM
-from ..rollouts import Trajectories
+from ..trajectories import Trajectories
 
 __all__ = [
     "BestFirstMerging",
@@ -76,6 +77,7 @@ __all__ = [
     "prefix_tree",
     "sequence_model",
     "viterbi_log_posterior",
+    "path_log_posterior",
     "sf_candidates",
 ]
 
@@ -191,17 +193,10 @@ def sequence_model(traj: Trajectories, n_obs: int | None = None, n_actions: int 
 
 
 def _check_data(traj, n_obs, n_actions):
-    if not isinstance(traj, Trajectories):
-        raise TypeError(f"traj must be a Trajectories, got {type(traj).__name__}")
-    obs, actions = traj.obs, traj.actions
-    O_data = int(obs.max()) + 1
-    A_data = int(actions[:, 1:].max()) + 1 if obs.shape[1] > 1 else 1
-    O = O_data if n_obs is None else n_obs
-    A = A_data if n_actions is None else n_actions
-    for name, v, low in (("n_obs", O, O_data), ("n_actions", A, A_data)):
-        if not isinstance(v, Integral) or isinstance(v, bool) or v < max(low, 1):
-            raise ValueError(f"{name} must be an integer >= {max(low, 1)} (the data need it), got {v!r}")
-    return obs, actions, int(O), int(A)
+    """``(obs, actions, n_obs, n_actions)`` of any input :func:`~hmmmerge._validation.as_trajectories` accepts."""
+    traj = as_trajectories(traj)
+    O, A = alphabet_sizes(traj.obs, traj.actions, n_obs, n_actions)
+    return traj.obs, traj.actions, O, A
 
 
 def _aggregate(src, act, dst, count, n_rows_states, A1):
@@ -241,6 +236,42 @@ def viterbi_log_posterior(src, act, dst, count, n_states, n_obs, prior_weight=1.
     return float(evidence + prior)
 
 
+def path_log_posterior(traj: Trajectories, states, n_obs: int | None = None, n_actions: int | None = None,
+                       prior_weight: float = 1.0, structure_prior: float = 1.0, end_state: bool = True) -> float:
+    """Log posterior (the terms best-first merging optimises) of the model whose Viterbi paths are ``states``.
+
+    ``states`` (shaped like ``traj.obs``) names the hidden state of every
+    observation: the counts of the model are the transitions along these
+    paths (from the start state to the first state of every episode and,
+    with ``end_state``, from the last one to the final state), its states
+    the distinct names, each of which must always emit the same
+    observation.  This scores any model on the data the same way: the true
+    world (``traj.states``), the first-order model (``traj.obs``), the Viterbi
+    paths of an EM model, or a merged model (``labels_``).
+
+    >>> t = Trajectories(obs=[[0, 1, 0, 1]], actions=[[-1, 0, 0, 0]])
+    >>> bf = BestFirstMerging().fit(t)
+    >>> lp = path_log_posterior(t, bf.labels_.reshape(t.obs.shape))
+    >>> bool(np.isclose(lp, bf.log_posterior_)), bool(np.isclose(lp, path_log_posterior(t, t.obs)))
+    (True, True)
+    """
+    obs, actions, O, A = _check_data(traj, n_obs, n_actions)
+    states = np.asarray(states)
+    if states.shape != obs.shape or (states.size and not np.issubdtype(states.dtype, np.integer)):
+        raise ValueError(f"states must be an int array shaped like obs {obs.shape}, got {states.dtype} {states.shape}")
+    names, lab = np.unique(states, return_inverse=True)
+    lab = lab.reshape(obs.shape)
+    Q = len(names)
+    emission = np.full(Q, -1, np.int64)
+    emission[lab.ravel()] = obs.ravel()
+    if (emission[lab] != obs).any():
+        raise ValueError("states must emit one observation each: a state is seen with two observations")
+    model = sequence_model(traj, O, A, end_state=end_state)
+    full = np.concatenate([lab.ravel(), [Q, Q + 1]])
+    return viterbi_log_posterior(full[model.src], model.act, full[model.dst], model.count, Q, O, prior_weight,
+                                 structure_prior)
+
+
 def sf_candidates(k: int = 10, gamma: float = 0.8, horizon: int = 25):
     """A candidate rule: each initial state may merge with its ``k`` nearest same-emission states by SF.
 
@@ -253,12 +284,11 @@ def sf_candidates(k: int = 10, gamma: float = 0.8, horizon: int = 25):
     >>> sf_candidates(k=1)(prefix_tree(t)).tolist()
     [[0, 2], [1, 3]]
     """
-    if not isinstance(k, Integral) or isinstance(k, bool) or k < 1:
-        raise ValueError(f"k must be a positive integer, got {k!r}")
-    if not (isinstance(gamma, Real) and 0 < gamma < 1):
+    check_int(k, "k", low=1)
+    check_float(gamma, "gamma", low=0, high=1, low_open=True)
+    if gamma == 1:
         raise ValueError(f"gamma must be in (0, 1), got {gamma!r}")
-    if not isinstance(horizon, Integral) or horizon < 1:
-        raise ValueError(f"horizon must be a positive integer, got {horizon!r}")
+    check_int(horizon, "horizon", low=1)
 
     def rule(model: InitialModel) -> np.ndarray:
         H, O = model.n_states, model.n_obs
@@ -299,7 +329,7 @@ def sf_candidates(k: int = 10, gamma: float = 0.8, horizon: int = 25):
     return rule
 
 
-class BestFirstMerging:
+class BestFirstMerging(Estimator):
     """Best-first model merging of an action-conditioned HMM (Stolcke & Omohundro 1994).
 
     Parameters
@@ -309,28 +339,47 @@ class BestFirstMerging:
     structure_prior : weight ``>= 0`` of the description-length prior
         ``-log P(M_S)`` (0 turns it off; then merges are only taken when they
         raise the evidence itself).
+    incremental : ``True`` (default): Stolcke & Omohundro's incremental
+        schedule; each episode is added as a new path of states and the model
+        is merged back to a local optimum of the posterior before the next
+        one, so the search always works on a small model (1,000 episodes of
+        the paper's protocol in seconds).  ``False``: batch merging from the
+        maximally specific model of all the data (quadratic in the data).
     candidates : ``None`` (every same-emission pair) or a callable
-        ``rule(model: InitialModel) -> (P, 2)`` pairs of initial states that
-        may merge (e.g. :func:`sf_candidates`).
-    max_merges : stop after this many merges (``None``: until no merge helps).
-    initial : ``"tree"`` (prefix tree, default) or ``"sequences"``.
+        ``rule(model: InitialModel) -> (P, 2)`` pairs of states that may merge
+        (e.g. :func:`sf_candidates`); a merged state may merge with anything
+        either part could.  Incremental: applied to every episode's working
+        model (the current model plus the new path).
+    max_merges : stop after this many merges in all (``None``: until no merge helps).
+    initial : batch only: ``"tree"`` (prefix tree, default) or ``"sequences"``
+        (one path per episode, the model the incremental schedule builds up).
     end_state : give the model Stolcke & Omohundro's final state: the last
         state of every episode moves to it by a virtual "end" action (a
         separate row, so it never costs likelihood; it lets states that end
         episodes share a successor, which guides the merging backwards from
         the ends).  ``to_hmm`` drops it.
     seed : int or Generator; breaks ties between equally good merges (the
-        initial states are numbered in a random order).
+        states are numbered in a random order).
 
     Attributes after :meth:`fit`
     ----------------------------
     n_states_ : number of states of the merged model.
     n_merges_ : merges done.
-    n_initial_states_ : states of the initial model.
-    log_posterior_ : (n_merges_ + 1,) trace of ``log P(M_S) + log P(X | M_S)``.
-    merges_ : (n_merges_, 2) merged pairs ``(kept, removed)`` in initial-state numbering.
+    initial_model_ : the maximally specific model of the data (:class:`InitialModel`;
+        incremental: :func:`sequence_model`, state ``e * (L + 1) + t`` is step
+        ``t`` of episode ``e``).
+    n_initial_states_ : its number of states.
+    merges_ : (n_merges_, 2) merged pairs ``(kept, removed)`` in its numbering, in order.
+    merge_gains_ : (n_merges_,) log posterior gain of every merge (all > 0).
     labels_ : (n_initial_states_,) the merged state (0..n_states_-1) of every initial state.
-    initial_model_ : the :class:`InitialModel` (numbered as used in the search).
+    emission_ : (n_states_,) the observation each merged state emits.
+    log_posterior_ : ``log P(M_S) + log P(X | M_S)`` of the merged model and all the data.
+    log_posterior_trace_ : batch: (n_merges_ + 1,) the posterior before every
+        merge and at the end; incremental: (n_episodes,) the posterior of the
+        episodes so far after each episode's merging.
+    merges_per_episode_ : incremental: (n_episodes,) merges done after adding each episode; batch: ``None``.
+    edges_ : ``(src, act, dst, count)`` of the merged model's Viterbi counts
+        (states ``0..n_states_-1``, start ``n_states_``, final ``n_states_ + 1``).
 
     Examples
     --------
@@ -341,119 +390,101 @@ class BestFirstMerging:
     >>> acts = [[-1] + [0] * 10] * 3
     >>> bf = BestFirstMerging(structure_prior=2.0).fit(Trajectories(obs, acts))
     >>> bf.n_initial_states_, bf.n_states_, bf.n_merges_
-    (26, 3, 23)
+    (33, 3, 30)
     >>> hmm = bf.to_hmm()
     >>> hmm.E.argmax(1).tolist(), hmm.T[0].toarray().round(2).tolist()
-    ([0, 2, 1], [[0.0, 0.0, 1.0], [1.0, 0.0, 0.0], [0.35, 0.65, 0.0]])
+    ([0, 1, 2], [[0.0, 1.0, 0.0], [0.35, 0.0, 0.65], [1.0, 0.0, 0.0]])
     """
 
-    def __init__(self, prior_weight: float = 1.0, structure_prior: float = 1.0, candidates=None,
-                 max_merges: int | None = None, initial: str = "tree", end_state: bool = True, seed=0):
-        if isinstance(prior_weight, bool) or not isinstance(prior_weight, Real) or not (
-            np.isfinite(prior_weight) and prior_weight > 0
-        ):
-            raise ValueError(f"prior_weight must be a finite number > 0, got {prior_weight!r}")
-        if isinstance(structure_prior, bool) or not isinstance(structure_prior, Real) or not (
-            np.isfinite(structure_prior) and structure_prior >= 0
-        ):
-            raise ValueError(f"structure_prior must be a finite number >= 0, got {structure_prior!r}")
-        if candidates is not None and not callable(candidates):
-            raise TypeError("candidates must be None or a callable rule(model) -> (P, 2) pairs")
-        if max_merges is not None and (
-            not isinstance(max_merges, Integral) or isinstance(max_merges, bool) or max_merges < 0
-        ):
-            raise ValueError(f"max_merges must be None or an integer >= 0, got {max_merges!r}")
-        if initial not in ("tree", "sequences"):
-            raise ValueError(f"initial must be 'tree' or 'sequences', got {initial!r}")
-        if not isinstance(end_state, (bool, np.bool_)):
-            raise TypeError(f"end_state must be a bool, got {end_state!r}")
-        as_generator(seed)  # validates
-        self.prior_weight = float(prior_weight)
-        self.structure_prior = float(structure_prior)
+    def __init__(self, prior_weight: float = 1.0, structure_prior: float = 1.0, incremental: bool = True,
+                 candidates=None, max_merges: int | None = None, initial: str = "tree", end_state: bool = True,
+                 seed=0):
+        self.prior_weight = prior_weight
+        self.structure_prior = structure_prior
+        self.incremental = incremental
         self.candidates = candidates
         self.max_merges = max_merges
         self.initial = initial
-        self.end_state = bool(end_state)
+        self.end_state = end_state
         self.seed = seed
+        self._check_params()
+
+    def _check_params(self) -> None:
+        """The one check of the parameters (constructor and :meth:`fit`)."""
+        check_float(self.prior_weight, "prior_weight", low=0, low_open=True)
+        check_float(self.structure_prior, "structure_prior", low=0)
+        for name in ("incremental", "end_state"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        if self.candidates is not None and not callable(self.candidates):
+            raise TypeError("candidates must be None or a callable rule(model) -> (P, 2) pairs")
+        check_int(self.max_merges, "max_merges", low=0, allow_none=True)
+        if self.initial not in ("tree", "sequences"):
+            raise ValueError(f"initial must be 'tree' or 'sequences', got {self.initial!r}")
+        as_generator(self.seed)  # validates
 
     # ------------------------------------------------------------------ fit
     def fit(self, traj: Trajectories, n_obs: int | None = None, n_actions: int | None = None):
-        """Merge from the maximally specific model of ``traj`` until no merge raises the posterior.
+        """Merge the episodes' paths until no merge raises the posterior (incrementally by default).
+
+        ``traj``: a :class:`~hmmmerge.trajectories.Trajectories` or a pair
+        ``(obs, actions)`` (what :func:`~hmmmerge._validation.as_trajectories`
+        accepts).  Every call starts afresh.
 
         >>> traj = Trajectories([[0, 1, 0, 1, 0, 1, 0, 1]], [[-1] + [0] * 7])
         >>> bf = BestFirstMerging().fit(traj)
-        >>> bf.n_initial_states_, bf.n_states_, bool((np.diff(bf.log_posterior_) > 0).all())
+        >>> bf.n_initial_states_, bf.n_states_, bool((bf.merge_gains_ > 0).all())
         (8, 2, True)
         """
-        from . import _bfmm_kernels as K
-
-        build = prefix_tree if self.initial == "tree" else sequence_model
-        model = build(traj, n_obs, n_actions, end_state=self.end_state)
-        model = _permute(model, as_generator(self.seed))
-        H, O, A = model.n_states, model.n_obs, model.n_actions
-        A1 = A + 2  # with the virtual start and end actions
-        Hs = H + 2  # with the start and final states
-        src = model.src.copy()
-        act = model.act.copy()
-        dst = model.dst.copy()
-        cnt = model.count.astype(np.float64).copy()
-        E0 = len(src)
-        alive_e = np.ones(E0, dtype=np.bool_)
-        out_head = np.full(Hs * A1, -1, np.int64)
-        out_next = np.full(E0, -1, np.int64)
-        in_head = np.full(Hs, -1, np.int64)
-        in_next = np.full(E0, -1, np.int64)
-        K.build_lists(Hs, A1, src, act, dst, out_head, out_next, in_head, in_next)
-        row_n = np.zeros(Hs * A1, np.int64)
-        row_C = np.zeros(Hs * A1)
-        row_term = np.zeros(Hs * A1)
-        tab = K.lgamma_table(self.prior_weight, cnt.sum())
-        for row in np.unique(src * A1 + act):
-            K.refresh_row(row, out_head, out_next, cnt, row_n, row_C, row_term, self.prior_weight, tab)
-
-        emitting = np.zeros(Hs, dtype=np.bool_)
-        emitting[:H] = True
-        col = np.concatenate([model.emission, [0, 0]]).astype(np.int64)
-        order = np.argsort(model.emission, kind="stable")
-        col_n = np.bincount(model.emission, minlength=O).astype(np.int64)
-        col_off = np.concatenate([[0], np.cumsum(col_n)]).astype(np.int64)
-        members = order.astype(np.int64)
-        pos = np.zeros(Hs, np.int64)
-        pos[order] = np.arange(H) - col_off[model.emission[order]]
-        loc_off = np.concatenate([[0], np.cumsum(col_n.astype(np.int64) ** 2)]).astype(np.int64)
-        allowed = self._allowed(model, col_n, col_off, pos, loc_off)
-
-        max_merges = H if self.max_merges is None else int(self.max_merges)
-        merges = np.zeros((max(min(max_merges, H), 1), 2), np.int64)
-        deltas = np.zeros(len(merges))
-        lp0 = viterbi_log_posterior(src, act, dst, cnt, H, O, self.prior_weight, self.structure_prior)
-        stats = np.zeros(2, np.int64)
-        n_done = K.run_merging(
-            Hs, A1, self.prior_weight, tab, self.structure_prior, float(np.log(O + 1)), src, act, dst, cnt,
-            alive_e, out_head, out_next, in_head, in_next, row_n, row_C, row_term, emitting, col, col_off,
-            col_n, members, pos, loc_off, allowed, int(alive_e.sum()), max_merges, merges, deltas, stats,
-        )
+        self._check_params()
+        traj = as_trajectories(traj)
+        obs, actions, O, A = _check_data(traj, n_obs, n_actions)
+        rng = as_generator(self.seed)
+        self.merges_per_episode_ = None
+        if self.incremental:
+            model = sequence_model(traj, O, A, end_state=self.end_state)
+            merges, gains, trace, per_episode, stats = self._fit_incremental(obs, actions, O, A, rng)
+            self.merges_per_episode_ = per_episode
+        else:
+            build = prefix_tree if self.initial == "tree" else sequence_model
+            model = _permute(build(traj, O, A, end_state=self.end_state), rng)
+            tab = _lgamma_table(self.prior_weight, model.count.sum())
+            pairs = self._candidate_pairs(model)
+            merges, gains, _, stats = _search(model.emission, model.src, model.act, model.dst, model.count, O, A,
+                                              self.prior_weight, self.structure_prior, tab, pairs,
+                                              self._merge_budget(model.n_states))
+            trace = None
+        H = model.n_states
         self.n_pair_evaluations_, self.n_row_refreshes_ = int(stats[0]), int(stats[1])
         self.initial_model_ = model
-        self.merges_ = merges[:n_done].copy()
-        self.n_merges_ = int(n_done)
+        self.merges_ = merges
+        self.merge_gains_ = gains
+        self.n_merges_ = len(merges)
         self.n_initial_states_ = H
-        self.log_posterior_ = lp0 + np.concatenate([[0.0], np.cumsum(deltas[:n_done])])
-        rep = _representatives(H, self.merges_)
+        rep = _representatives(H, merges)
         survivors = np.unique(rep)
         self.n_states_ = len(survivors)
         self.labels_ = np.searchsorted(survivors, rep)
         self.emission_ = model.emission[survivors]
-        keep = alive_e
         lab = np.concatenate([self.labels_, [self.n_states_, self.n_states_ + 1]])
-        self._edges = (lab[src[keep]], act[keep], lab[dst[keep]], cnt[keep])
+        row, d, c = _aggregate(lab[model.src], model.act, lab[model.dst], model.count, self.n_states_ + 2, A + 2)
+        self.edges_ = (row // (A + 2), row % (A + 2), d, c)
         self.n_obs_, self.n_actions_ = O, A
+        self.log_posterior_ = viterbi_log_posterior(*self.edges_, self.n_states_, O, self.prior_weight,
+                                                    self.structure_prior)
+        if trace is None:  # batch: the posterior before every merge and at the end
+            lp0 = viterbi_log_posterior(model.src, model.act, model.dst, model.count, H, O, self.prior_weight,
+                                        self.structure_prior)
+            trace = lp0 + np.concatenate([[0.0], np.cumsum(gains)])
+        self.log_posterior_trace_ = trace
         return self
 
-    def _allowed(self, model, col_n, col_off, pos, loc_off):
-        total = int(loc_off[-1])
+    def _merge_budget(self, n_states: int) -> int:
+        return n_states if self.max_merges is None else min(int(self.max_merges), n_states)
+
+    def _candidate_pairs(self, model: InitialModel):
         if self.candidates is None:
-            return np.ones(total, dtype=np.bool_)
+            return None
         pairs = np.asarray(self.candidates(model))
         if pairs.size == 0:
             pairs = pairs.reshape(0, 2)
@@ -462,21 +493,71 @@ class BestFirstMerging:
         H = model.n_states
         if pairs.size and (pairs.min() < 0 or pairs.max() >= H):
             raise ValueError(f"candidates returned a state outside 0..{H - 1}")
-        a, b = pairs[:, 0].astype(np.int64), pairs[:, 1].astype(np.int64)
-        if (model.emission[a] != model.emission[b]).any():
+        if (model.emission[pairs[:, 0]] != model.emission[pairs[:, 1]]).any():
             raise ValueError("candidates returned a pair of states with different emissions")
-        allowed = np.zeros(total, dtype=np.bool_)
-        c = model.emission[a]
-        n = col_n[c]
-        allowed[loc_off[c] + pos[a] * n + pos[b]] = True
-        allowed[loc_off[c] + pos[b] * n + pos[a]] = True
-        return allowed
+        return pairs.astype(np.int64)
+
+    def _fit_incremental(self, obs, actions, O, A, rng):
+        """Stolcke & Omohundro's incremental schedule: add each episode as a path, merge to a local optimum.
+
+        The working model has states ``0..Q-1`` plus the start (Q) and final (Q+1)
+        states; ``occ[s]`` is the initial-state number (episode * (L+1) + step)
+        that represents state ``s``, so that the merges are reported in the
+        numbering of :func:`sequence_model`.
+        """
+        N, L1 = obs.shape
+        tab = _lgamma_table(self.prior_weight, N * (L1 + 1))
+        emission = np.zeros(0, np.int64)
+        occ = np.zeros(0, np.int64)
+        src = act = dst = np.zeros(0, np.int64)
+        cnt = np.zeros(0)
+        budget = self._merge_budget(N * L1)
+        merges, gains, trace = [], [], np.zeros(N)
+        stats = np.zeros(2, np.int64)
+        steps = np.arange(L1)
+        for e in range(N):
+            Q = len(emission)
+            H = Q + L1
+            ids = Q + rng.permutation(L1)  # the new states, numbered in a random order (ties)
+            emission = np.concatenate([emission, np.zeros(L1, np.int64)])
+            emission[ids] = obs[e]
+            occ = np.concatenate([occ, np.zeros(L1, np.int64)])
+            occ[ids] = e * L1 + steps
+            # old start/final move to H/H+1; the path: start -> ids[0] -> ... -> ids[-1] (-> final)
+            src = np.where(src == Q, H, src)
+            dst = np.where(dst == Q + 1, H + 1, dst)
+            p_src = np.concatenate([[H], ids[:-1]])
+            p_act = np.concatenate([[A], actions[e, 1:]])
+            p_dst = ids
+            if self.end_state:
+                p_src = np.concatenate([p_src, ids[-1:]])
+                p_act = np.concatenate([p_act, [A + 1]])
+                p_dst = np.concatenate([p_dst, [H + 1]])
+            src, act, dst = np.concatenate([src, p_src]), np.concatenate([act, p_act]), np.concatenate([dst, p_dst])
+            cnt = np.concatenate([cnt, np.ones(len(p_src))])
+            pairs = None
+            if self.candidates is not None:
+                pairs = self._candidate_pairs(InitialModel(emission, src, act, dst, cnt, ids[None, :], O, A))
+            m, g, (src, act, dst, cnt), st = _search(emission, src, act, dst, cnt, O, A, self.prior_weight,
+                                                     self.structure_prior, tab, pairs, budget)
+            stats += st
+            budget -= len(m)
+            merges.append(occ[m])
+            gains.append(g)
+            # renumber the survivors 0..Q'-1 (start, final -> Q', Q'+1)
+            rep = _representatives(H, m)
+            keep = np.unique(rep)
+            new = np.full(H + 2, -1, np.int64)
+            new[keep] = np.arange(len(keep))
+            new[H], new[H + 1] = len(keep), len(keep) + 1
+            src, dst = new[src], new[dst]
+            emission, occ = emission[keep], occ[keep]
+            trace[e] = viterbi_log_posterior(src, act, dst, cnt, len(keep), O, self.prior_weight,
+                                             self.structure_prior)
+        per_episode = np.array([len(m) for m in merges], dtype=np.int64)
+        return np.concatenate(merges).reshape(-1, 2), np.concatenate(gains), trace, per_episode, stats
 
     # ------------------------------------------------------------ outputs
-    def _check_fitted(self):
-        if not hasattr(self, "_edges"):
-            raise ValueError("this BestFirstMerging is not fitted yet: call fit(traj) first")
-
     def transition_counts(self):
         """The Viterbi counts of the merged model: a list of A sparse (Q x Q) matrices and the start counts (Q,).
 
@@ -485,8 +566,8 @@ class BestFirstMerging:
         >>> bf.emission_.tolist(), mats[0].toarray().tolist(), start.tolist()   # colour 1 -> 0 three times
         ([1, 0], [[0.0, 3.0], [4.0, 0.0]], [0.0, 1.0])
         """
-        self._check_fitted()
-        s, a, d, c = self._edges
+        self._check_fitted("edges_")
+        s, a, d, c = self.edges_
         Q, A = self.n_states_, self.n_actions_
         start = np.bincount(d[s == Q], weights=c[s == Q], minlength=Q)
         mats = []
@@ -510,7 +591,7 @@ class BestFirstMerging:
         >>> hmm.n_states, hmm.E.argmax(1).tolist(), hmm.T[0].toarray().tolist(), hmm.log_likelihood(traj)
         (2, [1, 0], [[0.0, 1.0], [1.0, 0.0]], 0.0)
         """
-        self._check_fitted()
+        self._check_fitted("edges_")
         if estimate not in ("mean", "map"):
             raise ValueError(f"estimate must be 'mean' or 'map', got {estimate!r}")
         mats, start = self.transition_counts()
@@ -531,6 +612,74 @@ class BestFirstMerging:
         E = np.zeros((self.n_states_, self.n_obs_))
         E[np.arange(self.n_states_), self.emission_] = 1.0
         return ActionHMM(out, E, B)
+
+
+def _lgamma_table(alpha: float, max_count: float):
+    from . import _bfmm_kernels as K
+
+    return K.lgamma_table(alpha, max_count)
+
+
+#: Pair-score cache entries (sum over colours of n_c^2) above which a search is refused (about 2.6 GB).
+MAX_PAIR_CACHE = 200_000_000
+
+
+def _search(emission, src, act, dst, cnt, n_obs, n_actions, alpha, lam, tab, pairs, max_merges):
+    """Best-first merging of the model ``(emission, edges)`` with the numba kernels.
+
+    States ``0..H-1`` emit ``emission``; ``H`` and ``H + 1`` are the start and
+    final states.  ``pairs``: ``None`` (every same-emission pair) or the
+    allowed pairs.  Returns ``(merges (k, 2) as (kept, removed), gains (k,),
+    (src, act, dst, cnt) of the merged model's edges, stats)``; the edges
+    keep the numbering ``0..H+1`` (removed states no longer occur).
+    """
+    from . import _bfmm_kernels as K
+
+    H, O = len(emission), n_obs
+    A1, Hs = n_actions + 2, H + 2
+    src, act, dst = (np.array(v, dtype=np.int64) for v in (src, act, dst))
+    cnt = np.array(cnt, dtype=np.float64)
+    E0 = len(src)
+    alive_e = np.ones(E0, dtype=np.bool_)
+    out_head = np.full(Hs * A1, -1, np.int64)
+    out_next = np.full(E0, -1, np.int64)
+    in_head = np.full(Hs, -1, np.int64)
+    in_next = np.full(E0, -1, np.int64)
+    K.build_lists(Hs, A1, src, act, dst, out_head, out_next, in_head, in_next)
+    row_n = np.zeros(Hs * A1, np.int64)
+    row_C = np.zeros(Hs * A1)
+    row_term = np.zeros(Hs * A1)
+    K.refresh_rows(np.unique(src * A1 + act), out_head, out_next, cnt, row_n, row_C, row_term, alpha, tab)
+    emitting = np.zeros(Hs, dtype=np.bool_)
+    emitting[:H] = True
+    col = np.concatenate([emission, [0, 0]]).astype(np.int64)
+    order = np.argsort(emission, kind="stable")
+    col_n = np.bincount(emission, minlength=O).astype(np.int64)
+    col_off = np.concatenate([[0], np.cumsum(col_n)]).astype(np.int64)
+    pos = np.zeros(Hs, np.int64)
+    pos[order] = np.arange(H) - col_off[emission[order]]
+    loc_off = np.concatenate([[0], np.cumsum(col_n**2)]).astype(np.int64)
+    if loc_off[-1] > MAX_PAIR_CACHE:
+        raise ValueError(f"best-first merging of {H} states would cache {loc_off[-1]:,} pair scores "
+                         f"(limit {MAX_PAIR_CACHE:,}): use incremental=True or fewer episodes")
+    if pairs is None:
+        allowed = np.ones(loc_off[-1], dtype=np.bool_)
+    else:
+        allowed = np.zeros(loc_off[-1], dtype=np.bool_)
+        a, b = pairs[:, 0], pairs[:, 1]
+        c = emission[a]
+        allowed[loc_off[c] + pos[a] * col_n[c] + pos[b]] = True
+        allowed[loc_off[c] + pos[b] * col_n[c] + pos[a]] = True
+    merges = np.zeros((max(min(max_merges, H), 1), 2), np.int64)
+    gains = np.zeros(len(merges))
+    stats = np.zeros(2, np.int64)
+    n_done = K.run_merging(
+        Hs, A1, alpha, tab, lam, float(np.log(O + 1)), src, act, dst, cnt, alive_e, out_head, out_next,
+        in_head, in_next, row_n, row_C, row_term, emitting, col, col_off, col_n, order.astype(np.int64), pos,
+        loc_off, allowed, E0, max_merges, merges, gains, stats,
+    )
+    k = alive_e
+    return merges[:n_done].copy(), gains[:n_done].copy(), (src[k], act[k], dst[k], cnt[k]), stats
 
 
 def _permute(model: InitialModel, rng) -> InitialModel:
@@ -590,9 +739,8 @@ class _Workspace:
         self.row_C = np.zeros(Hs * A1)
         self.row_term = np.zeros(Hs * A1)
         self.tab = K.lgamma_table(self.alpha, self.cnt.sum())
-        for row in np.unique(self.src * A1 + self.act):
-            K.refresh_row(row, self.out_head, self.out_next, self.cnt, self.row_n, self.row_C, self.row_term,
-                          self.alpha, self.tab)
+        K.refresh_rows(np.unique(self.src * A1 + self.act), self.out_head, self.out_next, self.cnt, self.row_n,
+                       self.row_C, self.row_term, self.alpha, self.tab)
         self.acc = np.zeros(Hs)
         self.touched = np.zeros(Hs, np.int64)
         self.mark = np.full(Hs * A1, -1, np.int64)

@@ -9,6 +9,10 @@ moves from each vertex; ``--plot`` draws it.
 from __future__ import annotations
 
 import argparse
+import sys
+
+WORLD_NAMES = ("paper-grid", "maze", "torus", "two-rooms", "aliased-loop", "cscg-room")
+"""The gallery's world names (``hmmmerge.gallery.WORLDS``), kept here so that ``--help`` imports nothing heavy."""
 
 
 def parse_grid(text: str) -> tuple[int, int]:
@@ -23,19 +27,23 @@ def parse_grid(text: str) -> tuple[int, int]:
 
 
 def add_world_arguments(p: argparse.ArgumentParser) -> None:
-    """The options that pick a world: ``--grid/--colours/--seed/--colouring``, ``--world NAME`` or ``--graph FILE``.
+    """The options that pick a world: ``--grid/--colours/--seed/--colouring``, ``--world NAME`` or ``--graph FILE``,
+    and ``--start NODE`` for any of them.
 
     ``--colours`` and ``--colouring`` default to ``None``: :func:`world_from_args`
     resolves them (10 colours, balanced, for ``--grid``; the gallery world's own
     defaults for ``--world``).
     """
-    from ..gallery import WORLDS
-
     src = p.add_mutually_exclusive_group()
     src.add_argument("--grid", type=parse_grid, default=(10, 10), metavar="RxC", help="gridworld size (default 10x10)")
     src.add_argument("--world", metavar="NAME",
-                     help="a gallery world by name: " + ", ".join(WORLDS) + " (see hmmmerge.gallery)")
-    src.add_argument("--graph", metavar="FILE", help="an environment saved as JSON (hmmmerge) or GraphML")
+                     help="a gallery world by name: " + ", ".join(WORLD_NAMES) + " (see hmmmerge.gallery)")
+    src.add_argument("--graph", metavar="FILE",
+                     help="an environment file: node-link JSON (Environment.save, or json.dump(nx.node_link_data(g))) "
+                          "or GraphML (.graphml / .xml, e.g. nx.write_graphml)")
+    p.add_argument("--start", metavar="NODE",
+                   help="start node, e.g. 7, n3 or '(5, 0)' / 5,0 for a grid cell; default: the file's 'start' "
+                        "graph attribute, else its first node (with a warning); the world's own for --grid / --world")
     p.add_argument("--colours", type=int, default=None,
                    help="number of floor colours (default 10 for --grid, the world's own for --world)")
     p.add_argument("--colouring", choices=["balanced", "iid"], default=None,
@@ -45,11 +53,28 @@ def add_world_arguments(p: argparse.ArgumentParser) -> None:
 
 def world_from_args(args):
     """Build the Environment the world options describe."""
+    import warnings
+
     from ..environment import Environment
+
+    start = getattr(args, "start", None)
+    if getattr(args, "graph", None):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            env = Environment.load(args.graph, start=start)
+        command = getattr(args, "command", None)
+        for w in caught:  # one line each, e.g. the NoStartWarning of a file without a start
+            print(f"hmmmerge{' ' + command if command else ''}: warning: {w.message}", file=sys.stderr)
+        return env
+    env = _built_world(args)
+    if start is not None:
+        env = Environment(env.graph, start=start, n_obs=env.n_obs)
+    return env
+
+
+def _built_world(args):
     from ..worlds import gridworld
 
-    if getattr(args, "graph", None):
-        return Environment.load(args.graph)
     colours = getattr(args, "colours", None)
     colouring = getattr(args, "colouring", None)
     if colours is not None and colours < 1:
@@ -171,6 +196,32 @@ def describe(env, k: int = 3, per_vertex: bool = False, stats: dict | None = Non
     return report
 
 
+MAX_LISTED_OBSERVATIONS = 30
+"""Above this many observations the text report summarises the clones instead of listing them."""
+
+
+def clones_line(clones: dict) -> str:
+    """The report's line on clones per observation: every entry for small alphabets, a summary for large ones.
+
+    >>> clones_line({"0": 2, "1": 1})
+    'clones per observation: 0:2, 1:1'
+    >>> print(clones_line({str(o): 1 + o % 3 for o in range(1000)}))  # doctest: +NORMALIZE_WHITESPACE
+    clones per observation (1000 observations; all of them with --json): min 1, median 2, mean 2.00, max 3;
+    most cloned: 2:3, 5:3, 8:3, 11:3, 14:3
+    """
+    if len(clones) <= MAX_LISTED_OBSERVATIONS:
+        return "clones per observation: " + ", ".join(f"{o}:{c}" for o, c in clones.items())
+    import numpy as np
+
+    counts = np.fromiter(clones.values(), dtype=np.int64, count=len(clones))
+    unused = int((counts == 0).sum())
+    top = sorted(clones.items(), key=lambda oc: -oc[1])[:5]  # stable: ties keep observation order
+    return (f"clones per observation ({len(clones)} observations; all of them with --json): min {counts.min()}, "
+            f"median {np.median(counts):g}, mean {counts.mean():.2f}, max {counts.max()}"
+            + (f", {unused} unused" if unused else "") + ";\n"
+            + "most cloned: " + ", ".join(f"{o}:{c}" for o, c in top))
+
+
 def run(args) -> int:
     from ..cli import print_json
 
@@ -185,7 +236,7 @@ def run(args) -> int:
         return 0
     ad, seq = report["aliasing_depth"], report["observation_sequences"]
     print(f"states {report['n_states']}, actions {report['n_actions']}, observations {report['n_obs']}")
-    print("clones per observation: " + ", ".join(f"{o}:{c}" for o, c in report["clones"].items()))
+    print(clones_line(report["clones"]))
     print("observations with n clones: " + ", ".join(f"{n}:{c}" for n, c in report["clone_histogram"].items()))
     print(f"Markov radius {report['markov_radius']} (mean over vertices {report['markov_radius_mean']:.2f})")
     print("radius distribution: " + ", ".join(f"{r}:{n}" for r, n in report["markov_radius_distribution"].items()))

@@ -62,10 +62,11 @@ def build_em(env, train, args):
 
 
 def build_bfmm(env, train, args):
-    """Best-first model merging on the first ``--bfmm-episodes`` training episodes (it is quadratic)."""
+    """Best-first model merging, incremental (Stolcke & Omohundro), on all or the first ``--bfmm-episodes`` episodes."""
     from ..baselines.bfmm import BestFirstMerging
 
-    return BestFirstMerging(seed=args.seed).fit(train[: args.bfmm_episodes], env.n_obs, env.n_actions).to_hmm()
+    data = train if args.bfmm_episodes is None else train[: args.bfmm_episodes]
+    return BestFirstMerging(seed=args.seed).fit(data, env.n_obs, env.n_actions).to_hmm()
 
 
 #: name -> builder(env, train_trajectories, args) -> ActionHMM, in table order.
@@ -126,8 +127,8 @@ def add_experiment_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--size", type=_positive_int, default=10, help="level 2: initial cluster size (default 10)")
     p.add_argument("--clones", type=_positive_int, default=30, help="EM: clones per observation (default 30)")
     p.add_argument("--em-iter", type=_positive_int, default=150, help="EM: iterations (default 150)")
-    p.add_argument("--bfmm-episodes", type=_positive_int, default=100,
-                   help="best-first merging: training episodes it uses (default 100; quadratic cost)")
+    p.add_argument("--bfmm-episodes", type=_positive_int, default=None,
+                   help="best-first merging: use only the first N training episodes (default: all)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
