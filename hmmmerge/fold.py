@@ -356,7 +356,7 @@ class FoldMerger:
         self._log(_RED, x)
 
     # ------------------------------------------------------------ folding
-    def _fold(self, r: int, b: int, budget: int = -1) -> int:
+    def _fold(self, r: int, b: int) -> int:
         """Merge block ``b`` into ``r`` and, recursively, their successors; return the evidence or -1 (clash).
 
         Changes are journaled; the caller rolls back a refused or tentative fold.
@@ -364,33 +364,37 @@ class FoldMerger:
         evidence = -1
         stack = [(r, b)]
         A1 = self._A + 1
-        colour, delta, dchild, uf = self._colour, self._delta, self._dchild, self._uf
+        colour, delta, dchild, uf, red = self._colour, self._delta, self._dchild, self._uf, self._red
+        uf_time, just, journal = self._uf_time, self._just, self._journal
         while stack:
             x, y = stack.pop()
-            x, y = self._find(x), self._find(y)
+            while uf[x] != x:
+                x = uf[x]
+            while uf[y] != y:
+                y = uf[y]
             if x == y:
                 continue
             if colour[x] != colour[y]:
                 return -1
             evidence += 1
-            if self._red[y] and not self._red[x]:
+            if red[y] and not red[x]:
                 x, y = y, x
             uf[y] = x
-            self._uf_time[y] = len(self._journal)
-            self._just[y] = -1
-            self._log(_UNION, y)
-            dx, dy = delta[x], delta[y]
+            uf_time[y] = len(journal)
+            just[y] = -1
+            journal.append((_UNION, y))
+            dx, dy, cx = delta[x], delta[y], dchild[x]
             for a in range(A1):
                 ty = dy[a]
                 if ty < 0:
                     continue
                 tx = dx[a]
                 if tx < 0:
-                    self._set_delta(x, a, ty, dchild[y][a])
+                    journal.append((_DELTA, x, a, -1, cx[a]))
+                    dx[a] = ty
+                    cx[a] = dchild[y][a]
                 else:
                     stack.append((tx, ty))
-            if 0 <= budget < evidence:
-                break
         return evidence
 
     def _blues(self) -> list[int]:
@@ -461,9 +465,13 @@ class FoldMerger:
                 continue
             if best < k:
                 return
-            self._decisions.append(len(self._journal))
-            self._fold(*best_pair)
-            self.stats["merges"] += 1
+            mark = len(self._journal)
+            self._decisions.append(mark)
+            if self._fold(*best_pair) < 0:   # cannot happen after a complete tentative fold; kept safe
+                self._rollback(mark)
+                clashes.add(best_pair[::-1])
+            else:
+                self.stats["merges"] += 1
 
     # ------------------------------------------------------------ undo
     def _decision_of(self, t: int) -> int:
@@ -764,12 +772,13 @@ class FoldMerger:
         clusters.assignment[:] = -1
         clusters.assignment[:n_states] = roots
         clusters.compact()
-        placed = roots >= 0
-        self._cid = dict(zip(roots[placed].tolist(), clusters.assignment[:n_states][placed].tolist()))
+        blocks, first = np.unique(roots, return_index=True)
+        ids = clusters.assignment[:n_states][first]
+        self._cid = dict(zip(blocks[blocks >= 0].tolist(), ids[blocks >= 0].tolist()))
 
 
 def _link_action(next_state: np.ndarray, prev: int, h: int) -> int:
-    hits = np.flatnonzero(next_state[:, prev] == h)
-    if not len(hits):
+    column = next_state[:, prev].tolist()
+    if h not in column:
         raise ValueError(f"no level-1 link {prev} -> {h}: pass the actions of the steps")
-    return int(hits[0])
+    return column.index(h)
