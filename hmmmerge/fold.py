@@ -35,14 +35,17 @@ The work of a sleep is the new experience plus the folds it triggers; the
 part of level 1 already in the red automaton is never visited again (writing
 C is one vectorised pass, like the agent's level-2 refresh).
 
-Default evidence minimum.  Two different cells of one colour in a world with
-``n_obs`` equally frequent colours agree on one compared successor with
-probability about ``1/n_obs``, so ``k`` agreements by chance have probability
-about ``n_obs**-k``.  ``min_evidence=None`` takes the smallest ``k`` with
-``n_obs**-k <= 1e-4`` and at least 3 (4 for 10 colours, 7 for 4 colours):
-a run makes a few hundred merge decisions and thousands of candidate
-tests, so this keeps the expected number of chance merges well below one;
-undo repairs the rare one that slips through.
+Default evidence minimum.  Evidence counts the distinct blocks that the
+blue side agreed with (a self-loop at a wall or two paths that met add
+nothing).  Two different cells of one colour in a world with ``n_obs``
+equally frequent colours agree on one such comparison with probability about
+``1/n_obs``, so ``k`` agreements by chance have probability about
+``n_obs**-k``.  A blue block is merged into its best red block only if that
+evidence leads every other consistent red block's by ``k``.
+``min_evidence=None`` takes the smallest ``k >= 3`` with ``n_obs**-k <= 1e-3``
+(3 for 10 colours, 5 for 4 colours): a run makes a few hundred merge
+decisions, so chance merges are rare, and undo repairs the one that slips
+through.
 
 Where it holds.  The fold's clash test is exact for deterministic worlds with a
 common start: then a level-1 state's true position is a function of its
@@ -83,14 +86,14 @@ _ARRAYS = ("parent", "action", "colour", "uf", "uf_time", "just", "red", "has_ro
            "journal", "conflicts", "decisions", "stats", "cid", "pending")
 
 
-def default_min_evidence(n_obs: int, risk: float = 1e-4) -> int:
+def default_min_evidence(n_obs: int, risk: float = 1e-3) -> int:
     """The evidence minimum: the smallest ``k >= 3`` with ``n_obs**-k <= risk``.
 
     ``n_obs**-k`` is the chance that ``k`` successor colours of two different
     cells agree when colours are equally frequent and independent.
 
     >>> default_min_evidence(10), default_min_evidence(4), default_min_evidence(2)
-    (4, 7, 14)
+    (3, 5, 10)
     """
     if not isinstance(n_obs, (int, np.integer)) or isinstance(n_obs, bool) or n_obs < 1:
         raise ValueError(f"n_obs must be a positive integer, got {n_obs!r}")
@@ -124,7 +127,7 @@ class FoldMerger:
     >>> from hmmmerge.clusters import Clusters
     >>> mem = EpisodicMemory(n_obs=2, n_actions=1)
     >>> states = [mem.observe(o, -1 if t == 0 else 0) for t, o in enumerate([0, 1, 0, 1, 0, 1])]
-    >>> fold = FoldMerger(min_evidence=2); fold.observe(mem, [states])
+    >>> fold = FoldMerger(min_evidence=1); fold.observe(mem, [states])
     >>> cl = Clusters(n_states=mem.n_states); _ = fold.sleep(mem, cl)
     >>> cl.assignment.tolist()   # a two-state loop
     [0, 1, 0, 1, 0, 1]
@@ -359,9 +362,13 @@ class FoldMerger:
     def _fold(self, r: int, b: int) -> int:
         """Merge block ``b`` into ``r`` and, recursively, their successors; return the evidence or -1 (clash).
 
+        The evidence is the number of distinct blocks other than ``r`` that
+        blocks of ``b``'s side were compared with and agreed: agreements with
+        one block again (a self-loop at a wall, paths that met) add nothing.
+
         Changes are journaled; the caller rolls back a refused or tentative fold.
         """
-        evidence = -1
+        compared: set[int] = set()
         stack = [(r, b)]
         A1 = self._A + 1
         colour, delta, dchild, uf, red = self._colour, self._delta, self._dchild, self._uf, self._red
@@ -376,9 +383,9 @@ class FoldMerger:
                 continue
             if colour[x] != colour[y]:
                 return -1
-            evidence += 1
             if red[y] and not red[x]:
                 x, y = y, x
+            compared.add(x)
             uf[y] = x
             uf_time[y] = len(journal)
             just[y] = -1
@@ -395,7 +402,7 @@ class FoldMerger:
                     cx[a] = dchild[y][a]
                 else:
                     stack.append((tx, ty))
-        return evidence
+        return len(compared) - 1
 
     def _blues(self) -> list[int]:
         """Non-red blocks that a red block leads to, in a fixed order."""
@@ -421,8 +428,9 @@ class FoldMerger:
     def _blue_fringe(self) -> None:
         """Promote, then merge (most evidence first) until every blue block waits for evidence.
 
-        A blue block is merged only into its one consistent red block of the
-        colour (with two or more the evidence is ambiguous and it waits).
+        A blue block is merged into the consistent red block of its colour with
+        most evidence, and only if that evidence leads the runner-up's by at
+        least ``min_evidence`` (the pair with the largest lead goes first).
         Clashes are cached for the sleep (a clash stays a clash as the
         automaton grows); evidence counts are recomputed after every change.
         """
@@ -436,7 +444,7 @@ class FoldMerger:
                 return
             best, best_pair, promoted = -1, None, False
             for b in blues:
-                consistent, ev_b, r_b = 0, -1, -1
+                consistent, ev_b, r_b, runner_up = 0, -1, -1, 0
                 for r in self._reds_by_colour.get(self._colour[b], ()):
                     if (b, r) in clashes:
                         continue
@@ -453,9 +461,14 @@ class FoldMerger:
                             cache[(b, r)] = (epoch, ev)
                     if ev >= 0:
                         consistent += 1
-                        ev_b, r_b = ev, r
-                if consistent == 1 and ev_b > best:
-                    best, best_pair = ev_b, (r_b, b)
+                        if ev > ev_b:
+                            runner_up = max(runner_up, ev_b)
+                            ev_b, r_b = ev, r
+                        else:
+                            runner_up = max(runner_up, ev)
+                lead = ev_b - runner_up
+                if consistent and lead > best:
+                    best, best_pair = lead, (r_b, b)
                 if not consistent:
                     self._set_red(b)
                     self.stats["promotions"] += 1
@@ -583,7 +596,7 @@ class FoldMerger:
         >>> mem = EpisodicMemory(2, 1)
         >>> _ = [mem.observe(o, -1 if t == 0 else 0) for t, o in enumerate([0, 1, 0, 1, 0, 1, 0])]
         >>> cl = Clusters(n_states=mem.n_states)
-        >>> FoldMerger(min_evidence=2).sleep(mem, cl)[0]["clusters"]
+        >>> FoldMerger(min_evidence=1).sleep(mem, cl)[0]["clusters"]
         2
         """
         self._check(memory)

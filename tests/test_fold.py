@@ -117,7 +117,7 @@ def test_minimal_machine_merges_indistinguishable_states():
     # a 4-cycle coloured 0, 1, 0, 1 with one action: states 0 and 2 cannot be told apart
     env = Environment.from_arrays(np.array([[1, 2, 3, 0]]), np.array([0, 1, 0, 1]))
     assert minimal_machine(env).number_of_nodes() == 2
-    mem, cl, _ = fold_online(env, 30, 8, seed=0, min_evidence=2)
+    mem, cl, _ = fold_online(env, 30, 8, seed=0, min_evidence=1)   # only one other block to agree with
     assert cl.n_clusters == 2
 
 
@@ -165,9 +165,9 @@ def test_evidence_minimum_holds_back_a_merge():
 def test_default_evidence_minimum_bounds_chance_agreement():
     for n_obs in (2, 3, 4, 10, 40):
         k = default_min_evidence(n_obs)
-        assert float(n_obs) ** -k <= 1e-4 and k >= 3
-        assert k == 3 or float(n_obs) ** -(k - 1) > 1e-4
-    assert default_min_evidence(10, risk=1e-3) == 3
+        assert float(n_obs) ** -k <= 1e-3 and k >= 3
+        assert k == 3 or float(n_obs) ** -(k - 1) > 1e-3
+    assert default_min_evidence(10, risk=1e-4) == 4
     with pytest.raises(ValueError, match="n_obs"):
         default_min_evidence(0)
     with pytest.raises(ValueError, match="min_evidence"):
