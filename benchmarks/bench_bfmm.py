@@ -6,10 +6,12 @@ world only, 300 episodes, no EM).  Prints markdown tables:
 1. **Speed.** The paper's protocol (gridworld(10, 10, 10, seed=0), 1,000
    random walks of 50 moves): the incremental schedule (the default) next to
    batch merging from the prefix tree (the peer it replaces), on the same
-   data, in one run; batch only up to 300 episodes (quadratic).
+   data, in one run; batch only up to 300 episodes (quadratic); and the
+   determinising fold search (``search="fold"``).
 2. **Diagnosis.** The log posterior ``log P(M) + log P(X | M)`` (the terms the
    search optimises, :func:`~hmmmerge.baselines.bfmm.path_log_posterior`) on
-   the training data of (a) the search's final model, (b) the true world
+   the training data of (a) the pair search's final model (a': the fold
+   search's), (b) the true world
    (paths = the true cells, ``env.to_hmm()``'s structure with the data's
    counts), (c) the first-order model (paths = the observations) and (d) the
    EM clone HMM (paths = its Viterbi paths), for several structure-prior
@@ -37,6 +39,7 @@ from hmmmerge.evaluate import evaluate_model
 from hmmmerge.gallery import world
 
 LAMBDAS = (0.1, 0.25, 1.0, 4.0)
+PAIRS_MIN_LAMBDA = 1.0  # below it the incremental pair search keeps thousands of states and slows down
 
 
 def worlds(quick: bool):
@@ -46,48 +49,63 @@ def worlds(quick: bool):
     return out
 
 
+def timed(make, traj):
+    t0 = time.perf_counter()
+    m = make().fit(traj)
+    return m, time.perf_counter() - t0
+
+
 def speed(env, sizes, batch_sizes):
     print("## Speed: paper's world (gridworld 10x10, 10 colours, seed 0), walks of 50 moves\n")
-    print("| episodes | incremental: time (s) | states | merges | log posterior "
-          "| batch (prefix tree): time (s) | states | log posterior | batch / incremental time |")
-    print("|" + "---|" * 9)
+    print("| episodes | pairs, incremental (default): s | states | log posterior "
+          "| pairs, batch (prefix tree): s | states | log posterior | batch / incremental time "
+          "| fold (batch): s | states | log posterior |")
+    print("|" + "---|" * 11)
     for n in sizes:
         traj = random_walk(env, n, 50, seed=0)
-        t0 = time.perf_counter()
-        inc = BestFirstMerging().fit(traj)
-        ti = time.perf_counter() - t0
-        row = f"| {n:,} | {ti:.2f} | {inc.n_states_} | {inc.n_merges_:,} | {inc.log_posterior_:,.0f} "
+        inc, ti = timed(BestFirstMerging, traj)
+        fold, tf = timed(lambda: BestFirstMerging(incremental=False, search="fold"), traj)
+        row = f"| {n:,} | {ti:.2f} | {inc.n_states_} | {inc.log_posterior_:,.0f} "
         if n in batch_sizes:
-            t0 = time.perf_counter()
-            bat = BestFirstMerging(incremental=False).fit(traj)
-            tb = time.perf_counter() - t0
-            row += f"| {tb:.2f} | {bat.n_states_} | {bat.log_posterior_:,.0f} | {tb / ti:.1f}x |"
+            bat, tb = timed(lambda: BestFirstMerging(incremental=False), traj)
+            row += f"| {tb:.2f} | {bat.n_states_} | {bat.log_posterior_:,.0f} | {tb / ti:.1f}x "
         else:
-            row += "| not run (quadratic) | - | - | - |"
-        print(row, flush=True)
+            row += "| not run (quadratic) | - | - | - "
+        print(row + f"| {tf:.2f} | {fold.n_states_} | {fold.log_posterior_:,.0f} |", flush=True)
     print()
 
 
+def verdict(a, b):
+    if abs(a - b) < 1e-6:
+        return "none: finds (b)"
+    return "search" if b > a else "prior"
+
+
 def diagnosis(name, env, traj, em, lambdas, alpha=1.0):
-    """Rows (lambda, a, b, c, d, verdict) and the fitted incremental models."""
+    """Print the table; return the fitted models {(search, lambda): model}."""
     print(f"### {name}: {env.n_states} cells, {env.n_obs} colours, {traj.n_episodes:,} episodes x "
           f"{traj.episode_length} moves (prior_weight {alpha})\n")
-    print("| structure prior | (a) search: states | (a) log post. | (b) true world | (c) first order "
-          "| (d) EM Viterbi paths | verdict | (b) - (a) |")
-    print("|" + "---|" * 8)
+    print("| structure prior | (a) pairs, incremental: states | log post. | (a') fold: states | log post. "
+          "| (b) true world | (c) first order | (d) EM Viterbi paths | verdict pairs | verdict fold |")
+    print("|" + "---|" * 10)
     em_paths = None if em is None else em.decode(traj)[1]
     fitted = {}
     for lam in lambdas:
-        bf = BestFirstMerging(structure_prior=lam, prior_weight=alpha).fit(traj)
-        fitted[lam] = bf
-        a = bf.log_posterior_
         kw = dict(n_obs=env.n_obs, n_actions=env.n_actions, prior_weight=alpha, structure_prior=lam)
         b = path_log_posterior(traj, traj.states, **kw)
         c = path_log_posterior(traj, traj.obs, **kw)
         d = "-" if em_paths is None else f"{path_log_posterior(traj, em_paths, **kw):,.0f}"
-        verdict = "search (b > a)" if b > a else "prior (b <= a)"
-        print(f"| {lam} | {bf.n_states_} | {a:,.0f} | {b:,.0f} | {c:,.0f} | {d} | {verdict} | {b - a:,.0f} |",
-              flush=True)
+        fold = BestFirstMerging(incremental=False, search="fold", structure_prior=lam, prior_weight=alpha).fit(traj)
+        fitted["fold", lam] = fold
+        if lam >= PAIRS_MIN_LAMBDA:
+            pairs = BestFirstMerging(structure_prior=lam, prior_weight=alpha).fit(traj)
+            fitted["pairs", lam] = pairs
+            pa = f"{pairs.n_states_} | {pairs.log_posterior_:,.0f}"
+            vp = verdict(pairs.log_posterior_, b)
+        else:
+            pa, vp = "not run | -", "-"
+        print(f"| {lam} | {pa} | {fold.n_states_} | {fold.log_posterior_:,.0f} | {b:,.0f} | {c:,.0f} | {d} "
+              f"| {vp} | {verdict(fold.log_posterior_, b)} |", flush=True)
     print()
     return fitted
 
@@ -120,8 +138,9 @@ def main():
     args = ap.parse_args()
     n_train = 300 if args.quick else 1000
     env0 = gridworld(10, 10, 10, seed=0)
-    BestFirstMerging().fit(random_walk(env0, 3, 10, seed=1))  # compile the numba kernels before timing
-    BestFirstMerging(incremental=False).fit(random_walk(env0, 3, 10, seed=1))
+    warm = random_walk(env0, 3, 10, seed=1)  # compile the numba kernels before timing
+    for kw in (dict(), dict(incremental=False), dict(incremental=False, search="fold")):
+        BestFirstMerging(**kw).fit(warm)
     speed(env0, [100, 300] if args.quick else [100, 300, 1000], {100, 300})
 
     print("## Diagnosis: log posterior on the training data (higher is better)\n")
@@ -137,7 +156,8 @@ def main():
         n_win = when_truth_wins(env, traj)
         print(f"With structure prior 1 the true world's posterior first beats the first-order model's at "
               f"{n_win} episode(s) of data.\n")
-        models = [(f"best-first, incremental, structure prior {lam}", bf.to_hmm()) for lam, bf in fitted.items()]
+        models = [(f"best-first, {search}, structure prior {lam}", bf.to_hmm())
+                  for (search, lam), bf in fitted.items() if lam in (0.1, 1.0)]
         models.append(("first order", FirstOrderModel().fit(traj, env.n_obs, env.n_actions).to_hmm()))
         if em is not None:
             models.append(("EM, clone HMM (30 clones, 150 it.)", em.to_hmm()))

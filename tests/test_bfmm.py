@@ -473,3 +473,82 @@ def test_estimator_conventions():
     # parameters are checked again by fit
     with pytest.raises(ValueError, match="structure_prior"):
         a.set_params(structure_prior=-1.0).fit(traj)
+
+
+# ------------------------------------------------------------ determinising folds (search="fold")
+
+
+def emission_deterministic(bf):
+    """No row (state, action) of the merged model has two successors with the same emission."""
+    s, a, d, _ = bf.edges_
+    em = np.concatenate([bf.emission_, [-1, -2]])
+    keys = list(zip(s.tolist(), a.tolist(), em[d].tolist()))
+    return len(keys) == len(set(keys))
+
+
+@given(st.integers(0, 10_000))
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_fold_search_tracks_the_posterior_exactly(seed):
+    """The folds' incremental scores (with every rejected fold undone from its journal) add up to the
+    posterior recomputed from scratch, and every accepted fold raises it."""
+    rng = np.random.default_rng(seed)
+    traj = random_traj(rng, int(rng.integers(2, 8)), int(rng.integers(2, 9)), int(rng.integers(2, 4)), 2)
+    lam = float(rng.choice([0.1, 0.5, 1.0, 3.0]))
+    alpha = float(rng.choice([0.5, 1.0, 2.0]))
+    bf = BestFirstMerging(incremental=False, search="fold", structure_prior=lam, prior_weight=alpha,
+                          seed=seed).fit(traj)
+    assert bf.log_posterior_trace_[-1] == pytest.approx(bf.log_posterior_, abs=1e-9)
+    assert bf.log_posterior_trace_[0] == pytest.approx(
+        full_log_posterior(bf.initial_model_, np.arange(bf.n_initial_states_), alpha, lam), abs=1e-9)
+    assert (bf.merge_gains_ > 0).all()
+    assert emission_deterministic(bf)
+    assert np.isfinite(bf.to_hmm().run_filter(traj.obs, traj.actions).log_probs).all()
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_fold_search_recovers_a_small_deterministic_world(seed):
+    """With enough data and a light structure prior the folds find the true world: the merged states are
+    the true cells (oracle: the walk's true states) and the posterior equals the true world's."""
+    env = gridworld(4, 4, n_colours=4, seed=seed)
+    traj = random_walk(env, 200, 30, seed=seed)
+    bf = BestFirstMerging(incremental=False, search="fold", structure_prior=0.1, seed=seed).fit(traj)
+    labels = bf.labels_[bf.initial_model_.path]
+    pairs = set(zip(labels.ravel().tolist(), traj.states.ravel().tolist()))
+    assert len(pairs) == bf.n_states_ == len(np.unique(traj.states))  # a bijection between states and cells
+    assert bf.log_posterior_ == pytest.approx(path_log_posterior(traj, traj.states, structure_prior=0.1), abs=1e-9)
+
+
+def test_fold_search_on_ab_plus():
+    rng = np.random.default_rng(0)
+    bf = BestFirstMerging(incremental=False, search="fold", structure_prior=16.0).fit(language(ab_plus, 10, 25, rng))
+    em, edges, _ = structure(bf)
+    assert sorted(em.tolist()) == [0, 1, 2]
+    assert edges == {(0, 1), (1, 0), (1, 2), (2, 0)}
+
+
+def test_fold_search_needs_batch_and_the_tree():
+    for kw in (dict(), dict(incremental=False, initial="sequences"), dict(incremental=False, max_merges=3),
+               dict(incremental=False, candidates=sf_candidates())):
+        with pytest.raises(ValueError, match="search='fold'"):
+            BestFirstMerging(search="fold", **kw)
+    with pytest.raises(ValueError, match="search must be"):
+        BestFirstMerging(search="greedy")
+
+
+def test_cli_baseline_bfmm_uses_all_episodes_and_the_fold_option(capsys):
+    import json
+
+    from hmmmerge.cli import main
+
+    common = ["baseline", "bfmm", "--grid", "4x4", "--colours", "4", "--episodes", "200", "--episode-length",
+              "30", "--eval-episodes", "20", "--seed", "1", "--json"]
+    assert main(common) == 0
+    pairs = json.loads(capsys.readouterr().out)
+    assert pairs["episodes"] == 200 and pairs["model"] == "bfmm"
+    assert main(common + ["--bfmm-search", "fold", "--bfmm-structure-prior", "0.1"]) == 0
+    fold = json.loads(capsys.readouterr().out)
+    # on this small deterministic world the folds recover the world (cf. the oracle test above)
+    assert fold["n_states"] == 16 and fold["accuracy"] == 1.0 and fold["accuracy"] > pairs["accuracy"]
+    assert main(common + ["--bfmm-structure-prior", "-1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "structure_prior" in err[0]

@@ -602,3 +602,234 @@ def run_merging(n_states, A1, alpha, tab, lam, log_o1, src, act, dst, cnt, alive
             done[dirty[i]] = False
             in_dirty[dirty[i]] = False
     return n_done
+
+
+# ----------------------------------------------------------------------------------------------------
+# Determinising folds (search="fold"): evidence-driven blue-fringe merging of the prefix tree.
+#
+# The model is kept emission-deterministic: every row (s, a) has at most one successor per observation,
+# ``child[s, a, o]`` (-1: none) with count ``fcnt[s, a, o]``.  Folding u into m merges u into m and then,
+# recursively, every pair of successors that now share (a, o) -- the determinising merge of RPNI /
+# EDSM state merging.  ``parent`` is a union-find forest without path compression (so that a fold can be
+# undone from its journal).
+
+
+@njit(cache=True)
+def _find(parent, u):
+    while parent[u] != u:
+        u = parent[u]
+    return u
+
+
+@njit(cache=True)
+def _fold_row_term(s, a, fcnt, alpha, tab):
+    n = 0
+    C = 0.0
+    for o in range(fcnt.shape[2]):
+        c = fcnt[s, a, o]
+        if c > 0:
+            n += 1
+            C += c
+    if n == 0:
+        return 0.0
+    S = 0.0
+    for o in range(fcnt.shape[2]):
+        c = fcnt[s, a, o]
+        if c > 0:
+            S += lg(c, n, alpha, tab)
+    return row_term_from(n, C, S, alpha, tab)
+
+
+@njit(cache=True)
+def fold(m, u, parent, child, fcnt, row_term, alpha, tab, stack, jp, jc, jcv, jf, jfv, jlen, touched, mark):
+    """Fold state ``u`` into ``m`` (both representatives); journal every write.
+
+    Returns ``(states removed, transitions removed, change of the log evidence, n touched rows)``;
+    ``row_term`` is *not* updated (see :func:`commit_rows`), ``touched[:k]`` lists the rows (s * A1 + a)
+    whose terms changed (a removed state's rows included), ``mark`` (-1) is restored.
+    ``jlen`` = [parent writes, child writes, count writes] positions in the journals.
+    """
+    A1 = child.shape[1]
+    O1 = child.shape[2]
+    n_removed = 0
+    r_removed = 0
+    nt = 0
+    top = 0
+    stack[0, 0] = m
+    stack[0, 1] = u
+    top = 1
+    while top > 0:
+        top -= 1
+        x = _find(parent, stack[top, 0])
+        y = _find(parent, stack[top, 1])
+        if x == y:
+            continue
+        jp[jlen[0]] = y
+        jlen[0] += 1
+        parent[y] = x
+        n_removed += 1
+        for a in range(A1):
+            ry = y * A1 + a
+            rx = x * A1 + a
+            any_y = False
+            for o in range(O1):
+                cy = fcnt[y, a, o]
+                if cy <= 0:
+                    continue
+                any_y = True
+                cu = child[y, a, o]
+                cx = child[x, a, o]
+                # y's entry moves to x (added to x's entry if there is one)
+                jf[jlen[2]] = (y * A1 + a) * O1 + o
+                jfv[jlen[2]] = cy
+                jlen[2] += 1
+                fcnt[y, a, o] = 0.0
+                jf[jlen[2]] = (x * A1 + a) * O1 + o
+                jfv[jlen[2]] = fcnt[x, a, o]
+                jlen[2] += 1
+                if fcnt[x, a, o] > 0:
+                    fcnt[x, a, o] += cy
+                    r_removed += 1
+                    if cu >= 0 and cx >= 0:
+                        stack[top, 0] = cx
+                        stack[top, 1] = cu
+                        top += 1
+                else:
+                    fcnt[x, a, o] = cy
+                    jc[jlen[1]] = (x * A1 + a) * O1 + o
+                    jcv[jlen[1]] = child[x, a, o]
+                    jlen[1] += 1
+                    child[x, a, o] = cu
+            if any_y:
+                for r in (rx, ry):
+                    if mark[r] < 0:
+                        mark[r] = nt
+                        touched[nt] = r
+                        nt += 1
+    dl = 0.0
+    for i in range(nt):
+        r = touched[i]
+        mark[r] = -1
+        dl += _fold_row_term(r // A1, r % A1, fcnt, alpha, tab) - row_term[r]
+    return n_removed, r_removed, dl, nt
+
+
+@njit(cache=True)
+def undo(parent, child, fcnt, jp, jc, jcv, jf, jfv, jlen, base):
+    """Roll the journals back to the positions ``base`` (as ``jlen`` was before the folds)."""
+    A1 = child.shape[1]
+    O1 = child.shape[2]
+    for i in range(jlen[2] - 1, base[2] - 1, -1):
+        idx = jf[i]
+        fcnt[idx // (A1 * O1), (idx // O1) % A1, idx % O1] = jfv[i]
+    for i in range(jlen[1] - 1, base[1] - 1, -1):
+        idx = jc[i]
+        child[idx // (A1 * O1), (idx // O1) % A1, idx % O1] = jcv[i]
+    for i in range(jlen[0] - 1, base[0] - 1, -1):
+        parent[jp[i]] = jp[i]
+    jlen[0] = base[0]
+    jlen[1] = base[1]
+    jlen[2] = base[2]
+
+
+@njit(cache=True)
+def init_fold_rows(fcnt, row_term, alpha, tab):
+    A1 = fcnt.shape[1]
+    for s in range(fcnt.shape[0]):
+        for a in range(A1):
+            row_term[s * A1 + a] = _fold_row_term(s, a, fcnt, alpha, tab)
+
+
+@njit(cache=True)
+def commit_rows(touched, nt, fcnt, row_term, alpha, tab):
+    A1 = fcnt.shape[1]
+    for i in range(nt):
+        r = touched[i]
+        row_term[r] = _fold_row_term(r // A1, r % A1, fcnt, alpha, tab)
+
+
+@njit(cache=True)
+def run_folds(root, emission, parent, child, fcnt, row_term, alpha, tab, lam, log_o1, q, n_trans, stack,
+              jp, jc, jcv, jf, jfv, touched, mark, merges, gains):
+    """Evidence-driven blue-fringe search with determinising folds.
+
+    Red states start as {root}; blue states are the successors of red states that are not red.  The blue
+    state with the largest count (the most evidence) is folded into the red state of its emission whose
+    fold raises the log posterior most; if none does, it becomes red.  Returns (pair merges, folds);
+    ``merges[k] = (kept, removed)``, ``gains[j]`` the log posterior change of fold j.
+    """
+    H = parent.shape[0]
+    A1 = child.shape[1]
+    O1 = child.shape[2]
+    red = np.zeros(H, np.bool_)
+    red[root] = True
+    reds = np.zeros(H, np.int64)
+    reds[0] = root
+    n_red = 1
+    incount = np.zeros(H)
+    stamp = np.full(H, -1, np.int64)  # incount[c] counts for this step only when stamp[c] == step
+    step = 0
+    jlen = np.zeros(3, np.int64)
+    base = np.zeros(3, np.int64)
+    n_merges = 0
+    n_folds = 0
+    while True:
+        # the blue state with the largest in-count
+        step += 1
+        best_b = -1
+        best_c = 0.0
+        for i in range(n_red):
+            s = reds[i]
+            for a in range(A1):
+                for o in range(O1):
+                    c = child[s, a, o]
+                    if c >= 0 and fcnt[s, a, o] > 0:
+                        c = _find(parent, c)
+                        if not red[c] and emission[c] >= 0:
+                            if stamp[c] != step:
+                                stamp[c] = step
+                                incount[c] = 0.0
+                            incount[c] += fcnt[s, a, o]
+                            if incount[c] > best_c:
+                                best_c = incount[c]
+                                best_b = c
+        if best_b < 0:
+            break
+        b = best_b
+        # score folding b into every red state of its emission
+        best_gain = 0.0
+        best_r = -1
+        for i in range(n_red):
+            r = reds[i]
+            if emission[r] != emission[b]:
+                continue
+            base[:] = jlen
+            nrem, rrem, dl, nt = fold(r, b, parent, child, fcnt, row_term, alpha, tab, stack, jp, jc, jcv, jf,
+                                      jfv, jlen, touched, mark)
+            q2 = q - nrem
+            t2 = n_trans - rrem
+            gain = dl - lam * (t2 * math.log(q2 + 1.0) - n_trans * math.log(q + 1.0) + (q2 - q) * log_o1)
+            undo(parent, child, fcnt, jp, jc, jcv, jf, jfv, jlen, base)
+            if gain > best_gain:
+                best_gain = gain
+                best_r = r
+        if best_r < 0:
+            red[b] = True
+            reds[n_red] = b
+            n_red += 1
+            continue
+        start = jlen[0]
+        nrem, rrem, dl, nt = fold(best_r, b, parent, child, fcnt, row_term, alpha, tab, stack, jp, jc, jcv, jf,
+                                  jfv, jlen, touched, mark)
+        commit_rows(touched, nt, fcnt, row_term, alpha, tab)
+        for i in range(start, jlen[0]):
+            y = jp[i]
+            merges[n_merges, 0] = parent[y]
+            merges[n_merges, 1] = y
+            n_merges += 1
+        q -= nrem
+        n_trans -= rrem
+        gains[n_folds] = best_gain
+        n_folds += 1
+        jlen[:] = 0  # committed: the journal restarts
+    return n_merges, n_folds

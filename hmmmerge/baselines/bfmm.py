@@ -36,23 +36,43 @@ it touches (the out-rows of the two states, the rows of other states that
 lead to both) plus two global terms (Q and the number of transitions), so
 it is computed in time linear in those rows.
 
-**Search.** All same-emission pairs are scored once and cached (local
-evidence change, transitions removed).  After merging ``y`` into ``x`` only
-the pairs whose touched rows changed are re-scored: every pair of ``x`` and
-of states whose row collapsed; pairs ``(u, v)`` with ``u -a-> x`` and
-``v -a-> y``; pairs of successors of a changed row (they gained a common
-predecessor).  Each state keeps an upper bound of its best pair score (the
-prior term ``r log Q`` only falls as Q falls); a lazy scan refreshes the top
-row until it is exact, so every merge is the true best.  Cost:
-``O(sum_c n_c^2 d)`` to start (``n_c`` states of colour ``c``, ``d`` edges
-per state), ``O(P d + H)`` per merge (``P`` re-scored pairs, H states),
-memory ``O(sum_c n_c^2)``; quadratic in the data by nature.  Measured on
-the 10x10 world: about episodes^2 in time (100 episodes, 4,754 states: 3 s;
-300 episodes: 26 s).
+**Schedule.** ``incremental=True`` (default), Stolcke & Omohundro's
+incremental merging: each episode is added to the current model as a new
+path of states (one per observation) and the model is merged back to a local
+optimum of the posterior before the next episode comes; so the search works
+on the current model plus one path, and 1,000 episodes of the paper's
+protocol take seconds.  ``incremental=False``: batch merging from the
+maximally specific model of all the data (``initial``).
+
+**Search.** ``search="pairs"`` (default): best-first over single merges.
+All same-emission pairs are scored once and cached (local evidence change,
+transitions removed).  After merging ``y`` into ``x`` only the pairs whose
+touched rows changed are re-scored: every pair of ``x`` and of states whose
+row collapsed; pairs ``(u, v)`` with ``u -a-> x`` and ``v -a-> y``; pairs of
+successors of a changed row (they gained a common predecessor).  Each state
+keeps an upper bound of its best pair score (the prior term ``r log Q`` only
+falls as Q falls); a lazy scan refreshes the top row until it is exact, so
+every merge is the true best.  Cost per search: ``O(sum_c n_c^2 d)`` to
+start (``n_c`` states of colour ``c``, ``d`` edges per state), ``O(P d + H)``
+per merge (``P`` re-scored pairs), memory ``O(sum_c n_c^2)``.
+
+``search="fold"`` (batch, prefix tree): determinising merges in the order
+of the evidence, as in RPNI / EDSM "blue-fringe" state merging, scored by the
+same posterior.  Red states start as the root; the blue state (a successor
+of a red state that is not red) with the largest count is folded into the
+red state of its colour whose fold raises the posterior most, or becomes red
+if no fold does.  Folding ``u`` into ``m`` merges them and then, recursively,
+every two successors that now share an action and an observation, so the
+model stays emission-deterministic and a merge of two copies of one place
+takes their whole futures with it, which a single merge cannot: a single
+merge of two copies makes their successor rows non-deterministic and costs
+evidence until the successors are merged too, so the pair search prefers
+small merges near the leaves and ends near the first-order model.  Every
+tried fold is undone from a journal.
 
 **Candidates.** ``candidates`` (a callable, e.g. :func:`sf_candidates`)
-returns the pairs of initial states that may merge; a merged state may merge
-with anything either part could.  This cuts the quadratic start and the
+returns the pairs of states that may merge; a merged state may merge with
+anything either part could.  This cuts the quadratic start and the
 per-merge work, but the greedy search then only sees a subset of merges: it
 may stop earlier (more states, lower posterior) or take a different path.
 """
@@ -358,6 +378,9 @@ class BestFirstMerging(Estimator):
         separate row, so it never costs likelihood; it lets states that end
         episodes share a successor, which guides the merging backwards from
         the ends).  ``to_hmm`` drops it.
+    search : ``"pairs"`` (best-first over single merges, Stolcke &
+        Omohundro) or ``"fold"`` (evidence-driven determinising folds of the
+        prefix tree; needs ``incremental=False``, see the module docstring).
     seed : int or Generator; breaks ties between equally good merges (the
         states are numbered in a random order).
 
@@ -370,12 +393,13 @@ class BestFirstMerging(Estimator):
         ``t`` of episode ``e``).
     n_initial_states_ : its number of states.
     merges_ : (n_merges_, 2) merged pairs ``(kept, removed)`` in its numbering, in order.
-    merge_gains_ : (n_merges_,) log posterior gain of every merge (all > 0).
+    merge_gains_ : log posterior gain of every accepted step (all > 0): a merge
+        (``search="pairs"``, n_merges_ of them) or a fold (``search="fold"``).
     labels_ : (n_initial_states_,) the merged state (0..n_states_-1) of every initial state.
     emission_ : (n_states_,) the observation each merged state emits.
     log_posterior_ : ``log P(M_S) + log P(X | M_S)`` of the merged model and all the data.
-    log_posterior_trace_ : batch: (n_merges_ + 1,) the posterior before every
-        merge and at the end; incremental: (n_episodes,) the posterior of the
+    log_posterior_trace_ : batch: the posterior before every step (merge or
+        fold) and at the end; incremental: (n_episodes,) the posterior of the
         episodes so far after each episode's merging.
     merges_per_episode_ : incremental: (n_episodes,) merges done after adding each episode; batch: ``None``.
     edges_ : ``(src, act, dst, count)`` of the merged model's Viterbi counts
@@ -397,9 +421,10 @@ class BestFirstMerging(Estimator):
     """
 
     def __init__(self, prior_weight: float = 1.0, structure_prior: float = 1.0, incremental: bool = True,
-                 candidates=None, max_merges: int | None = None, initial: str = "tree", end_state: bool = True,
-                 seed=0):
+                 search: str = "pairs", candidates=None, max_merges: int | None = None, initial: str = "tree",
+                 end_state: bool = True, seed=0):
         self.prior_weight = prior_weight
+        self.search = search
         self.structure_prior = structure_prior
         self.incremental = incremental
         self.candidates = candidates
@@ -421,6 +446,13 @@ class BestFirstMerging(Estimator):
         check_int(self.max_merges, "max_merges", low=0, allow_none=True)
         if self.initial not in ("tree", "sequences"):
             raise ValueError(f"initial must be 'tree' or 'sequences', got {self.initial!r}")
+        if self.search not in ("pairs", "fold"):
+            raise ValueError(f"search must be 'pairs' or 'fold', got {self.search!r}")
+        if self.search == "fold":
+            for name, ok in (("incremental=False", not self.incremental), ("initial='tree'", self.initial == "tree"),
+                             ("candidates=None", self.candidates is None), ("max_merges=None", self.max_merges is None)):
+                if not ok:
+                    raise ValueError(f"search='fold' runs on the prefix tree of all the data and needs {name}")
         as_generator(self.seed)  # validates
 
     # ------------------------------------------------------------------ fit
@@ -445,6 +477,10 @@ class BestFirstMerging(Estimator):
             model = sequence_model(traj, O, A, end_state=self.end_state)
             merges, gains, trace, per_episode, stats = self._fit_incremental(obs, actions, O, A, rng)
             self.merges_per_episode_ = per_episode
+        elif self.search == "fold":
+            model = _permute(prefix_tree(traj, O, A, end_state=self.end_state), rng)
+            merges, gains, stats = _fold_search(model, self.prior_weight, self.structure_prior)
+            trace = None
         else:
             build = prefix_tree if self.initial == "tree" else sequence_model
             model = _permute(build(traj, O, A, end_state=self.end_state), rng)
@@ -472,7 +508,7 @@ class BestFirstMerging(Estimator):
         self.n_obs_, self.n_actions_ = O, A
         self.log_posterior_ = viterbi_log_posterior(*self.edges_, self.n_states_, O, self.prior_weight,
                                                     self.structure_prior)
-        if trace is None:  # batch: the posterior before every merge and at the end
+        if trace is None:  # batch: the posterior before every step and at the end
             lp0 = viterbi_log_posterior(model.src, model.act, model.dst, model.count, H, O, self.prior_weight,
                                         self.structure_prior)
             trace = lp0 + np.concatenate([[0.0], np.cumsum(gains)])
@@ -680,6 +716,44 @@ def _search(emission, src, act, dst, cnt, n_obs, n_actions, alpha, lam, tab, pai
     )
     k = alive_e
     return merges[:n_done].copy(), gains[:n_done].copy(), (src[k], act[k], dst[k], cnt[k]), stats
+
+
+#: Entries of the fold search's dense successor table (states x actions x observations) above which it is refused.
+MAX_FOLD_TABLE = 100_000_000
+
+
+def _fold_search(model: InitialModel, alpha: float, lam: float):
+    """Evidence-driven blue-fringe merging with determinising folds (see :func:`_bfmm_kernels.run_folds`).
+
+    Returns ``(merges (k, 2) as (kept, removed) in the model's numbering, gains per fold, stats)``.
+    """
+    from . import _bfmm_kernels as K
+
+    H, O, A = model.n_states, model.n_obs, model.n_actions
+    A1, O1 = A + 2, O + 1
+    if (H + 2) * A1 * O1 > MAX_FOLD_TABLE:
+        raise ValueError(f"search='fold' would need a successor table of {(H + 2) * A1 * O1:,} entries "
+                         f"(limit {MAX_FOLD_TABLE:,}): use fewer episodes")
+    emission = np.concatenate([model.emission, [-1, -2]]).astype(np.int64)
+    obs_of = np.concatenate([model.emission, [O, O]])  # the final state's "observation" is O
+    child = np.full((H + 2, A1, O1), -1, np.int64)
+    fcnt = np.zeros((H + 2, A1, O1))
+    child[model.src, model.act, obs_of[model.dst]] = model.dst
+    fcnt[model.src, model.act, obs_of[model.dst]] = model.count
+    tab = _lgamma_table(alpha, model.count.sum())
+    row_term = np.zeros((H + 2) * A1)
+    K.init_fold_rows(fcnt, row_term, alpha, tab)
+    E = len(model.src)
+    parent = np.arange(H + 2, dtype=np.int64)
+    merges = np.zeros((H, 2), np.int64)
+    gains = np.zeros(H)
+    n_merges, n_folds = K.run_folds(
+        H, emission, parent, child, fcnt, row_term, alpha, tab, lam, float(np.log(O + 1)), H, E,
+        np.zeros((E + 1, 2), np.int64), np.zeros(H + 2, np.int64), np.zeros(E + 1, np.int64),
+        np.zeros(E + 1, np.int64), np.zeros(2 * E + 2, np.int64), np.zeros(2 * E + 2), np.zeros((H + 2) * A1, np.int64),
+        np.full((H + 2) * A1, -1, np.int64), merges, gains,
+    )
+    return merges[:n_merges].copy(), gains[:n_folds].copy(), np.array([n_folds, 0])
 
 
 def _permute(model: InitialModel, rng) -> InitialModel:

@@ -53,6 +53,14 @@ def _level2_builder(merge: str):
     return build
 
 
+def build_context(env, train, args):
+    """Longest matching context of (action, observation) pairs, up to ``--context-order`` pairs."""
+    from ..baselines.context import ContextModel
+
+    return ContextModel(order=args.context_order, pseudocount=args.pseudocount).fit(
+        train, env.n_obs, env.n_actions).to_hmm()
+
+
 def build_em(env, train, args):
     """EM on an action-conditioned clone HMM (``--clones`` per observation, ``--em-iter`` iterations)."""
     from ..baselines.em import CloneHMM
@@ -66,13 +74,17 @@ def build_bfmm(env, train, args):
     from ..baselines.bfmm import BestFirstMerging
 
     data = train if args.bfmm_episodes is None else train[: args.bfmm_episodes]
-    return BestFirstMerging(seed=args.seed).fit(data, env.n_obs, env.n_actions).to_hmm()
+    search = getattr(args, "bfmm_search", "pairs")
+    bf = BestFirstMerging(search=search, incremental=search == "pairs",
+                          structure_prior=getattr(args, "bfmm_structure_prior", 1.0), seed=args.seed)
+    return bf.fit(data, env.n_obs, env.n_actions).to_hmm()
 
 
 #: name -> builder(env, train_trajectories, args) -> ActionHMM, in table order.
 MODELS = {
     "oracle": build_oracle,
     "first-order": build_first_order,
+    "context": build_context,
     "level1": build_level1,
     "level2-sf": _level2_builder("sf"),
     "level2-random": _level2_builder("random"),
@@ -123,12 +135,20 @@ def add_experiment_arguments(p: argparse.ArgumentParser) -> None:
                         "makes the surprise infinite (counted in zero_prob_steps)")
     p.add_argument("--score-first", action="store_true",
                    help="also score the first observation of each episode (predicted from B)")
-    p.add_argument("--pseudocount", type=float, default=0.0, help="first-order model pseudocount (default 0)")
+    p.add_argument("--pseudocount", type=float, default=0.0,
+                   help="first-order and context models: pseudocount (default 0)")
+    p.add_argument("--context-order", type=_positive_int, default=4,
+                   help="context model: longest context in (action, observation) pairs (default 4)")
     p.add_argument("--size", type=_positive_int, default=10, help="level 2: initial cluster size (default 10)")
     p.add_argument("--clones", type=_positive_int, default=30, help="EM: clones per observation (default 30)")
     p.add_argument("--em-iter", type=_positive_int, default=150, help="EM: iterations (default 150)")
     p.add_argument("--bfmm-episodes", type=_positive_int, default=None,
                    help="best-first merging: use only the first N training episodes (default: all)")
+    p.add_argument("--bfmm-search", choices=("pairs", "fold"), default="pairs",
+                   help="best-first merging: 'pairs' (Stolcke & Omohundro, incremental; default) or 'fold' "
+                        "(evidence-driven determinising folds of the prefix tree)")
+    p.add_argument("--bfmm-structure-prior", type=float, default=1.0,
+                   help="best-first merging: weight of the structure prior (default 1)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
