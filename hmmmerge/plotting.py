@@ -139,7 +139,7 @@ def plot_grid_values(env: Environment, values, ax=None, cmap="viridis", title=No
         occupied = np.zeros(shape, dtype=bool)
         occupied[cells[:, 0], cells[:, 1]] = True
         ax.imshow(np.where(occupied, np.nan, 0.0), cmap="Greys", vmin=-1, vmax=1)  # walls grey, cells blank
-        size = max(4.0, 90.0 / max(shape))
+        size = _cell_points(ax, shape)
         im = None
         for d, marker in _MARKERS.items():
             sel = np.flatnonzero(dirs == d)
@@ -147,10 +147,10 @@ def plot_grid_values(env: Environment, values, ax=None, cmap="viridis", title=No
                 continue
             dr, dc = DIRECTION_OFFSETS[d]
             im = ax.scatter(cells[sel, 1] + dc, cells[sel, 0] + dr, c=values[sel], cmap=cmap, vmin=vmin, vmax=vmax,
-                            marker=marker, s=size**2 / 4, linewidths=0)
+                            marker=marker, s=(0.3 * size) ** 2, linewidths=0)
         dr, dc = DIRECTION_OFFSETS[int(dirs[env.start])]
         r, c = cells[env.start]
-        ax.scatter([c + dc], [r + dr], marker=_MARKERS[int(dirs[env.start])], s=size**2 / 2, facecolors="none",
+        ax.scatter([c + dc], [r + dr], marker=_MARKERS[int(dirs[env.start])], s=(0.45 * size) ** 2, facecolors="none",
                    edgecolors="red", linewidths=1.2)
         ax.set_xlim(-0.5, shape[1] - 0.5)
         ax.set_ylim(shape[0] - 0.5, -0.5)
@@ -232,6 +232,8 @@ def plot_learned_map(env: Environment, membership, transitions=None, ax=None, ti
         _, ax = plt.subplots(figsize=(min(0.45 * shape[1], 12) + 1.5, min(0.45 * shape[0], 12) + 0.8))
     plot_grid_values(env, env.obs, ax=ax, cmap="Pastel1" if env.n_obs <= 9 else "tab20", annotate=None,
                      colorbar=False)
+    for layer in ax.collections + ax.images:  # the world underneath, faint
+        layer.set_alpha(0.3)
     if transitions is not None:
         t = np.asarray(transitions, dtype=float)
         if t.shape != (m.shape[0], m.shape[0]):
@@ -249,6 +251,12 @@ def plot_learned_map(env: Environment, membership, transitions=None, ax=None, ti
     if title:
         ax.set_title(title)
     return ax
+
+
+def _cell_points(ax, shape) -> float:
+    """The side of one grid cell in points, for marker sizes."""
+    box = ax.get_window_extent()
+    return min(box.width / shape[1], box.height / shape[0]) * 72.0 / ax.figure.dpi
 
 
 def _outline():

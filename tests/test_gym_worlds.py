@@ -144,3 +144,27 @@ def test_bad_arguments():
         from_gymnasium("CliffWalking-v1", n_episodes=1, episode_length=2, policy=lambda o, r: 9)
     with pytest.raises(TypeError, match="not hashable"):
         ObservationVocabulary().add(object.__new__(type("U", (), {"__hash__": None})))
+
+
+def test_notebook_06_fourrooms_results():
+    """The results notebooks/06_minigrid_cognitive_map.ipynb states, on the same world, seeds and settings."""
+    from hmmmerge import TwoLevelMemory
+    from hmmmerge.episodic import EpisodicMemory
+    from hmmmerge.evaluate import evaluate_model, weighted_purity
+    from hmmmerge.structure import markov_radius
+
+    env = from_gymnasium("MiniGrid-FourRooms-v0", seed=0)
+    assert env.n_states == 4 * 260 and env.n_obs == 360
+    assert markov_radius(env) == 0
+    counts = env.clone_counts()
+    assert 0.75 < (counts[env.obs] > 1).mean() < 0.8  # 77.8% of the poses share their view
+    train, test = random_walk(env, 20, 1000, seed=0), random_walk(env, 10, 200, seed=1)
+    level1 = EpisodicMemory(env.n_obs, env.n_actions)
+    level1.observe_trajectories(train)
+    agent = TwoLevelMemory(env.n_obs, env.n_actions, merge="sf", initial_size=10, seed=0).fit(train)
+    r1 = evaluate_model(env, level1.to_hmm(), trajectories=test, smoothing=1e-3)
+    r2 = evaluate_model(env, agent.level2_hmm(), trajectories=test, smoothing=1e-3)
+    assert evaluate_model(env, env.to_hmm(), trajectories=test, smoothing=1e-3)["accuracy"] == 1.0
+    assert r2["accuracy"] > r1["accuracy"] and r2["surprise"] < r1["surprise"] and r2["n_states"] < r1["n_states"]
+    n = agent.memory_.n_states
+    assert 0.5 < weighted_purity(agent.clusters_.assignment[:n], agent.memory_.labels) < 0.8

@@ -244,3 +244,20 @@ def test_authors_sf_reaches_the_agent(tmp_path, monkeypatch):
     monkeypatch.setattr(agent_module.TwoLevelMemory, "__init__", spy)
     learning_run(dict(sweep.configs[0], episodes=5))
     assert seen["sf_scale"] == AUTHORS_SF["sf_scale"] and seen["min_depth"] == AUTHORS_SF["min_depth"]
+
+
+def test_beyond_paper_curves(quick):
+    out, res = quick
+    rows = _csv(out / "beyond_paper.csv")
+    assert len(rows) == QUICK.episodes
+    from hmmmerge.agent import MERGE_MODES
+
+    for k in [m for m in ("fold", "sf", "random") if m in MERGE_MODES] + ["context"]:
+        mean = _col(rows, f"{k}_mean")
+        assert np.all((mean >= 0) & (mean <= 1)), k
+    # the context model has no data before its first refit (episode 50): it predicts nothing there
+    assert _col(rows, "context_mean")[0] < 0.05
+    # EM trained on all episodes beats the paper's online learner at the end of this short run
+    assert _col(rows, "em_heldout")[0] > _col(rows, "sf_mean")[-1]
+    summary = res["figures"]["beyond_paper"]
+    assert 0 <= summary["sf_last50"] <= 1 and summary["em_heldout"] > 0.9

@@ -6,7 +6,11 @@ seed (``--seeds`` for more) and 1,000 episodes of 50 random moves:
 * the two-level agent with SF merges, random merges and no merges, initial
   cluster size 10 and 1 (online next-observation accuracy of level 2, as the
   paper measures it; then the final level-2 model scored on 100 fresh episodes);
+* the same agent with the fold consolidation (``merge="fold"``, beyond the paper),
+  when this version has it;
 * the first-order model (online, and fitted offline then scored on the same fresh episodes);
+* the context baseline (longest matching context of up to 4 (action, colour) pairs), fitted on
+  the same episodes and scored on the fresh ones;
 * EM (the action-conditioned clone HMM, 20 clones per colour, 100 iterations), fitted on the
   same episodes and scored on the fresh ones -- if :mod:`hmmmerge.baselines.em` is available;
 * the oracle (the true world) for the physical limit.
@@ -22,7 +26,15 @@ import os
 
 SIZES = (10, 1)
 MERGES = ("sf", "random", "none")
-_MERGE_TEXT = {"sf": "SF merges", "random": "random merges", "none": "no merges"}
+_MERGE_TEXT = {"sf": "SF merges", "random": "random merges", "none": "no merges",
+               "fold": "fold consolidation (beyond the paper)"}
+
+
+def extra_merges() -> tuple:
+    """Merge modes beyond the paper that this version of the agent has (one row each, size 10)."""
+    from ..agent import MERGE_MODES
+
+    return tuple(m for m in ("fold",) if m in MERGE_MODES)
 
 
 def add_parser(sub) -> None:
@@ -52,9 +64,10 @@ def sweeps(out, seeds, episodes, colouring, with_em=True):
     from ..sweep import Sweep, grid
 
     agent = grid(seed=list(range(seeds)), size=SIZES, merge=MERGES)
+    agent += grid(seed=list(range(seeds)), size=[SIZES[0]], merge=list(extra_merges()))
     for c in agent:
         c.update(colouring=colouring, episodes=episodes, eval_episodes=100)
-    models = ["first_order", "oracle"] + (["em"] if with_em else [])
+    models = ["first_order", "context", "oracle"] + (["em"] if with_em else [])
     base = grid(seed=list(range(seeds)), model=models)
     for c in base:
         c.update(colouring=colouring, episodes=episodes, eval_episodes=100)
@@ -76,24 +89,24 @@ def table(agent_cfg, agent_res, base_cfg, base_res, last=50) -> list[dict]:
     import numpy as np
 
     rows = []
-    for size in SIZES:
-        for merge in MERGES:
-            rs = [r for c, r in zip(agent_cfg, agent_res) if c["size"] == size and c["merge"] == merge]
-            rows.append({
-                "model": f"two-level, {_MERGE_TEXT[merge]}, size {size}",
-                "online_accuracy": float(np.mean([r["l2_accuracy"][-last:].mean() for r in rs])),
-                "online_no_prediction": float(np.mean([r["l2_no_prediction"][-last:].mean() for r in rs])),
-                "heldout_accuracy": float(np.mean([r["l2_heldout_accuracy"] for r in rs])),
-                "heldout_surprise": float(np.mean([r["l2_heldout_surprise"] for r in rs])),
-                "states": float(np.mean([r["n_clusters"][-1] for r in rs])),
-                "purity": float(np.mean([r["purity_no_singletons"][-1] for r in rs])),
-                "seeds": len(rs)})
+    for size, merge in _agent_rows(agent_cfg):
+        rs = [r for c, r in zip(agent_cfg, agent_res) if c["size"] == size and c["merge"] == merge]
+        rows.append({
+            "model": f"two-level, {_MERGE_TEXT[merge]}" + ("" if merge == "fold" else f", size {size}"),
+            "online_accuracy": float(np.mean([r["l2_accuracy"][-last:].mean() for r in rs])),
+            "online_no_prediction": float(np.mean([r["l2_no_prediction"][-last:].mean() for r in rs])),
+            "heldout_accuracy": float(np.mean([r["l2_heldout_accuracy"] for r in rs])),
+            "heldout_surprise": float(np.mean([r["l2_heldout_surprise"] for r in rs])),
+            "states": float(np.mean([r["n_clusters"][-1] for r in rs])),
+            "purity": float(np.mean([r["purity_no_singletons"][-1] for r in rs])),
+            "seeds": len(rs)})
     online_fo = float(np.mean([r["first_order_accuracy"][-last:].mean() for c, r in zip(agent_cfg, agent_res)
                                if c["size"] == SIZES[0] and c["merge"] == MERGES[0]]))
     level1 = float(np.mean([r["l1_accuracy"][-last:].mean() for c, r in zip(agent_cfg, agent_res)
                             if c["size"] == SIZES[0] and c["merge"] == MERGES[0]]))
-    names = {"first_order": "first order", "em": "EM (clone HMM, 20 clones/colour)", "oracle": "oracle (true world)"}
-    for model in ("first_order", "em", "oracle"):
+    names = {"first_order": "first order", "context": "context (order 4)", "em": "EM (clone HMM, 20 clones/colour)",
+             "oracle": "oracle (true world)"}
+    for model in ("first_order", "context", "em", "oracle"):
         rs = [r for c, r in zip(base_cfg, base_res) if c["model"] == model]
         if not rs:
             continue
@@ -109,6 +122,13 @@ def table(agent_cfg, agent_res, base_cfg, base_res, last=50) -> list[dict]:
                                           if c["size"] == SIZES[0] and c["merge"] == MERGES[0]])),
                  "purity": float("nan"), "seeds": 0})
     return rows
+
+
+def _agent_rows(agent_cfg) -> list[tuple[int, str]]:
+    """(size, merge) of the agent rows, in table order: the paper's modes, then the modes beyond it."""
+    present = {(c["size"], c["merge"]) for c in agent_cfg}
+    order = [(s, m) for s in SIZES for m in MERGES] + [(SIZES[0], m) for m in ("fold",)]
+    return [k for k in order if k in present]
 
 
 def format_rows(rows) -> str:
@@ -138,16 +158,17 @@ def accuracy_figure(agent_cfg, agent_res, rows, path, sigma=20.0) -> None:
 
     fig, ax = plt.subplots(figsize=(8, 4.8))
     episodes = np.asarray(agent_res[0]["episode"]) + 1
-    for size in SIZES:
-        for merge in MERGES:
-            runs = np.array([smooth(r["l2_accuracy"], sigma) for c, r in zip(agent_cfg, agent_res)
-                             if c["size"] == size and c["merge"] == merge])
-            ax.plot(episodes, runs.mean(0), color=MERGE_STYLE[merge], ls=SIZE_STYLE[size],
-                    label=f"{MERGE_NAME[merge]}, size {size}")
+    for size, merge in _agent_rows(agent_cfg):
+        runs = np.array([smooth(r["l2_accuracy"], sigma) for c, r in zip(agent_cfg, agent_res)
+                         if c["size"] == size and c["merge"] == merge])
+        label = MERGE_NAME[merge] if merge == "fold" else f"{MERGE_NAME[merge]}, size {size}"
+        ax.plot(episodes, runs.mean(0), color=MERGE_STYLE[merge], ls=SIZE_STYLE[size], label=label)
     fo = np.array([smooth(r["first_order_accuracy"], sigma) for c, r in zip(agent_cfg, agent_res)
                    if c["size"] == SIZES[0] and c["merge"] == MERGES[0]])
     ax.plot(episodes, fo.mean(0), color="black", ls="-.", label="first order")
     for r in rows:
+        if r["model"].startswith("context"):
+            ax.axhline(r["heldout_accuracy"], color="tab:brown", ls="--", lw=1, label="context (held-out, after training)")
         if r["model"].startswith("EM"):
             ax.axhline(r["heldout_accuracy"], color="tab:purple", ls="--", lw=1, label="EM (held-out, after training)")
         if r["model"].startswith("oracle"):

@@ -15,7 +15,8 @@ def add_parser(sub) -> None:
     p.add_argument("--episode-length", type=int, default=50)
     p.add_argument("--size", type=int, default=10, help="initial cluster size (1, 10, 100 in the paper)")
     p.add_argument("--merge", choices=["sf", "random", "none", "fold"], default="sf",
-                   help="sf (Algorithm 3), random, none, or fold (evidence-driven folding, beyond the paper)")
+                   help="sleep consolidation: sf (the paper's Algorithm 3), random, none, or fold (evidence-driven "
+                        "determinising merges, beyond the paper; see README)")
     p.add_argument("--merge-iterations", type=int, default=5)
     p.add_argument("--similarity", choices=["euclidean", "cosine", "kl", "correlation"], default="euclidean")
     p.add_argument("--literal", action="store_true",
@@ -30,7 +31,8 @@ def add_parser(sub) -> None:
     p.add_argument("--smoothing", type=float, default=1e-3, metavar="EPS",
                    help="surprise scores (1-EPS) p + EPS/n_obs so that a zero-probability step stays finite "
                         "(default 0.001; the unsmoothed value and the count of such steps are reported too)")
-    p.add_argument("--out", metavar="DIR", help="write per-episode curves (CSV) and the trained memory (.npz)")
+    p.add_argument("--out", metavar="DIR", help="write per-episode curves (history.csv), the trained memory (agent.npz) and level 2 as a "
+                        "world graph (level2.json: most likely transitions; read it with hmmmerge env --graph)")
     p.add_argument("--resume", metavar="FILE", help="continue a memory saved by --out (agent.npz)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--progress", action="store_true",
@@ -79,6 +81,12 @@ def run(args) -> int:
         os.makedirs(args.out, exist_ok=True)
         agent.save(os.path.join(args.out, "agent.npz"))
         write_history_csv(os.path.join(args.out, "history.csv"), agent.history())
+        if agent.n_clusters_:
+            from ..cognitive_map import cognitive_map
+
+            level2 = os.path.join(args.out, "level2.json")
+            cognitive_map(agent.level2_hmm(), name=f"level 2 ({agent.merge} merges)").save(level2)
+            out["level2_graph"] = level2
         out["out"] = args.out
     if args.json:
         print_json(out)

@@ -11,9 +11,13 @@ resumable, see :mod:`hmmmerge.sweep`):
   ``fig:size_purity_merge_acc`` and ``fig:size_pos_acc``.
 
 ``fig:purity_random`` needs no agent (random partitions, exact law).
+``fig:beyond_paper`` (not in the paper) runs the ``beyond`` sweeps of
+:mod:`hmmmerge.reproduce.beyond` on the paper's world: the agent with fold
+(when this version has it), SF and random merges, EM, and the context
+baseline as an online learner.
 
 >>> sorted(FIGURES)[:3]
-['final_values', 'purity_random', 'sf_gw_acc']
+['beyond_paper', 'final_values', 'purity_random']
 >>> PROTOCOLS["full"].n_learning_runs
 135
 """
@@ -97,11 +101,30 @@ def cluster_sweep(out_dir, protocol: Protocol):
                  version="auto")
 
 
+def beyond_sweeps(out_dir, protocol: Protocol) -> dict:
+    """``fig:beyond_paper``'s sweeps under ``OUT/runs/beyond-*``: online agents, EM, context curves."""
+    from ..agent import MERGE_MODES
+    from ..sweep import Sweep, grid
+    from .beyond import context_curve_run, offline_run, online_run
+
+    base = grid(colouring=protocol.colourings, seed=protocol.seeds)
+    for c in base:
+        c.update(world="grid", episodes=protocol.episodes, episode_length=protocol.episode_length)
+    merges = [m for m in ("fold", "sf", "random") if m in MERGE_MODES]
+    online = [dict(c, merge=m, eval_episodes=100) for c in base for m in merges]
+    em = [dict(c, model="em", clones=20, iterations=100, eval_episodes=100) for c in base]
+    ctx = [dict(c, refit_every=50) for c in base]
+    root = os.path.join(out_dir, "runs")
+    return {"beyond_online": Sweep(os.path.join(root, "beyond-online"), online_run, online, version="auto"),
+            "beyond_em": Sweep(os.path.join(root, "beyond-em"), offline_run, em, version="auto"),
+            "beyond_context": Sweep(os.path.join(root, "beyond-context"), context_curve_run, ctx, version="auto")}
+
+
 def _cost(sweep_index, config) -> float:
     """Submission order: slow runs first (size-1 SF runs dominate)."""
     if "merge" not in config:
         return -1.0
-    size, merge = config["size"], config["merge"]
+    size, merge = config.get("size", 10), config["merge"]
     return -{(1, "sf"): 40.0, (1, "random"): 12.0}.get((size, merge), 6.0)
 
 
@@ -128,6 +151,7 @@ FIGURES = {
     "sf_gw_n_clusters": "learning",
     "sf_gw_structure": "learning",
     "final_values": "learning",
+    "beyond_paper": "beyond",
 }
 """Figure name (the paper's ``\\label`` without ``fig:``) -> the sweep it needs."""
 
@@ -155,6 +179,8 @@ def reproduce(out_dir, quick: bool = False, executor="local", progress=None, onl
         sweeps["learning"] = learning_sweep(out_dir, protocol, authors_sf)
     if "clusters" in needs:
         sweeps["clusters"] = cluster_sweep(out_dir, protocol)
+    if "beyond" in needs:
+        sweeps.update(beyond_sweeps(out_dir, protocol))
     t0 = time.perf_counter()
     results = dict(zip(sweeps, run_sweeps(list(sweeps.values()), executor=executor, progress=progress,
                                           max_workers=max_workers, order=_cost))) if sweeps else {}
@@ -180,6 +206,10 @@ def reproduce(out_dir, quick: bool = False, executor="local", progress=None, onl
                                                              "merge accuracy", chance_line=True)
         if "size_pos_acc" in names:
             figs["size_pos_acc"] = F.size_pos_figure(cfg, res, out_dir, protocol.pos_sizes)
+    if "beyond_online" in results and "beyond_paper" in names:
+        figs["beyond_paper"] = F.beyond_paper_figure(sweeps["beyond_online"].configs, results["beyond_online"],
+                                                     results["beyond_em"], results["beyond_context"], out_dir,
+                                                     protocol.sigma)
     if "purity_random" in names:
         figs["purity_random"] = F.purity_random_figure(out_dir, protocol.purity_sizes, protocol.purity_clones,
                                                        protocol.purity_states_per_clone, protocol.purity_partitions)

@@ -20,9 +20,9 @@ from .paper import PAPER, PAPER_FIRST_ORDER, PAPER_MERGE_ACCURACY
 __all__ = ["smooth", "learning_curves", "final_table", "structure_matrices", "cluster_stats",
            "purity_random_numbers", "write_csv"]
 
-MERGE_STYLE = {"sf": "tab:blue", "random": "tab:orange", "none": "tab:green"}
+MERGE_STYLE = {"sf": "tab:blue", "random": "tab:orange", "none": "tab:green", "fold": "tab:red"}
 SIZE_STYLE = {1: ":", 10: "-", 100: "--"}
-MERGE_NAME = {"sf": "sf", "random": "random", "none": "no merge"}
+MERGE_NAME = {"sf": "sf", "random": "random", "none": "no merge", "fold": "fold"}
 
 
 # --------------------------------------------------------------------------- helpers
@@ -461,3 +461,56 @@ def purity_random_figure(out_dir, sizes, clones_list, states_per_clone, n_partit
     _save(fig, png)
     worst = max(abs(r["sim_mean"] - r["exact_mean"]) for r in rows)
     return {"files": [png, csv], "summary": {"max_abs_sim_minus_exact_mean": worst}}
+
+
+# --------------------------------------------------------------------------- beyond the paper
+def beyond_paper_figure(online_cfg, online_res, em_res, context_res, out_dir, sigma,
+                        name="beyond_paper") -> dict:
+    """``fig:beyond_paper``: online level-2 accuracy of fold / sf / random merges, the context baseline's
+    online curve (refitted every 50 episodes), and EM's held-out level, on the paper's world.
+
+    Writes ``beyond_paper.png`` and ``beyond_paper.csv`` (mean and std per episode of each curve, and the EM
+    and oracle levels); the summary holds each curve's mean over the last 50 episodes (unsmoothed).
+    """
+    episodes = np.arange(1, len(online_res[0]["l2_accuracy"]) + 1)
+    curves, last50 = {}, {}
+    for merge in dict.fromkeys(c["merge"] for c in online_cfg):
+        raw = [r["l2_accuracy"] for c, r in zip(online_cfg, online_res) if c["merge"] == merge]
+        curves[merge] = _mean_std(np.array([smooth(x, sigma) for x in raw]))
+        last50[merge] = float(np.mean([x[-50:].mean() for x in raw]))
+    if context_res:
+        curves["context"] = _mean_std(np.array([smooth(r["accuracy"], sigma) for r in context_res]))
+        last50["context"] = float(np.mean([r["accuracy"][-50:].mean() for r in context_res]))
+    em = float(np.mean([r["heldout_accuracy"] for r in em_res])) if em_res else float("nan")
+    header, cols = ["episode"], [episodes]
+    for k, c in curves.items():
+        header += [f"{k}_mean", f"{k}_std"]
+        cols += [c["mean"], c["std"]]
+    header += ["em_heldout", "oracle"]
+    cols += [np.full(len(episodes), em), np.ones(len(episodes))]
+    csv = os.path.join(out_dir, f"{name}.csv")
+    write_csv(csv, header, zip(*cols))
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    for k, c in curves.items():
+        colour = MERGE_STYLE.get(k, "tab:brown")
+        label = {"context": "context (order 4), refitted every 50 episodes"}.get(k, f"{MERGE_NAME.get(k, k)} merges"
+                                                                              if k != "fold" else "fold")
+        ax.plot(episodes, c["mean"], color=colour, lw=1.5, ls="--" if k == "context" else "-", label=label)
+        ax.fill_between(episodes, c["mean"] - c["std"], c["mean"] + c["std"], color=colour, alpha=0.12, lw=0)
+    if em_res:
+        ax.axhline(em, color="tab:purple", ls=":", lw=1.2, label="EM, held-out after all episodes")
+    ax.axhline(1.0, color="grey", ls=":", lw=1, label="oracle")
+    n = max(c["n"] for c in curves.values())
+    ax.set_xlabel("episode")
+    ax.set_ylabel("next-observation accuracy (online)")
+    ax.set_ylim(0, 1.05)
+    ax.set_title(f"Beyond the paper: 10x10 world, 10 colours ({n} runs per curve, smoothing sigma={sigma:g})",
+                 fontsize=9)
+    ax.legend(fontsize=7, loc="lower right")
+    ax.grid(alpha=0.3)
+    png = os.path.join(out_dir, f"{name}.png")
+    _save(fig, png)
+    summary = {f"{k}_last50": v for k, v in last50.items()}
+    summary["em_heldout"] = em
+    return {"files": [png, csv], "summary": summary}

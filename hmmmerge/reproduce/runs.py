@@ -104,8 +104,8 @@ def baseline_run(config: dict) -> dict:
     """An offline baseline trained on the run's episodes, scored on fresh ones.
 
     Config: ``colouring``, ``seed``, ``episodes``, ``model`` (``first_order``,
-    ``em`` or ``oracle``), ``eval_episodes``; for EM ``clones`` (per colour)
-    and ``iterations``.
+    ``context``, ``em`` or ``oracle``), ``eval_episodes``; for EM ``clones`` (per colour)
+    and ``iterations``; for the context model ``order`` (4).
 
     >>> r = baseline_run({"colouring": 0, "seed": 0, "episodes": 20, "model": "oracle", "eval_episodes": 5})
     >>> float(r["heldout_accuracy"]), float(r["heldout_surprise"]) < 1e-2
@@ -121,6 +121,10 @@ def baseline_run(config: dict) -> dict:
             from ..baselines.first_order import FirstOrderModel
 
             hmm = FirstOrderModel().fit(traj, env.n_obs, env.n_actions).to_hmm()
+        elif model == "context":
+            from ..baselines.context import ContextModel
+
+            hmm = ContextModel(order=int(config.get("order", 4))).fit(traj, env.n_obs, env.n_actions).to_hmm()
         elif model == "em":
             from ..baselines.em import CloneHMM
 
@@ -128,7 +132,7 @@ def baseline_run(config: dict) -> dict:
                            seed=[int(config["colouring"]), int(config["seed"]), 2]).fit(
                 traj, env.n_obs, env.n_actions).to_hmm()
         else:
-            raise ValueError(f"model must be first_order, em or oracle, got {model!r}")
+            raise ValueError(f"model must be first_order, context, em or oracle, got {model!r}")
     return _held_out(env, hmm, config, int(config.get("eval_episodes", 100)), prefix="heldout")
 
 
