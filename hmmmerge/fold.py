@@ -161,6 +161,7 @@ class FoldMerger:
         self._reds_by_colour: dict[int, list[int]] = {}
         self._journal: list[tuple] = []
         self._conflicts: list[tuple[int, int]] = []   # (node, parent node) placed against a transition
+        self._settled = 0                              # conflicts before this index have no merge to undo
         self._decisions: list[int] = []               # journal index at which each fold decision began
         self.stats = {"merges": 0, "promotions": 0, "undos": 0, "conflicts": 0}
         self._cid: dict[int, int] = {}   # root node -> cluster id, as last written
@@ -226,6 +227,7 @@ class FoldMerger:
                 self._reds_by_colour[self._colour[x]].pop()
             elif kind == _CONFLICT:
                 self._conflicts.pop()
+                self._settled = min(self._settled, len(self._conflicts))
         while self._decisions and self._decisions[-1] >= t:
             self._decisions.pop()
 
@@ -436,9 +438,9 @@ class FoldMerger:
         """
         clashes: set[tuple[int, int]] = set()
         cache: dict[tuple[int, int], tuple[int, int]] = {}
-        k = self._k
         epoch = 0
         while True:
+            k = self._attainable_minimum()
             blues = self._blues()
             if not blues:
                 return
@@ -485,6 +487,15 @@ class FoldMerger:
                 clashes.add(best_pair[::-1])
             else:
                 self.stats["merges"] += 1
+
+    def _attainable_minimum(self) -> int:
+        """``min_evidence``, lowered (not below 2) to what an automaton of ``n_red`` blocks can show.
+
+        Evidence counts distinct blocks other than the red candidate, so with
+        ``n_red`` red blocks about ``n_red - 1`` agreements is all that a
+        world with few distinguishable states (an aliased loop) can ever give.
+        """
+        return max(min(self._k, self.n_red - 1), min(self._k, 2))
 
     # ------------------------------------------------------------ undo
     def _decision_of(self, t: int) -> int:
@@ -542,8 +553,9 @@ class FoldMerger:
         -1
         """
         t = -1
-        for node, child in (self._conflicts if self._A is not None else ()):
-            t = max(t, self._responsible(self._parent[node], self._parent[child]))
+        if self._A is not None:
+            for node, child in self._conflicts[self._settled:]:
+                t = max(t, self._responsible(self._parent[node], self._parent[child]))
         return t
 
     def undo(self, decision: int) -> list[int]:
@@ -570,11 +582,11 @@ class FoldMerger:
     def _resolve_conflicts(self) -> int:
         """Roll back the decisions behind contradicted transitions and place again; returns rounds used."""
         rounds = 0
-        while self._conflicts and rounds < self.max_undo_rounds:
+        while len(self._conflicts) > self._settled and rounds < self.max_undo_rounds:
             rounds += 1
             t = self.contradicted_merge()
-            if t < 0:      # no merge is behind it (cannot happen with deterministic data): keep the new block
-                self._conflicts.clear()
+            if t < 0:      # no merge is behind them (not with deterministic data): their new blocks stay
+                self._settled = len(self._conflicts)
                 break
             self.undo(t)
             self._place_pending()
@@ -688,7 +700,7 @@ class FoldMerger:
         reds = [(c, x) for c, xs in self._reds_by_colour.items() for x in xs]
         cid = sorted(self._cid.items())
         return {
-            "fold_sizes": np.array([self._n_obs, self._A, self._k, self._last], dtype=np.int64),
+            "fold_sizes": np.array([self._n_obs, self._A, self._k, self._last, self._settled], dtype=np.int64),
             "fold_parent": np.asarray(self._parent, dtype=np.int64),
             "fold_action": np.asarray(self._action, dtype=np.int64),
             "fold_colour": np.asarray(self._colour, dtype=np.int64),
@@ -719,7 +731,7 @@ class FoldMerger:
             self._A = None
             return
         try:
-            n_obs, A, k, last = (int(x) for x in d["fold_sizes"])
+            n_obs, A, k, last, settled = (int(x) for x in d["fold_sizes"])
             arrays = {name: np.asarray(d[f"fold_{name}"]) for name in _ARRAYS}
         except (KeyError, ValueError) as e:
             raise ValueError(f"{source}: fold merger arrays are missing or malformed ({e})") from None
@@ -728,7 +740,7 @@ class FoldMerger:
                                                   "delta", "dchild")) or arrays["delta"].shape[1:] != (A + 1,):
             raise ValueError(f"{source}: fold merger arrays have inconsistent shapes")
         self._init(n_obs, A)
-        self._k, self._last = k, last
+        self._k, self._last, self._settled = k, last, settled
         for name in ("parent", "action", "colour", "uf", "uf_time", "just"):
             setattr(self, f"_{name}", arrays[name].astype(np.int64).tolist())
         self._red = arrays["red"].astype(bool).tolist()

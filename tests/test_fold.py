@@ -271,3 +271,31 @@ def test_agent_fold_resumes_exactly(tmp_path):
     np.testing.assert_array_equal(whole.clusters_.assignment[:whole.memory_.n_states],
                                   back.clusters_.assignment[:back.memory_.n_states])
     assert whole.merger_.stats == back.merger_.stats
+
+
+def test_a_world_with_few_distinguishable_states_folds_to_its_minimal_machine():
+    # the aliased loop (colours 0, 1, 2 around a 12-cycle): only three states can be told apart, so
+    # the evidence any merge can show is small; the minimum adapts to the automaton's size
+    from hmmmerge.gallery import world
+
+    env = world("aliased-loop")
+    agent = TwoLevelMemory(env.n_obs, env.n_actions, merge="fold", seed=0).run(env, 60, 30, seed=0)
+    assert agent.n_clusters_ == minimal_machine(env).number_of_nodes() == 3
+    assert agent.summary(last=20)["l2_accuracy"] == 1.0
+
+
+def test_episodes_without_a_common_start_leave_contradictions_without_crashing():
+    # random start cells: the first observations contradict each other with no merge to blame
+    env = gridworld(4, 4, n_colours=4, seed=0)
+    rng = np.random.default_rng(0)
+    traj = random_walk(env, 60, 15, seed=0)
+    starts = rng.integers(0, env.n_states, size=60)
+    path = np.empty_like(traj.actions)
+    path[:, 0] = starts
+    for t in range(1, path.shape[1]):
+        path[:, t] = env.next_state[traj.actions[:, t], path[:, t - 1]]
+    moved = type(traj)(env.obs[path], traj.actions, path)
+    agent = TwoLevelMemory(env.n_obs, env.n_actions, merge="fold", sleep_every=100, seed=0).fit(moved)
+    agent.sleep()
+    assert agent.merger_.stats["conflicts"] > 0
+    check_invariants(agent.memory_, agent.clusters_, deterministic=False)
