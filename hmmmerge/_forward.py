@@ -9,6 +9,9 @@ the transition tensor: dense ``T[a, i, j]`` and stacked CSR, where row
     p(o)    = pred E                         (predictive distribution)
     alpha_t = pred * E[:, o_t] / p(o_t)
 
+When ``p(o_t)`` underflows (below the smallest normal double, e.g. a
+predicted probability 1e-200 times an emission 1e-200) the step is redone in
+log space, so a probability of 1e-400 scores ``log p = -921``, not a zero.
 After a step whose observation had probability 0 (or no prediction) the
 belief restarts from the states that emit ``o_t`` (``E[:, o_t]`` normalised),
 or from ``B`` if no state emits it.
@@ -18,6 +21,33 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
+
+
+_TINY = 2.2250738585072014e-308  # smallest normal double: below it a product has lost precision or underflowed
+
+
+@njit(cache=True)
+def _log_step(pj, ej, n):
+    """``log sum_q pj[q] * ej[q]`` over the first ``n`` entries, in log space; ``pj`` becomes the
+    normalised products.  ``-inf`` if every product is exactly zero."""
+    m = -np.inf
+    for q in range(n):
+        if pj[q] > 0.0 and ej[q] > 0.0:
+            v = np.log(pj[q]) + np.log(ej[q])
+            if v > m:
+                m = v
+    if m == -np.inf:
+        return m
+    s = 0.0
+    for q in range(n):
+        if pj[q] > 0.0 and ej[q] > 0.0:
+            pj[q] = np.exp(np.log(pj[q]) + np.log(ej[q]) - m)
+            s += pj[q]
+        else:
+            pj[q] = 0.0
+    for q in range(n):
+        pj[q] /= s
+    return m + np.log(s)
 
 
 @njit(cache=True)
@@ -38,6 +68,13 @@ def _finish_step(pred, E, o, alpha, logp, nopred, pred_out, post_out, n, t, B):
         for j in range(H):
             alpha[j] = pred[j] * E[j, o]
             po += alpha[j]
+        if po < _TINY:  # underflow: redo the step in log space
+            for j in range(H):
+                alpha[j] = pred[j]
+            lp = _log_step(alpha, E[:, o].copy(), H)
+            if lp > -np.inf:
+                logp[n, t] = lp
+                po = -1.0  # done
     else:
         nopred[n, t] = True
         po = 0.0
@@ -45,6 +82,8 @@ def _finish_step(pred, E, o, alpha, logp, nopred, pred_out, post_out, n, t, B):
         logp[n, t] = np.log(po)
         for j in range(H):
             alpha[j] /= po
+    elif po < 0.0:
+        pass
     else:
         logp[n, t] = -np.inf
         s = 0.0
@@ -137,6 +176,8 @@ def forward_csr(indptr, indices, data, E, B, em_ptr, em_idx, obs, actions, logp,
     touched = np.zeros(H, dtype=np.bool_)
     tlist = np.empty(H, dtype=np.int64)
     sup = np.empty(H, dtype=np.int64)
+    pbuf = np.empty(H)
+    ebuf = np.empty(H)
     b_sup = np.flatnonzero(B)
     for n in range(N):
         m_s = 0
@@ -166,15 +207,21 @@ def forward_csr(indptr, indices, data, E, B, em_ptr, em_idx, obs, actions, logp,
                         for k in range(O):
                             pred_out[n, t, k] += pj * E[j, k]
                     v = pj * E[j, o]
-                    if v > 0.0:
+                    if pj > 0.0 and E[j, o] > 0.0:  # v may have underflowed to 0: kept for the log-space redo
                         alpha[j] = v
                         po += v
+                        pbuf[m_s] = pj
+                        ebuf[m_s] = E[j, o]
                         sup[m_s] = j
                         m_s += 1
             else:
                 nopred[n, t] = True
             clear_touched(pred, touched, tlist, m_t)
-            if po > 0.0:
+            if m_s > 0 and po < _TINY:  # underflow: redo the step in log space
+                logp[n, t] = _log_step(pbuf, ebuf, m_s)
+                for q in range(m_s):
+                    alpha[sup[q]] = pbuf[q]
+            elif po > 0.0:
                 logp[n, t] = np.log(po)
                 for q in range(m_s):
                     alpha[sup[q]] /= po

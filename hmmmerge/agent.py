@@ -55,7 +55,8 @@ import json
 import numpy as np
 
 from ._estimator import Estimator
-from ._io import atomic_savez
+from ._agent_file import read_agent_file, write_agent_file
+from ._limits import check_memory
 from ._random import as_generator
 from .clusters import Clusters, level2_hmm
 from .episodic import EpisodicMemory
@@ -190,6 +191,8 @@ class TwoLevelMemory(Estimator):
         self.rng_ = as_generator(self.seed)
         self.memory_ = EpisodicMemory(int(self.n_obs), int(self.n_actions))
         self.clusters_ = Clusters(n_states=0)
+        check_memory(f"first-order counts of {self.n_obs} observations x {self.n_actions} actions",
+                     8 * int(self.n_obs) ** 2 * int(self.n_actions))
         self.first_order_counts_ = np.zeros((self.n_obs, self.n_actions, self.n_obs), dtype=np.int64)
         self._fo = FirstOrder(self.first_order_counts_, np.zeros(1, dtype=np.int64))
         self.steps_ = 0
@@ -477,8 +480,8 @@ class TwoLevelMemory(Estimator):
             raise ValueError(f"cannot save: merge_params must be JSON values ({e})") from None
         hist = self.history()
         l2 = self._level2
-        atomic_savez(path, **self.memory_.state_dict(), assignment=self.clusters_.assignment[:n].copy(),
-                     fo_counts=self.first_order_counts_, meta=np.array(meta_text),
+        write_agent_file(path, meta_text, **self.memory_.state_dict(), assignment=self.clusters_.assignment[:n].copy(),
+                     fo_counts=self.first_order_counts_,
                      t2_indptr=l2.t2_ptr, t2_indices=l2.t2_idx, t2_data=l2.t2_val,
                      **getattr(self.merger_, "state_dict", dict)(),
                      **{f"history_{k}": v for k, v in hist.items()})
@@ -499,13 +502,8 @@ class TwoLevelMemory(Estimator):
         from ._agent_kernels import FirstOrder
 
         src = str(path)
-        with np.load(path, allow_pickle=False) as d:
-            data = dict(d)
-        try:
-            meta = json.loads(str(data["meta"]))
-            params = dict(meta["params"]) if "params" in meta else dict(meta["settings"])  # "settings": older files
-        except (KeyError, ValueError) as e:
-            raise ValueError(f"{src}: not a TwoLevelMemory file ({e})") from None
+        data, meta = read_agent_file(path)  # format, checksum and every array checked
+        params = dict(meta["params"]) if "params" in meta else dict(meta["settings"])  # "settings": older files
         if params.get("similarity") == "custom":
             raise ValueError(f"{src}: saved with a custom similarity function; rebuild the agent with it")
         mem = EpisodicMemory.from_state_dict(data, source=src)

@@ -32,6 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name in COMMANDS:
         importlib.import_module(f"hmmmerge.commands.{name}").add_parser(sub)
+        sub.choices[name].add_argument(
+            "--no-limits", action="store_true",
+            help="lift the size limits (memory estimates, stated bounds of counts); see hmmmerge._limits")
     return parser
 
 
@@ -86,12 +89,44 @@ def main(argv=None) -> int:
     """
     parser = build_parser()
     args = parser.parse_args(argv)
-    try:
-        return int(args.run(args) or 0)
-    except (ValueError, OSError) as e:  # bad input, missing / unreadable file
-        print(f"hmmmerge {args.command}: error: {e}", file=sys.stderr)
-        return 2
+    from ._limits import no_limits
+    from .sweep import SweepError
 
+    try:
+        with no_limits(args.no_limits):
+            code = int(args.run(args) or 0)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:  # the reader closed stdout (e.g. `| head`): not an error
+        _silence_stdout()
+        return 0
+    except (ValueError, OSError, SweepError) as e:  # bad input, missing / unreadable file, a failed sweep run
+        return _error(args.command, e)
+    except MemoryError:
+        return _error(args.command, "out of memory; ask for less (smaller world, fewer episodes) or more memory")
+    except KeyboardInterrupt:
+        return _error(args.command, "interrupted", code=130)
+
+
+def _error(command: str, e, code: int = 2) -> int:
+    """Print ``e`` as one line on stderr and return ``code``."""
+    text = " ".join(str(e).split()) or type(e).__name__
+    try:
+        print(f"hmmmerge {command}: error: {text}", file=sys.stderr)
+    except OSError:
+        pass
+    return code
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's final flush does not fail again."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 if __name__ == "__main__":
     sys.exit(main())

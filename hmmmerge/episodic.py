@@ -190,6 +190,8 @@ class EpisodicMemory:
         return out_states, out_pred
 
     def _check_symbols(self, obs: np.ndarray, actions: np.ndarray) -> None:
+        if obs.size == 0:
+            raise ValueError("the trajectories hold no episodes: nothing to learn from")
         if obs.max() >= self.n_obs:
             raise ValueError(f"observation {int(obs.max())} is outside 0..{self.n_obs - 1}")
         if actions.shape[1] > 1 and actions[:, 1:].max() >= self.n_actions:

@@ -359,11 +359,11 @@ def _cluster_label_counts(asg: np.ndarray, lab: np.ndarray, n_clusters: int):
     import scipy.sparse as sp
 
     keep = asg >= 0
-    n_labels = int(lab[keep].max()) + 1 if keep.any() else 1
+    values, lc = np.unique(lab[keep], return_inverse=True)  # labels relabelled 0..: any int64 works
     counts = sp.coo_matrix(
-        (np.ones(int(keep.sum())), (asg[keep], lab[keep])), shape=(n_clusters, n_labels)
+        (np.ones(int(keep.sum())), (asg[keep], lc.ravel())), shape=(n_clusters, max(len(values), 1))
     ).tocsr()
-    return counts
+    return counts, values
 
 
 def cluster_labels(assignment, labels, n_clusters: int | None = None) -> np.ndarray:
@@ -384,9 +384,11 @@ def cluster_labels(assignment, labels, n_clusters: int | None = None) -> np.ndar
         k = int(n_clusters)
     if k == 0:
         return np.zeros(0, dtype=np.int64)
-    counts = _cluster_label_counts(asg, lab, k).toarray()
-    out = counts.argmax(axis=1).astype(np.int64)
-    out[counts.sum(axis=1) == 0] = -1
+    counts, values = _cluster_label_counts(asg, lab, k)
+    counts = counts.toarray()
+    empty = counts.sum(axis=1) == 0
+    out = np.full(k, -1, dtype=np.int64)
+    out[~empty] = values[counts[~empty].argmax(axis=1)]
     return out
 
 
@@ -404,13 +406,34 @@ def weighted_purity(assignment, labels, *, include_singletons: bool = False) -> 
     0.7142857142857143
     """
     asg, lab = _check_assignment(assignment, labels)
-    if not (asg >= 0).any():
+    keep = asg >= 0
+    if not keep.any():
         return float("nan")
-    sizes, top = cluster_top_counts(asg, lab)
+    sizes, top, _ = _present_top_counts(asg[keep], lab[keep])
     keep = sizes >= (1 if include_singletons else 2)
     if not keep.any():
         return float("nan")
     return float(top[keep].sum() / sizes[keep].sum())
+
+
+def _present_top_counts(a: np.ndarray, lab: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Size and top label count of each cluster present in ``a`` (sorted ids), and those ids.
+
+    Clusters and labels are relabelled ``0..`` first (``np.unique``), so any int64 ids work
+    and the combined key ``cluster * n_labels + label`` stays below ``len(a)**2``.
+    """
+    ids, ac = np.unique(a, return_inverse=True)
+    _, lc = np.unique(lab, return_inverse=True)
+    k, n_labels = len(ids), int(lc.max()) + 1 if lc.size else 1
+    ac, lc = ac.astype(np.int64).ravel(), lc.astype(np.int64).ravel()
+    sizes = np.bincount(ac, minlength=k)
+    if k * n_labels <= 20_000_000:  # dense table: one O(n) pass
+        table = np.bincount(ac * n_labels + lc, minlength=k * n_labels).reshape(k, n_labels)
+        return sizes, table.max(axis=1), ids
+    pairs, counts = np.unique(ac * n_labels + lc, return_counts=True)
+    top = np.zeros(k, dtype=np.int64)
+    np.maximum.at(top, pairs // n_labels, counts)
+    return sizes, top, ids
 
 
 def cluster_top_counts(assignment: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -425,14 +448,10 @@ def cluster_top_counts(assignment: np.ndarray, labels: np.ndarray) -> tuple[np.n
     keep = assignment >= 0
     a, lab = assignment[keep], labels[keep]
     k = int(a.max()) + 1 if a.size else 0
-    n_labels = int(lab.max()) + 1 if lab.size else 1
-    sizes = np.bincount(a, minlength=k)
-    if k * n_labels <= 20_000_000:  # dense table: one O(n) pass
-        table = np.bincount(a * n_labels + lab, minlength=k * n_labels).reshape(k, n_labels)
-        return sizes, table.max(axis=1)
-    pairs, counts = np.unique(a * n_labels + lab, return_counts=True)
-    top = np.zeros(k, dtype=np.int64)
-    np.maximum.at(top, pairs // n_labels, counts)
+    sizes, top = np.zeros(k, dtype=np.int64), np.zeros(k, dtype=np.int64)
+    if a.size:
+        s, t, ids = _present_top_counts(a, lab)
+        sizes[ids], top[ids] = s, t
     return sizes, top
 
 

@@ -78,8 +78,8 @@ class ActionHMM:
     """
 
     def __init__(self, T, E, B, *, atol: float = 1e-9):
-        E = np.asarray(E.toarray() if sp.issparse(E) else E, dtype=np.float64)
-        B = np.asarray(B, dtype=np.float64)
+        E = _real_array(E.toarray() if sp.issparse(E) else E, "E")
+        B = _real_array(B, "B")
         if E.ndim != 2:
             raise ValueError(f"E must be 2-D (n_states x n_obs), got shape {E.shape}")
         H, O = E.shape
@@ -99,6 +99,8 @@ class ActionHMM:
         if not mats:
             raise ValueError("T has no actions")
         self.is_sparse = any(sp.issparse(m) for m in mats)
+        for a, m in enumerate(mats):
+            _real_array(m.data if sp.issparse(m) else m, f"T[{a}]")
         if self.is_sparse:
             mats = [sp.csr_matrix(m, dtype=np.float64) for m in mats]
         else:
@@ -149,8 +151,8 @@ class ActionHMM:
         >>> hmm.T[0].toarray().tolist()
         [[0.0, 1.0], [0.0, 0.0]]
         """
-        ns = np.asarray(next_state, dtype=np.int64)
-        em = np.asarray(emission, dtype=np.int64)
+        ns = _integer_array(next_state, "next_state")
+        em = _integer_array(emission, "emission")
         if ns.ndim != 2 or em.ndim != 1 or ns.shape[1] != em.shape[0]:
             raise ValueError(f"next_state (A x H) and emission (H,) disagree: {ns.shape} vs {em.shape}")
         H = em.shape[0]
@@ -158,6 +160,9 @@ class ActionHMM:
             raise ValueError("a deterministic model needs at least one state")
         if ns.size and (ns.max() >= H or ns.min() < -1):
             raise ValueError(f"next_state entries must be state indices in 0..{H - 1} or -1")
+        from ._limits import check_memory
+
+        check_memory(f"a model of {H} states and {n_obs} observations (dense emissions)", 8 * H * n_obs)
         if em.min() < 0 or em.max() >= n_obs:
             raise ValueError(f"emission entries must be observations in 0..{n_obs - 1}")
         if not 0 <= start < H:
@@ -351,6 +356,44 @@ def _draw(probs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     u = rng.random(len(probs)) * cum[:, -1]
     idx = (u[:, None] >= cum).sum(axis=1)
     return np.minimum(idx, probs.shape[1] - 1).astype(np.int64)
+
+
+def _real_array(x, name: str) -> np.ndarray:
+    """``x`` as float64, refusing complex, object and string data instead of casting them.
+
+    >>> _real_array([1, 0.5], "B").tolist()
+    [1.0, 0.5]
+    >>> _real_array([1 + 0j], "B")
+    Traceback (most recent call last):
+    ...
+    TypeError: B must hold real numbers, got dtype complex128
+    """
+    a = np.asarray(x)
+    if a.dtype.kind not in "biuf":
+        raise TypeError(f"{name} must hold real numbers, got dtype {a.dtype}")
+    return a.astype(np.float64, copy=False)
+
+
+def _integer_array(x, name: str) -> np.ndarray:
+    """``x`` as int64; floats only if they are whole numbers (never truncated).
+
+    >>> _integer_array([1.0, -1.0], "emission").tolist()
+    [1, -1]
+    >>> _integer_array([1.5], "emission")
+    Traceback (most recent call last):
+    ...
+    ValueError: emission must hold integers, got 1.5
+    """
+    a = np.asarray(x)
+    if a.dtype.kind in "iu":
+        return a.astype(np.int64)
+    if a.dtype.kind != "f" and a.size:
+        raise TypeError(f"{name} must hold integers, got dtype {a.dtype}")
+    a = a.astype(np.float64)
+    bad = ~np.isfinite(a) | (a != np.round(a)) | (np.abs(a) >= 2.0**62)
+    if bad.any():
+        raise ValueError(f"{name} must hold integers, got {float(a[bad][0])!r}")
+    return a.astype(np.int64)
 
 
 def _check_distribution_rows(M: np.ndarray, name: str, atol: float) -> None:

@@ -137,7 +137,8 @@ class SFMerger(NoMerger):
             raise ValueError(f"min_depth={min_depth} exceeds horizon={horizon}: no cluster could be eligible")
 
     def sleep(self, memory, clusters, rng) -> list[dict]:
-        """Partition the unconnected states, then ``merge_iterations`` merge iterations (their reports).
+        """Partition the unconnected states, then ``merge_iterations`` merge iterations (their reports);
+        they stop early once no colour has two clusters (a fixed point: a million iterations cost no more).
 
         >>> from hmmmerge import gridworld, random_walk
         >>> from hmmmerge.episodic import EpisodicMemory
@@ -149,7 +150,12 @@ class SFMerger(NoMerger):
         (3, ['colour', 'eligible', 'merges', 'probes'])
         """
         super().sleep(memory, clusters, rng)
-        return [merge_iteration(memory, clusters, self, rng) for _ in range(self.merge_iterations)]
+        reports = []
+        for _ in range(self.merge_iterations):
+            reports.append(merge_iteration(memory, clusters, self, rng))
+            if reports[-1]["colour"] < 0:  # no colour has two clusters: nothing can merge any more, no draw made
+                break
+        return reports
 
     def acceptance(self, sim: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Row-wise ``argmax``, ``max`` and ``Phi((max - mean) / std)`` (std 0 gives z = 0).

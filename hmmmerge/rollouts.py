@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._limits import check_memory
 from ._random import as_generator
 from .environment import Environment
 from .trajectories import Trajectories
@@ -40,6 +41,9 @@ def random_walk(
     for name, v, low in (("n_episodes", n_episodes, 1), ("episode_length", episode_length, 0)):
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < low:
             raise ValueError(f"{name} must be an integer >= {low}, got {v!r}")
+    # states, actions and observations (int64), the draws and their temporaries
+    check_memory(f"a random walk of {n_episodes} episodes x {episode_length} moves",
+                 48 * int(n_episodes) * (int(episode_length) + 1))
     rng = as_generator(seed)
     n_actions = env.n_actions
     if policy is None:

@@ -22,12 +22,14 @@ import networkx as nx
 import numpy as np
 import scipy.sparse as sp
 
+from ._limits import check_count
 from .environment import Environment
 
 __all__ = [
     "compact_subgraph",
     "is_markov_subspace",
     "markov_radii",
+    "radii_work_bound",
     "markov_radius",
     "transition_adjacency",
     "aliasing_partitions",
@@ -109,12 +111,31 @@ def markov_radii(env: Environment) -> np.ndarray:
     [2, 2, 1, 0]
     """
     _check_env(env)
+    check_count("markov_radii: the breadth-first search work bound (states x largest Markov ball x actions)",
+                radii_work_bound(env), "radius_work")
     adj = transition_adjacency(env)
     radii = np.zeros(env.n_states, dtype=np.int64)
     _radii_kernel()(
         adj.indptr.astype(np.int64), adj.indices.astype(np.int64), env.obs.astype(np.int64), env.n_obs, radii
     )
     return radii
+
+
+def radii_work_bound(env: Environment) -> int:
+    """An upper bound on the edges :func:`markov_radii` follows: a Markov ball shows each
+    observation at most once, so the search from a vertex stops after at most
+    ``n_obs + 1`` states (or all of them), each with ``n_actions`` out-edges.
+
+    Quadratic in the size of the world when every state has its own observation:
+    :func:`markov_radii` refuses such a world above ``COUNT_LIMITS["radius_work"]``
+    (:mod:`hmmmerge._limits`) rather than run for minutes.
+
+    >>> from hmmmerge import gridworld
+    >>> radii_work_bound(gridworld(10, 10, n_colours=10))   # 100 states x 11 x 4 actions
+    4400
+    """
+    n = env.n_states
+    return n * min(n, env.n_obs + 1) * env.n_actions
 
 
 _RADII_KERNEL = None

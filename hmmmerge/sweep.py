@@ -67,6 +67,7 @@ __all__ = [
     "CorruptResult",
     "grid",
     "make_executor",
+    "max_local_workers",
     "read_result",
     "run_sweeps",
     "config_key",
@@ -277,8 +278,62 @@ class SerialExecutor(cf.Executor):
         return fut
 
 
+#: a local pool never has more workers than this many per CPU: more only adds memory and switching
+WORKERS_PER_CPU = 4
+
+
+def max_local_workers() -> int:
+    """The most workers a ``local`` or ``threads`` executor may start: ``WORKERS_PER_CPU`` x CPUs.
+
+    >>> max_local_workers() == WORKERS_PER_CPU * (os.cpu_count() or 1)
+    True
+    """
+    return WORKERS_PER_CPU * (os.cpu_count() or 1)
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Worker initializer: the worker exits when the process that started it dies.
+
+    On Linux the kernel sends SIGKILL at the parent's death (``prctl(PR_SET_PDEATHSIG)``);
+    everywhere a daemon thread also polls the parent id once a second.
+    """
+    import signal
+    import threading
+
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+        except (OSError, AttributeError):  # no libc prctl: the watchdog below still works
+            pass
+    if os.getppid() != parent_pid:  # the parent died before the line above
+        os._exit(1)
+
+    def watchdog():
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent_pid:
+                os._exit(1)
+
+    threading.Thread(target=watchdog, name="hmmmerge-parent-watchdog", daemon=True).start()
+
+
+def _n_workers(spec: str, requested: int | None, n_tasks: int | None) -> int:
+    """Workers for a local pool: as asked (default: all CPUs), capped, and no more than the tasks."""
+    cap = max_local_workers()
+    if requested is not None and requested > cap:
+        raise ValueError(f"executor {spec!r}: {requested} workers is more than the limit of {cap} "
+                         f"({WORKERS_PER_CPU} per CPU, {os.cpu_count() or 1} CPUs); use local or local:N with N <= {cap}")
+    n = requested or os.cpu_count() or 1
+    if n_tasks is not None:
+        n = min(n, max(int(n_tasks), 1))
+    return n
+
+
 @contextlib.contextmanager
-def make_executor(spec="local", max_workers: int | None = None):
+def make_executor(spec="local", max_workers: int | None = None, n_tasks: int | None = None):
     """A context manager yielding a ``concurrent.futures.Executor`` for ``spec``.
 
     ``"local"`` / ``"local:N"``: process pool (all cores by default);
@@ -286,9 +341,18 @@ def make_executor(spec="local", max_workers: int | None = None):
     ``"tcp://HOST:PORT"``: a ``distributed.Client`` connected to that
     scheduler (closed on exit); an ``Executor`` instance is used as is (not shut down).
 
+    Local pools start at most :func:`max_local_workers` workers (more is a
+    ``ValueError``) and, given ``n_tasks``, no more workers than tasks.  Local
+    worker processes die with the process that started them.
+
     >>> with make_executor("threads:2") as ex:
     ...     list(ex.map(abs, [-1, 2]))
     [1, 2]
+    >>> with make_executor("local:100000"):
+    ...     pass
+    Traceback (most recent call last):
+    ...
+    ValueError: executor 'local:100000': 100000 workers is more than the limit of ...
     """
     if isinstance(spec, cf.Executor):
         yield spec
@@ -308,6 +372,9 @@ def make_executor(spec="local", max_workers: int | None = None):
         return
     if kind not in ("local", "threads", "serial"):
         raise ValueError(f"executor must be local[:N], threads[:N], serial or dask://HOST:PORT, got {spec!r}")
+    if max_workers is not None and (isinstance(max_workers, bool) or not isinstance(max_workers, Integral)
+                                    or max_workers < 1):
+        raise ValueError(f"max_workers must be a positive integer, got {max_workers!r}")
     if arg:
         if not arg.isdigit() or int(arg) < 1:
             raise ValueError(f"executor {spec!r}: the number of workers must be a positive integer")
@@ -315,8 +382,11 @@ def make_executor(spec="local", max_workers: int | None = None):
     if kind == "serial":
         yield SerialExecutor()
         return
-    n = max_workers or os.cpu_count() or 1
-    ex = cf.ProcessPoolExecutor(n) if kind == "local" else cf.ThreadPoolExecutor(n)
+    n = _n_workers(spec, max_workers, n_tasks)
+    if kind == "local":
+        ex = cf.ProcessPoolExecutor(n, initializer=_die_with_parent, initargs=(os.getpid(),))
+    else:
+        ex = cf.ThreadPoolExecutor(n)
     try:
         yield ex
     except BaseException:  # interrupted: drop queued runs, do not wait for those in flight
@@ -459,7 +529,7 @@ def run_sweeps(sweeps, executor="local", progress=None, max_workers: int | None 
         bar = tqdm(total=len(todo), unit="run", file=sys.stderr, disable=not show, dynamic_ncols=True,
                    desc="runs", postfix={"skipped": sum(skipped)} if sum(skipped) else None)
         try:
-            with make_executor(executor, max_workers) as ex:
+            with make_executor(executor, max_workers, n_tasks=len(todo)) as ex:
                 window = _window(ex, len(todo))
                 queue = list(todo)
                 futures: dict = {}

@@ -42,6 +42,21 @@ def grid_colours(n_cells: int, n_colours: int, colouring: str = "balanced", seed
     raise ValueError(f"colouring must be 'balanced' or 'iid', got {colouring!r}")
 
 
+#: memory of one grid cell as a networkx node with its four edges, measured (about 6 KiB), with a margin
+BYTES_PER_CELL = 8192
+#: memory of one colour in the per-observation tables built from a world (counts, report entries)
+BYTES_PER_COLOUR = 128
+
+
+def _check_grid_size(rows: int, cols: int, n_colours: int) -> None:
+    """Refuse a grid before building it if it is over the states bound or the memory budget."""
+    from ._limits import check_count, check_memory
+
+    check_count(f"a {rows}x{cols} grid: states", rows * cols, "world_states")
+    check_memory(f"a {rows}x{cols} grid with {n_colours} colours",  # colours: the per-observation tables
+                 rows * cols * BYTES_PER_CELL + BYTES_PER_COLOUR * n_colours)
+
+
 def gridworld(
     rows: int = 10,
     cols: int = 10,
@@ -76,6 +91,7 @@ def gridworld(
     for name, v in (("rows", rows), ("cols", cols), ("n_colours", n_colours)):
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
             raise ValueError(f"{name} must be a positive integer, got {v!r}")
+    _check_grid_size(int(rows), int(cols), int(n_colours))
     blocked = set()
     for cell in obstacles:
         cell = tuple(int(x) for x in cell)

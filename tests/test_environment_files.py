@@ -281,3 +281,15 @@ def test_lazy_names_resolve():
         assert getattr(hmmmerge, name) is not None
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         hmmmerge.nope  # noqa: B018
+
+
+def test_large_alphabet_report_is_a_summary(capsys):
+    """`hmmmerge env --colours 1000` summarises clones per observation in one line, not 1,000 entries."""
+    assert main(["env", "--grid", "40x40", "--colours", "1000"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    clone_lines = [line for line in lines if "clones per observation" in line]
+    assert len(clone_lines) == 1 and "1000 observations" in clone_lines[0]
+    assert max(map(len, lines)) < 200
+    assert "min 1, median 2, mean 1.60, max 2" in clone_lines[0]  # 1,600 cells on 1,000 colours, balanced
+    assert main(["env", "--grid", "40x40", "--colours", "1000", "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["clones"]) == 1000  # --json keeps every entry

@@ -238,5 +238,7 @@ def test_baselines_on_networkx_world():
     agent = TwoLevelMemory(env.n_obs, env.n_actions, merge="sf", initial_size=1, seed=0).fit(train)
     two_level = score(agent.level2_hmm())
     assert two_level["accuracy"] > first_order["accuracy"] + 0.1
-    bfmm = score(BestFirstMerging(seed=0).fit(random_walk(env, 40, 50, seed=0), env.n_obs, env.n_actions).to_hmm())
+    bfmm = score(BestFirstMerging(seed=0).fit(train, env.n_obs, env.n_actions).to_hmm())
     assert bfmm["accuracy"] < em["accuracy"]
+    folds = score(BestFirstMerging(search="fold", incremental=False, seed=0).fit(train, env.n_obs, env.n_actions).to_hmm())
+    assert bfmm["accuracy"] < folds["accuracy"] < em["accuracy"]

@@ -102,7 +102,8 @@ def test_killed_sweep_loses_at_most_the_runs_in_flight(tmp_path):
     redone_twice = {x for x in after if after[x] == 2}
     assert redone_twice <= started - set(finished)  # only runs in flight at the kill ran twice
     assert redone_twice == started - set(finished)
-    assert len(redone_twice) <= 2  # at most the pool's two workers were busy
+    # at most the submission window (2 x the pool's two workers): running, or finished but not yet written
+    assert len(redone_twice) <= 4
     assert all(os.stat(sweep.paths[i]).st_mtime_ns == mtimes[i] for i in mtimes)
     assert [float(r["total"]) for r in results] == [x + 2.0 for x in range(12)]
     assert not [f for f in os.listdir(runs) if f.startswith(".tmp")]

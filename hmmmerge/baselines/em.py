@@ -170,6 +170,8 @@ class CloneHMM:
                 obs, acts = t.obs.ravel(), t.actions.ravel()
         else:
             raise TypeError("traj must be a Trajectories or a pair (obs, actions) of int arrays")
+        if obs.size == 0:
+            raise ValueError("the trajectories hold no episodes: nothing to fit")
         if n_obs is None:
             n_obs = int(obs.max()) + 1
         elif not isinstance(n_obs, Integral) or n_obs < 1:
@@ -216,6 +218,7 @@ class CloneHMM:
             n_obs = len(self.n_clones)
         obs, acts, n_obs, n_actions = self._sequence(traj, n_obs, n_actions)
         nc = self._clone_counts(n_obs)
+        _check_em_memory(int(np.sum(nc)), int(n_actions), int(np.asarray(obs).size), int(np.max(nc)))
         data = _Data(K, obs, acts, nc)
         H = data.H
         seed = self.seed
@@ -465,6 +468,15 @@ def em_step(data: _Data, T, B, pseudocount: float):
         raise ValueError("the training data has probability 0 under the current model (pseudocount 0?)")
     T2, B2 = _normalise(C, Bc, pseudocount)
     return ll, T2, B2
+
+
+def _check_em_memory(H: int, n_actions: int, n_steps: int, max_clones: int) -> None:
+    """Refuse an EM fit whose dense transitions (a few copies of A x H x H) or per-step
+    messages (clones per step) would not fit in the memory budget."""
+    from .._limits import check_memory
+
+    check_memory(f"EM on {H} clone states, {n_actions} actions, {n_steps} steps",
+                 4 * 8 * n_actions * H * H + 3 * 8 * n_steps * max_clones)
 
 
 def _run_em(K, data, T, B, n_iter, pseudocount, tol):

@@ -72,6 +72,9 @@ class FirstOrderModel:
                 what = "observation" if name == "n_obs" else "action"
                 raise ValueError(f"{name}={v!r} must be an integer covering every {what} in traj (>= {low})")
         A, O = int(n_actions), int(n_obs)
+        from .._limits import check_memory
+
+        check_memory(f"first-order counts of {O} observations x {A} actions", 3 * 8 * A * O * O)
         counts = np.zeros((A, O, O))
         if traj.episode_length:
             np.add.at(counts, (act[:, 1:].ravel(), obs[:, :-1].ravel(), obs[:, 1:].ravel()), 1.0)

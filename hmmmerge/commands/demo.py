@@ -186,15 +186,19 @@ def run(args) -> int:
     import time
 
     from .._io import atomic_write_text
+    from .._limits import check_count
     from ..cli import print_json
     from ..reproduce.figures import write_csv
     from ..reproduce.runs import world
     from ..sweep import run_sweeps
     from .env import describe, save_plot
+    from .run import check_run_memory
 
     for name, low in (("seeds", 1), ("episodes", 1), ("colouring", 0)):
         if getattr(args, name) < low:
             raise ValueError(f"--{name} must be >= {low}, got {getattr(args, name)}")
+    check_count("--seeds", args.seeds, "seeds")
+    check_run_memory(world(args.colouring), args.episodes, 50, 100, min(SIZES))  # one run, in one worker
     start = time.perf_counter()
     os.makedirs(args.out, exist_ok=True)
     env = world(args.colouring)

@@ -113,16 +113,25 @@ def add_parser(sub) -> None:
 
 
 def vertex_statistics(env, k: int = 3) -> dict:
-    """Per-vertex arrays: ``markov_radius``, ``aliasing_depth`` (-1: never) and ``observation_sequences`` (k moves)."""
+    """Per-vertex arrays: ``markov_radius``, ``aliasing_depth`` (-1: never) and ``observation_sequences`` (k moves).
+
+    A statistic over its size limit is ``None``, with the reason in ``errors`` (the
+    report then loses that line only).
+    """
     from ..structure import aliasing_depths, markov_radii, observation_sequence_counts
 
     if not isinstance(k, int) or k < 0:
         raise ValueError(f"--k must be an integer >= 0, got {k!r}")
-    return {
-        "markov_radius": markov_radii(env),
-        "aliasing_depth": aliasing_depths(env),
-        "observation_sequences": observation_sequence_counts(env, k),
-    }
+    stats, errors = {}, {}
+    for name, compute in (("markov_radius", lambda: markov_radii(env)),
+                          ("aliasing_depth", lambda: aliasing_depths(env)),
+                          ("observation_sequences", lambda: observation_sequence_counts(env, k))):
+        try:
+            stats[name] = compute()
+        except (ValueError, MemoryError) as e:
+            stats[name], errors[name] = None, str(e) or type(e).__name__
+    stats["errors"] = errors
+    return stats
 
 
 def _label(node):
@@ -162,7 +171,8 @@ def describe(env, k: int = 3, per_vertex: bool = False, stats: dict | None = Non
     depth = stats["aliasing_depth"]
     seqs = stats["observation_sequences"]
     counts = env.clone_counts()
-    known = depth[depth >= 0]
+    missing = {"not_computed": True}
+    known = depth[depth >= 0] if depth is not None else None
     report = {
         "n_states": env.n_states,
         "n_actions": env.n_actions,
@@ -170,27 +180,32 @@ def describe(env, k: int = 3, per_vertex: bool = False, stats: dict | None = Non
         "start": _label(env.start_node),
         "clones": {str(o): int(c) for o, c in enumerate(counts)},
         "clone_histogram": _distribution(counts),
-        "markov_radius": int(radii.min()),
-        "markov_radius_mean": float(radii.mean()),
-        "markov_radius_distribution": _distribution(radii),
+        "markov_radius": int(radii.min()) if radii is not None else None,
+        "markov_radius_mean": float(radii.mean()) if radii is not None else None,
+        "markov_radius_distribution": _distribution(radii) if radii is not None else missing,
         "aliasing_depth": {
             "min": int(known.min()) if known.size else None,
             "mean": float(known.mean()) if known.size else None,
             "max": int(known.max()) if known.size else None,
             "unidentifiable": int((depth < 0).sum()),
             "distribution": _distribution(depth),
-        },
+        } if depth is not None else dict(missing, min=None, mean=None, max=None, unidentifiable=None),
         "observation_sequences": {
             "k": int(k),
             "min": int(seqs.min()),
             "mean": float(seqs.mean()),
             "max": int(seqs.max()),
-        },
+        } if seqs is not None else dict(missing, k=int(k), min=None, mean=None, max=None),
     }
+    if stats.get("errors"):
+        report["not_computed"] = dict(stats["errors"])
     if per_vertex:
+        def value(a, i):
+            return int(a[i]) if a is not None else None
+
         report["vertices"] = [
-            {"node": _label(node), "obs": int(env.obs[i]), "markov_radius": int(radii[i]),
-             "aliasing_depth": int(depth[i]), "observation_sequences": int(seqs[i])}
+            {"node": _label(node), "obs": int(env.obs[i]), "markov_radius": value(radii, i),
+             "aliasing_depth": value(depth, i), "observation_sequences": value(seqs, i)}
             for i, node in enumerate(env.nodes)
         ]
     return report
@@ -218,8 +233,8 @@ def clones_line(clones: dict) -> str:
     top = sorted(clones.items(), key=lambda oc: -oc[1])[:5]  # stable: ties keep observation order
     return (f"clones per observation ({len(clones)} observations; all of them with --json): min {counts.min()}, "
             f"median {np.median(counts):g}, mean {counts.mean():.2f}, max {counts.max()}"
-            + (f", {unused} unused" if unused else "") + ";\n"
-            + "most cloned: " + ", ".join(f"{o}:{c}" for o, c in top))
+            + (f", {unused} unused" if unused else "")
+            + (";\nmost cloned: " + ", ".join(f"{o}:{c}" for o, c in top) if counts.max() > 1 else ""))
 
 
 def run(args) -> int:
@@ -238,15 +253,24 @@ def run(args) -> int:
     print(f"states {report['n_states']}, actions {report['n_actions']}, observations {report['n_obs']}")
     print(clones_line(report["clones"]))
     print("observations with n clones: " + ", ".join(f"{n}:{c}" for n, c in report["clone_histogram"].items()))
-    print(f"Markov radius {report['markov_radius']} (mean over vertices {report['markov_radius_mean']:.2f})")
-    print("radius distribution: " + ", ".join(f"{r}:{n}" for r, n in report["markov_radius_distribution"].items()))
-    if ad["max"] is None:
+    errors = report.get("not_computed", {})
+    if "markov_radius" in errors:
+        print(f"Markov radius: not computed ({errors['markov_radius']})")
+    else:
+        print(f"Markov radius {report['markov_radius']} (mean over vertices {report['markov_radius_mean']:.2f})")
+        print("radius distribution: " + ", ".join(f"{r}:{n}" for r, n in report["markov_radius_distribution"].items()))
+    if "aliasing_depth" in errors:
+        print(f"aliasing depth: not computed ({errors['aliasing_depth']})")
+    elif ad["max"] is None:
         print(f"aliasing depth: no vertex is ever identifiable ({ad['unidentifiable']} vertices)")
     else:
         print(f"aliasing depth (moves that identify a vertex): min {ad['min']}, mean {ad['mean']:.2f}, "
               f"max {ad['max']}; never identifiable: {ad['unidentifiable']} vertices")
-    print(f"distinct observation sequences over {seq['k']} moves per vertex: "
-          f"min {seq['min']}, mean {seq['mean']:.2f}, max {seq['max']}")
+    if "observation_sequences" in errors:
+        print(f"distinct observation sequences over {seq['k']} moves: not computed ({errors['observation_sequences']})")
+    else:
+        print(f"distinct observation sequences over {seq['k']} moves per vertex: "
+              f"min {seq['min']}, mean {seq['mean']:.2f}, max {seq['max']}")
     if args.per_vertex:
         print("vertex  obs  radius  depth  sequences")
         for v in report["vertices"]:
@@ -260,6 +284,12 @@ def run(args) -> int:
 def _plot_values(env, values, ax, title, cmap):
     """Per-vertex values: a heat map on grids, else the graph drawn with nodes coloured by value."""
     import networkx as nx
+
+    if values is None:  # over its size limit: an empty panel that says so
+        ax.text(0.5, 0.5, "not computed\n(over the size limit)", ha="center", va="center", transform=ax.transAxes)
+        ax.set_axis_off()
+        ax.set_title(title)
+        return ax
 
     from ..plotting import grid_shape, plot_grid_values
 
@@ -279,6 +309,14 @@ def _plot_values(env, values, ax, title, cmap):
     ax.set_axis_off()
     ax.set_title(title)
     return ax
+
+
+def _bars(ax, x, heights, width=0.8, **style):
+    """A bar chart; above 200 bars, one line per bar in a single artist (thousands of bar patches
+    take minutes to draw)."""
+    if len(x) <= 200:
+        return ax.bar(x, heights, width=width, **style)
+    return ax.vlines(x, 0, heights, **style)
 
 
 def save_plot(env, path, k: int = 3, stats: dict | None = None) -> None:
@@ -304,19 +342,21 @@ def save_plot(env, path, k: int = 3, stats: dict | None = None) -> None:
     _plot_values(env, stats["observation_sequences"], axes[1, 0],
                  f"distinct observation sequences, {k} moves", "cividis")
     counts = env.clone_counts()
-    axes[1, 1].bar(np.arange(env.n_obs), counts, color="tab:blue")
+    _bars(axes[1, 1], np.arange(env.n_obs), counts, color="tab:blue")
     axes[1, 1].set_xlabel("observation")
     axes[1, 1].set_ylabel("states (clones)")
     axes[1, 1].set_title("clones per observation")
     for name, values, offset in (("Markov radius", stats["markov_radius"], -0.2),
                                  ("aliasing depth", stats["aliasing_depth"], 0.2)):
+        if values is None:
+            continue
         v, f = np.unique(values, return_counts=True)
-        axes[1, 2].bar(v + offset, f, width=0.4, label=name)
+        _bars(axes[1, 2], v + offset, f, width=0.4, label=name)
     axes[1, 2].set_xlabel("value (-1: never identifiable)")
     axes[1, 2].set_ylabel("vertices")
     axes[1, 2].set_title("distributions over vertices")
     axes[1, 2].legend()
-    ticks = np.union1d(stats["markov_radius"], stats["aliasing_depth"])
+    ticks = np.union1d(*(np.zeros(0) if stats[x] is None else stats[x] for x in ("markov_radius", "aliasing_depth")))
     axes[1, 2].set_xticks(ticks if len(ticks) <= 20 else ticks[:: int(np.ceil(len(ticks) / 20))])
     fig.tight_layout()
     buf = io.BytesIO()

@@ -172,8 +172,13 @@ def run_models(env, names, args) -> list[dict]:
     from ..evaluate import evaluate_model
     from ..rollouts import random_walk
 
+    from .._limits import check_count
+    from .run import check_run_memory
+
     if args.pseudocount < 0:
         raise ValueError(f"--pseudocount must be >= 0, got {args.pseudocount}")
+    check_count("--em-iter", args.em_iter, "em_iterations")
+    check_run_memory(env, args.episodes, args.episode_length, args.eval_episodes, args.size)
     _warm_up()
     train_rng, eval_rng = experiment_generators(args.seed)
     train = random_walk(env, args.episodes, args.episode_length, seed=train_rng)

@@ -45,6 +45,7 @@ def run(args) -> int:
     import sys
     import time
 
+    from .._limits import check_count
     from ..agent import TwoLevelMemory
     from ..cli import print_json
     from ..rollouts import random_walk
@@ -57,7 +58,11 @@ def run(args) -> int:
         low = 0 if name in ("eval_episodes", "merge_iterations") else 1
         if value < low:
             raise ValueError(f"--{name.replace('_', '-')} must be >= {low}, got {value}")
+    if args.agent_seed is not None and args.agent_seed < 0:
+        raise ValueError(f"--agent-seed must be >= 0, got {args.agent_seed}")
+    check_count("--merge-iterations", args.merge_iterations, "merge_iterations")
     env = world_from_args(args)
+    check_run_memory(env, args.episodes, args.episode_length, args.eval_episodes, args.size)
     seed = args.seed if args.agent_seed is None else args.agent_seed
     start = time.perf_counter()
     if args.resume:
@@ -97,6 +102,40 @@ def run(args) -> int:
             if key in out:
                 print(f"  {key:24s} {out[key]:.4f}")
     return 0
+
+
+#: memory per step of experience: the walk (obs, actions, positions), level 1 (successors per
+#: action, emission, label, cluster) and the per-step predictions and draws of one fit
+BYTES_PER_STEP = 16 * 8
+BYTES_PER_STEP_AND_ACTION = 8
+
+
+def check_run_memory(env, episodes: int, episode_length: int, eval_episodes: int, size: int) -> None:
+    """Refuse a run whose experience, first-order counts or level-2 model would not fit in memory.
+
+    Level 2 is estimated at its largest, one cluster per ``size`` level-1 states, with
+    dense emissions (clusters x observations); ``--eval-episodes`` adds walks and the
+    true world's dense emissions.
+
+    >>> from hmmmerge import gridworld
+    >>> check_run_memory(gridworld(), 1000, 50, 100, 10)
+    >>> check_run_memory(gridworld(), 10**9, 50, 100, 10)
+    Traceback (most recent call last):
+    ...
+    hmmmerge._limits.SizeLimitError: --episodes 1000000000 x --episode-length 50 needs about ...
+    """
+    from .._limits import check_memory
+
+    A, O = env.n_actions, env.n_obs
+    steps = episodes * (episode_length + 1)
+    per_step = BYTES_PER_STEP + BYTES_PER_STEP_AND_ACTION * A
+    check_memory(f"first-order counts of {O} observations x {A} actions (--colours)", 8 * O * A * O)
+    check_memory(f"--episodes {episodes} x --episode-length {episode_length}", steps * per_step)
+    check_memory(f"level 2 of --episodes {episodes} x --episode-length {episode_length} at --size {size} "
+                 f"with {O} observations", 8 * (steps // size + 1) * O)
+    if eval_episodes:
+        check_memory(f"--eval-episodes {eval_episodes} x --episode-length {episode_length}",
+                     eval_episodes * (episode_length + 1) * (per_step + 8 * O) + 8 * env.n_states * O)
 
 
 def _surprise(env, agent, n_episodes, episode_length, seed, smoothing) -> dict:
