@@ -127,7 +127,7 @@ def quality(name, env, models, test):
     for label, hmm in models:
         r = evaluate_model(env, hmm, trajectories=test, smoothing=1e-3)
         r0 = evaluate_model(env, hmm, trajectories=test)
-        print(f"| {label} | {hmm.n_states:,} | {r['accuracy']:.3f} | {r['surprise']:.3f} | {r0['zero_prob_steps']} |",
+        print(f"| {label} | {hmm.n_states:,} | {r.accuracy:.3f} | {r.surprise:.3f} | {r0.zero_prob_steps} |",
               flush=True)
     print()
 

@@ -52,7 +52,7 @@ from hmmmerge.sweep import Sweep, run_sweeps
 GALLERY = ("maze", "torus", "two-rooms", "cscg-room", "aliased-loop", "random-graph")
 SECTIONS = ("paper", "grid4", "gallery", "noise", "nostart", "speed")
 NAMES = {"fold": "fold", "sf": "SF merges", "random": "random merges", "none": "no merges", "em": "EM (clone HMM)",
-         "context": "context (order 4)", "first_order": "first order", "oracle": "oracle", "rpni": "RPNI (AALpy)",
+         "context": "context (order 4)", "first-order": "first order", "oracle": "oracle", "rpni": "RPNI (AALpy)",
          "alergia": "ALERGIA (AALpy)"}
 
 
@@ -83,9 +83,9 @@ def sweeps_for(section: str, out: str, learner: str, quick: bool):
     episodes = 300 if quick else 1000
     online_modes = {"paper": (learner, "sf", "random"), "grid4": (learner, "sf"), "gallery": (learner, "sf", "random"),
                     "noise": (learner, "sf"), "nostart": (learner, "sf")}[section]
-    offline = {"paper": ("oracle", "first_order", "context", "em", "rpni", "alergia"),
+    offline = {"paper": ("oracle", "first-order", "context", "em", "rpni", "alergia"),
                "grid4": ("context", "em", "alergia"),
-               "gallery": ("oracle", "first_order", "context", "em", "rpni", "alergia"),
+               "gallery": ("oracle", "first-order", "context", "em", "rpni", "alergia"),
                "noise": ("context", "em", "rpni", "alergia"),
                "nostart": ("context", "em", "rpni", "alergia")}[section]
     on, off = [], []
@@ -100,7 +100,7 @@ def sweeps_for(section: str, out: str, learner: str, quick: bool):
                     continue  # RPNI is slow: one seed per colouring on the paper's world
                 c["model_episodes"] = 50 if quick else 200
             if m == "em":
-                c.update(clones=30 if base.get("colours") == 4 else 20, iterations=100)
+                c.update(n_clones=30 if base.get("colours") == 4 else 20, n_iter=100)
             off.append(c)
     root = os.path.join(out, "runs", section)
     return (Sweep(os.path.join(root, "online"), online_run, on, version="auto"),
@@ -171,7 +171,7 @@ def learner_table(rows, learner) -> list[str]:
 
 def model_table(rows, learner) -> list[str]:
     """Held-out accuracy of every model per world (mean over runs), the learner's gap to EM."""
-    models = tuple(dict.fromkeys(("oracle", learner, "sf", "random", "em", "context", "first_order", "rpni",
+    models = tuple(dict.fromkeys(("oracle", learner, "sf", "random", "em", "context", "first-order", "rpni",
                                   "alergia")))
     present = [m for m in models if any(m in d for d in rows.values())]
     head = "| world | " + " | ".join(NAMES.get(m, m) for m in present) + f" | {NAMES.get(learner, learner)} - EM |"

@@ -164,7 +164,7 @@ def main(argv=None):
     t_sur, s = best_of(lambda: surprise(env, big, n_episodes=100, seed=5, smoothing=1e-3), repeat=3)
     print(f"\n3. random sparse model, 5,000 states, 4 successors per (state, action), built in {t_make:.2f} s")
     print(f"   evaluate_model, 100 fresh episodes x 51 steps (with predictions/accuracy): {t_eval:.3f} s "
-          f"(target < 2 s); accuracy {r['accuracy']:.3f}, surprise {r['surprise']:.3f} nats/step (eps 1e-3)")
+          f"(target < 2 s); accuracy {r.accuracy:.3f}, surprise {r.surprise:.3f} nats/step (eps 1e-3)")
     print(f"   surprise() only: {t_sur:.3f} s; {s.zero_prob_steps} zero-probability steps of {s.n_scored_steps}")
 
 

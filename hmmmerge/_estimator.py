@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import inspect
 
-__all__ = ["Estimator", "NotFittedError"]
+__all__ = ["Estimator", "ModelLearner", "NotFittedError"]
 
 
 class NotFittedError(ValueError, AttributeError):
@@ -103,3 +103,27 @@ class Estimator:
         """Raise :class:`NotFittedError` unless ``fit`` has set ``attribute``."""
         if not hasattr(self, attribute):
             raise NotFittedError(f"this {type(self).__name__} is not fitted yet: call fit(traj) first")
+
+
+class ModelLearner(Estimator):
+    """An estimator whose fitted model is an ActionHMM (``to_hmm()``), scored by its likelihood."""
+
+    def score(self, traj, actions=None) -> float:
+        """Total log-likelihood in nats of ``traj`` under ``self.to_hmm()``, each episode restarting from ``B``.
+
+        Returns
+        -------
+        float
+
+        See Also
+        --------
+        hmmmerge.evaluate.score_trajectories : accuracy, surprise and the rest.
+
+        Examples
+        --------
+        >>> from hmmmerge.baselines import FirstOrderModel
+        >>> t = ([[0, 1, 0, 1]], [[-1, 0, 0, 0]])
+        >>> FirstOrderModel().fit(t).score(t)
+        0.0
+        """
+        return self.to_hmm().log_likelihood(traj, actions)

@@ -6,6 +6,8 @@ from numbers import Integral
 
 import numpy as np
 
+from ._validation import InvalidParameterError
+
 
 def as_generator(seed) -> np.random.Generator:
     """A ``numpy.random.Generator`` from an int seed, a tuple of ints, a Generator (returned as is) or ``None``.
@@ -19,7 +21,7 @@ def as_generator(seed) -> np.random.Generator:
         return np.random.default_rng(seed)
     if isinstance(seed, (tuple, list)) and seed and all(_is_seed_int(s) for s in seed):
         return np.random.default_rng([int(s) for s in seed])  # e.g. (run seed, episode offset)
-    raise TypeError(f"seed must be a non-negative int (or a tuple of them), a numpy Generator or None, got {seed!r}")
+    raise InvalidParameterError(f"seed must be a non-negative int (or a tuple of them), a numpy Generator or None, got {seed!r}")
 
 
 def _is_seed_int(x) -> bool:

@@ -205,6 +205,10 @@ def as_trajectories(data, actions=None) -> Trajectories:
     ([[0, 1], [0, 1]], [[-1, 0], [-1, 1]])
     """
     obs, acts = _pair(data, actions)
+    if isinstance(data, Trajectories):
+        if data.n_episodes == 0:
+            raise ValueError("the data hold no episodes")
+        return data
     if obs.ndim == 1 and obs.size and np.issubdtype(acts.dtype, np.integer) and (acts[1:] == -1).any():
         obs, acts = _check_flat(obs, acts)
         starts = np.flatnonzero(acts == -1)

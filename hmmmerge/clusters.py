@@ -227,9 +227,19 @@ def level2_hmm(memory, C, n_states: int | None = None):
     """The level-2 :class:`~hmmmerge.hmm.ActionHMM` of a memory under connection matrix ``C``.
 
     ``C`` is a :class:`Clusters`, or any non-negative (n x k) matrix (dense or
-    sparse; rows of unconnected states are zero).  Clusters that no level-1
-    state connects to are kept (they have zero rows).  ``B2 ∝ C^T B1``; if the
+    sparse; rows of unconnected states are zero).  Every cluster needs at least
+    one level-1 state: an empty column has no emission, and a ``ValueError``
+    names the first one (drop empty clusters first).  ``B2 ∝ C^T B1``; if the
     start state is unconnected, ``B2`` is uniform over the clusters.
+
+    Returns
+    -------
+    ActionHMM
+        One hidden state per cluster: ``T2[a] ∝ C^T T1[a] C``, ``E2 ∝ C^T E1``.
+
+    See Also
+    --------
+    hmmmerge.agent.TwoLevelMemory.level2_hmm : the same for the online agent.
 
     >>> from hmmmerge.episodic import EpisodicMemory
     >>> mem = EpisodicMemory(2, 1)

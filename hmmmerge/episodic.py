@@ -19,7 +19,7 @@ import scipy.sparse as sp
 
 from ._io import atomic_savez
 from .hmm import ActionHMM
-from .trajectories import Trajectories
+from ._validation import as_trajectories, check_int, check_symbols
 
 __all__ = ["EpisodicMemory"]
 
@@ -53,12 +53,9 @@ class EpisodicMemory:
     """
 
     def __init__(self, n_obs: int, n_actions: int, capacity: int = 1024):
-        for name, v in (("n_obs", n_obs), ("n_actions", n_actions)):
-            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        self.n_obs = int(n_obs)
-        self.n_actions = int(n_actions)
-        capacity = max(int(capacity), 16)
+        self.n_obs = check_int(n_obs, "n_obs", low=1)
+        self.n_actions = check_int(n_actions, "n_actions", low=1)
+        capacity = max(check_int(capacity, "capacity", low=0), 16)
         self._next = np.full((self.n_actions, capacity), -1, dtype=np.int64)
         self._emission = np.full(capacity, -1, dtype=np.int64)
         self._labels = np.full(capacity, -1, dtype=np.int64)
@@ -139,6 +136,10 @@ class EpisodicMemory:
     def observe(self, obs: int, action: int, label: int = -1) -> int:
         """Algorithm 1 for one step; returns the current state afterwards.
 
+        See Also
+        --------
+        observe_trajectories : the same over a batch of episodes (compiled).
+
         ``action == -1`` marks the first observation of an episode (and implies :meth:`reset`).
 
         >>> mem = EpisodicMemory(2, 1)
@@ -149,25 +150,26 @@ class EpisodicMemory:
         """
         from ._episodic_kernels import l1_observe
 
-        obs, action = int(obs), int(action)
-        if not 0 <= obs < self.n_obs:
-            raise ValueError(f"observation {obs} is outside 0..{self.n_obs - 1}")
+        obs, action = check_int(obs, "obs"), check_int(action, "action")
+        self._check_symbols(obs, action)
         if action == -1:
             self.reset()
-        elif not 0 <= action < self.n_actions:
-            raise ValueError(f"action {action} is outside 0..{self.n_actions - 1} (or -1 at an episode start)")
         elif self.current_state < 0:
             raise ValueError("the first observation of an episode must come with action -1")
         self.reserve(1)
         return int(l1_observe(self._next, self._emission, self._labels, self._scal, action, obs, int(label)))
 
-    def observe_trajectories(self, traj: Trajectories) -> tuple[np.ndarray, np.ndarray]:
+    def observe_trajectories(self, traj) -> tuple[np.ndarray, np.ndarray]:
         """Algorithm 1 over a batch of episodes, in order.
 
-        Returns ``(states, predicted)``: the level-1 state after each
-        observation and the observation level 1 predicted before it (-1 when it
-        had no prediction), both shaped like ``traj.obs``.  True labels are kept
-        when ``traj.states`` is given.
+        ``traj``: a :class:`~hmmmerge.trajectories.Trajectories` or a pair
+        ``(obs, actions)`` (see :func:`hmmmerge._validation.as_trajectories`);
+        true labels are kept when ``traj.states`` is given.
+
+        Returns
+        -------
+        states : the level-1 state after each observation, shaped like ``traj.obs``.
+        predicted : the observation level 1 predicted before each one (-1: no prediction).
 
         >>> from hmmmerge import gridworld, random_walk
         >>> env = gridworld()
@@ -178,8 +180,7 @@ class EpisodicMemory:
         """
         from ._episodic_kernels import observe_batch
 
-        if not isinstance(traj, Trajectories):
-            raise TypeError(f"traj must be Trajectories, got {type(traj).__name__}")
+        traj = as_trajectories(traj)
         self._check_symbols(traj.obs, traj.actions)
         self.reserve(traj.n_steps)
         out_states = np.empty_like(traj.obs)
@@ -189,17 +190,22 @@ class EpisodicMemory:
                       out_states, out_pred)
         return out_states, out_pred
 
-    def _check_symbols(self, obs: np.ndarray, actions: np.ndarray) -> None:
-        if obs.size == 0:
+    def _check_symbols(self, obs, actions) -> None:
+        if np.size(obs) == 0:
             raise ValueError("the trajectories hold no episodes: nothing to learn from")
-        if obs.max() >= self.n_obs:
-            raise ValueError(f"observation {int(obs.max())} is outside 0..{self.n_obs - 1}")
-        if actions.shape[1] > 1 and actions[:, 1:].max() >= self.n_actions:
-            raise ValueError(f"action {int(actions[:, 1:].max())} is outside 0..{self.n_actions - 1}")
+        check_symbols(obs, actions, self.n_obs, self.n_actions)
 
     # ------------------------------------------------------------ models
     def to_hmm(self):
         """Level 1 as a sparse deterministic :class:`~hmmmerge.hmm.ActionHMM` (B = the first state).
+
+        Returns
+        -------
+        ActionHMM
+
+        See Also
+        --------
+        hmmmerge.clusters.level2_hmm : level 2 from level 1 and the clusters.
 
         >>> mem = EpisodicMemory(2, 1); _ = mem.observe(0, -1); _ = mem.observe(1, 0)
         >>> mem.to_hmm().log_likelihood([0, 1])

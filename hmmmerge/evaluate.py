@@ -33,15 +33,18 @@ Conventions (the same in every function here):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from numbers import Integral, Real
+from dataclasses import dataclass, field, fields, replace
+from numbers import Integral
 
 import numpy as np
 
+from ._validation import as_trajectories, check_float, check_symbols
 from .environment import Environment
-from .rollouts import Trajectories, random_walk
+from .rollouts import random_walk
+from .trajectories import Trajectories
 
 __all__ = [
+    "ModelScore",
     "SurpriseResult",
     "cluster_labels",
     "evaluate_model",
@@ -121,6 +124,77 @@ class SurpriseResult:
         }
 
 
+@dataclass(frozen=True)
+class ModelScore:
+    """Every model-quality number for one model on one set of episodes.
+
+    Returned by :func:`score_trajectories` and :func:`evaluate_model`; the
+    field names are the JSON keys of ``hmmmerge evaluate --json`` and
+    ``hmmmerge baseline --json``.
+
+    Attributes
+    ----------
+    accuracy : share of scored steps whose argmax prediction (ties to the
+        smallest observation) was right; a step without prediction is wrong.
+    surprise : mean surprise in nats per scored step (``SurpriseResult.nats_per_step``).
+    surprise_ci : 95% interval of ``surprise`` over episodes, or ``None``.
+    nats_per_episode : mean over episodes of the summed surprise of the scored steps.
+    surprise_curve : (L + 1,) mean surprise at each position of the episode.
+    mean_true_prob : mean predicted probability of the observation that came.
+    no_prediction_share, zero_prob_steps, n_scored_steps : as in :class:`SurpriseResult`.
+    log_likelihood : total ``log P(o | a)`` in nats of all episodes, first
+        observations included, unsmoothed.
+    n_states : the model's hidden states.
+    smoothing, score_first : the scoring settings.
+    n_episodes, episode_length : the episodes scored.
+    seed : the int seed of the fresh walks (``None``: given trajectories or a Generator).
+
+    See Also
+    --------
+    SurpriseResult, score_trajectories, evaluate_model
+
+    Examples
+    --------
+    >>> from hmmmerge import gridworld
+    >>> env = gridworld(4, 4, n_colours=4, seed=0)
+    >>> r = evaluate_model(env, env.to_hmm(), n_episodes=3, episode_length=5)
+    >>> r.accuracy, r.as_dict()["surprise_curve"], r.seed
+    (1.0, [0.0, 0.0, 0.0, 0.0, 0.0, 0.0], 0)
+    """
+
+    accuracy: float
+    surprise: float
+    surprise_ci: tuple[float, float] | None
+    nats_per_episode: float
+    surprise_curve: np.ndarray = field(repr=False)
+    mean_true_prob: float
+    no_prediction_share: float
+    zero_prob_steps: int
+    n_scored_steps: int
+    log_likelihood: float
+    n_states: int
+    smoothing: float | None
+    score_first: bool
+    n_episodes: int
+    episode_length: int
+    seed: int | None = None
+
+    def as_dict(self) -> dict:
+        """Plain Python values (lists for arrays and the interval), ready for JSON.
+
+        >>> import json
+        >>> from hmmmerge import gridworld
+        >>> env = gridworld(4, 4, n_colours=4, seed=0)
+        >>> d = json.loads(json.dumps(evaluate_model(env, env.to_hmm(), n_episodes=3, episode_length=5).as_dict()))
+        >>> d["accuracy"], d["surprise_ci"], d["n_states"]
+        (1.0, [0.0, 0.0], 16)
+        """
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["surprise_ci"] = None if self.surprise_ci is None else [self.surprise_ci[0], self.surprise_ci[1]]
+        out["surprise_curve"] = self.surprise_curve.tolist()
+        return out
+
+
 # --------------------------------------------------------------------------- checks
 def _check_model(model) -> None:
     if not all(hasattr(model, name) for name in ("run_filter", "n_obs", "n_actions", "n_states")):
@@ -137,34 +211,16 @@ def _check_env_model(env, model) -> None:
         raise ValueError(f"model has n_actions={model.n_actions} but the environment has n_actions={env.n_actions}")
 
 
-def _check_smoothing(smoothing) -> float | None:
-    if smoothing is None:
-        return None
-    if isinstance(smoothing, bool) or not isinstance(smoothing, Real) or not 0.0 < float(smoothing) <= 1.0:
-        raise ValueError(f"smoothing must be None or an epsilon in (0, 1], got {smoothing!r}")
-    return float(smoothing)
-
-
 def _check_trajectories(model, traj) -> Trajectories:
-    if not isinstance(traj, Trajectories):
-        raise TypeError(f"trajectories must be a Trajectories, got {type(traj).__name__}")
-    if traj.n_episodes == 0:
-        raise ValueError("trajectories hold no episodes: nothing to score")
-    if traj.obs.max() >= model.n_obs:
-        raise ValueError(
-            f"trajectories hold observation {int(traj.obs.max())}, outside the model's 0..{model.n_obs - 1}"
-        )
-    if traj.episode_length and traj.actions[:, 1:].max() >= model.n_actions:
-        raise ValueError(
-            f"trajectories hold action {int(traj.actions[:, 1:].max())}, outside the model's 0..{model.n_actions - 1}"
-        )
+    traj = as_trajectories(traj)
+    check_symbols(traj.obs, traj.actions, model.n_obs, model.n_actions)
     return traj
 
 
 # --------------------------------------------------------------------------- core
 def _score(model, traj: Trajectories, smoothing, score_first: bool, predictions: bool) -> dict:
     """Run the filter once and derive every per-step quantity."""
-    eps = _check_smoothing(smoothing)
+    eps = check_float(smoothing, "smoothing", low=0, high=1, low_open=True, allow_none=True)
     traj = _check_trajectories(model, traj)
     first = 0 if score_first else 1
     N, L1 = traj.obs.shape
@@ -192,11 +248,10 @@ def _score(model, traj: Trajectories, smoothing, score_first: bool, predictions:
         else:
             ci = (float("inf"), float("inf"))
     out = {
-        "step_surprise": step_sur,
+        "traj": traj,
         "prob": prob,
         "res": res,
         "first": first,
-        "smoothing": eps,
         "result": SurpriseResult(
             nats_per_step=mean,
             ci95=ci,
@@ -215,40 +270,55 @@ def _score(model, traj: Trajectories, smoothing, score_first: bool, predictions:
     return out
 
 
-def score_trajectories(model, traj: Trajectories, *, smoothing=None, score_first: bool = False) -> dict:
+def score_trajectories(model, traj, *, smoothing=None, score_first: bool = False) -> ModelScore:
     """Score ``model`` on given trajectories: accuracy, surprise, likelihood.
 
-    Returns the dictionary of :func:`evaluate_model` (without the walk
-    settings).  See the module docstring for the conventions.
+    ``traj``: a :class:`~hmmmerge.trajectories.Trajectories` or a pair
+    ``(obs, actions)``.  See the module docstring for the conventions.  This
+    is the one scoring path of the project: the CLI, the demo, the
+    reproduction, the analysis scripts and the notebooks all score here.
 
+    Returns
+    -------
+    ModelScore
+
+    See Also
+    --------
+    evaluate_model : the same on fresh random walks of an environment.
+    surprise : the surprise alone, with its curve.
+
+    Examples
+    --------
     >>> import numpy as np
     >>> from hmmmerge import ActionHMM, Trajectories
     >>> hmm = ActionHMM(np.ones((1, 2, 2)) / 2, np.eye(2), [1.0, 0.0])
     >>> r = score_trajectories(hmm, Trajectories([[0, 0, 1]], [[-1, 0, 0]]))
-    >>> r["accuracy"], round(r["surprise"], 4), r["mean_true_prob"]   # tie 0.5/0.5 -> predicts 0
+    >>> r.accuracy, round(r.surprise, 4), r.mean_true_prob   # tie 0.5/0.5 -> predicts 0
     (0.5, 0.6931, 0.5)
     """
     _check_model(model)
     sc = _score(model, traj, smoothing, score_first, predictions=True)
-    res, first, sr = sc["res"], sc["first"], sc["result"]
+    traj, res, first, sr = sc["traj"], sc["res"], sc["first"], sc["result"]
     pred = res.predictions[:, first:]
     guess = pred.argmax(axis=2)  # ties -> smallest index
     correct = (guess == traj.obs[:, first:]) & ~res.no_prediction[:, first:]
-    return {
-        "accuracy": float(correct.mean()),
-        "surprise": sr.nats_per_step,
-        "surprise_ci": None if sr.ci95 is None else [sr.ci95[0], sr.ci95[1]],
-        "nats_per_episode": sr.nats_per_episode,
-        "surprise_curve": sr.curve.tolist(),
-        "mean_true_prob": float(sc["prob"][:, first:].mean()),
-        "no_prediction_share": sr.no_prediction_share,
-        "zero_prob_steps": sr.zero_prob_steps,
-        "n_scored_steps": sr.n_scored_steps,
-        "log_likelihood": res.log_likelihood,
-        "n_states": int(model.n_states),
-        "smoothing": sr.smoothing,
-        "score_first": sr.score_first,
-    }
+    return ModelScore(
+        accuracy=float(correct.mean()),
+        surprise=sr.nats_per_step,
+        surprise_ci=sr.ci95,
+        nats_per_episode=sr.nats_per_episode,
+        surprise_curve=sr.curve,
+        mean_true_prob=float(sc["prob"][:, first:].mean()),
+        no_prediction_share=sr.no_prediction_share,
+        zero_prob_steps=sr.zero_prob_steps,
+        n_scored_steps=sr.n_scored_steps,
+        log_likelihood=res.log_likelihood,
+        n_states=int(model.n_states),
+        smoothing=sr.smoothing,
+        score_first=sr.score_first,
+        n_episodes=sr.n_episodes,
+        episode_length=sr.episode_length,
+    )
 
 
 def surprise(
@@ -274,6 +344,14 @@ def surprise(
         ``inf``) or ``epsilon`` in (0, 1]: score ``(1 - epsilon) p + epsilon / n_obs``.
     score_first : also score the first observation of each episode (predicted from ``B``).
 
+    Returns
+    -------
+    SurpriseResult
+
+    See Also
+    --------
+    evaluate_model : accuracy and the other numbers as well.
+
     Examples
     --------
     >>> from hmmmerge import gridworld
@@ -298,41 +376,43 @@ def evaluate_model(
     *,
     score_first: bool = False,
     trajectories: Trajectories | None = None,
-) -> dict:
-    """All model-quality numbers of ARCHITECTURE.md for one model, on fresh walks.
+) -> ModelScore:
+    """Score a model on fresh random walks of ``env`` (or on given ``trajectories``).
 
-    Keys: ``accuracy`` (argmax prediction, ties to the smallest observation,
-    missing prediction wrong), ``surprise`` (nats per scored step),
-    ``surprise_ci`` (95% interval over episodes), ``nats_per_episode``,
-    ``surprise_curve`` (L + 1 positions), ``mean_true_prob`` (mean predicted
-    probability of the true observation), ``no_prediction_share``,
-    ``zero_prob_steps``, ``n_scored_steps``, ``log_likelihood`` (total
-    ``log P(o | a)`` in nats of all episodes, first observations included,
-    unsmoothed), ``n_states``, ``smoothing``, ``score_first``,
-    ``n_episodes``, ``episode_length``, ``seed``.
+    Parameters
+    ----------
+    env : the world; the model must share its ``n_obs`` and ``n_actions``.
+    model : an :class:`~hmmmerge.hmm.ActionHMM`.
+    n_episodes, episode_length, seed, policy : the walks (see :func:`~hmmmerge.rollouts.random_walk`).
+    smoothing, score_first : as in :func:`surprise`.
+    trajectories : replaces the fresh walks (then ``n_episodes``,
+        ``episode_length``, ``seed`` and ``policy`` are ignored).
 
-    ``trajectories`` replaces the fresh walks (then ``n_episodes``,
-    ``episode_length``, ``seed`` and ``policy`` are ignored).
+    Returns
+    -------
+    ModelScore
+        accuracy, surprise with its interval and curve, likelihood,
+        no-prediction share, zero-probability steps, states, and what was scored.
 
+    See Also
+    --------
+    score_trajectories, surprise, hmmmerge.baselines.build_model
+
+    Examples
+    --------
     >>> from hmmmerge import gridworld
     >>> env = gridworld(4, 4, n_colours=4, seed=0)
     >>> r = evaluate_model(env, env.to_hmm(), n_episodes=10, episode_length=20)
-    >>> r["accuracy"], r["surprise"], r["no_prediction_share"], r["n_states"]
+    >>> r.accuracy, r.surprise, r.no_prediction_share, r.n_states
     (1.0, 0.0, 0.0, 16)
     """
     _check_env_model(env, model)
+    walk_seed = None
     if trajectories is None:
         trajectories = random_walk(env, n_episodes, episode_length, seed=seed, policy=policy)
-        walk_seed = seed if isinstance(seed, Integral) else None
-    else:
-        walk_seed = None
-    out = score_trajectories(model, trajectories, smoothing=smoothing, score_first=score_first)
-    out.update(
-        n_episodes=trajectories.n_episodes,
-        episode_length=trajectories.episode_length,
-        seed=walk_seed,
-    )
-    return out
+        walk_seed = int(seed) if isinstance(seed, Integral) else None
+    score = score_trajectories(model, trajectories, smoothing=smoothing, score_first=score_first)
+    return replace(score, seed=walk_seed)
 
 
 # --------------------------------------------------------------------------- clusters
@@ -373,6 +453,14 @@ def cluster_labels(assignment, labels, n_clusters: int | None = None) -> np.ndar
     unassigned), ``labels[i]`` its true label.  Clusters with no member get
     ``-1``.
 
+    Returns
+    -------
+    (k,) int array
+
+    See Also
+    --------
+    weighted_purity, position_transition_matrix
+
     >>> cluster_labels([0, 0, 0, 1, -1], [5, 5, 2, 3, 9]).tolist()
     [5, 3]
     """
@@ -398,7 +486,15 @@ def weighted_purity(assignment, labels, *, include_singletons: bool = False) -> 
     The purity of a cluster is the share of its most common label.
     Unassigned states (``-1``) are ignored.  By default clusters of size 1 are
     skipped, as the paper's authors do (a singleton is trivially pure); pass
-    ``include_singletons=True`` to count them.  ``nan`` when no cluster qualifies.
+    ``include_singletons=True`` to count them.
+
+    Returns
+    -------
+    float in [0, 1], ``nan`` when no cluster qualifies.
+
+    See Also
+    --------
+    cluster_labels, hmmmerge.purity : the exact law of a random cluster's purity.
 
     >>> weighted_purity([0, 0, 0, 0, 1, 1, 2], [1, 1, 1, 2, 3, 4, 7])
     0.6666666666666666
@@ -473,6 +569,14 @@ def position_transition_matrix(
     assignment : (n,) cluster of each first-level state, -1 unassigned.
     labels : (n,) true label (position index) of each first-level state.
     n_positions : number of positions P (default: largest label + 1).
+
+    Returns
+    -------
+    (P, P) array, or (A, P, P) with ``per_action=True``; rows sum to 1 or 0.
+
+    See Also
+    --------
+    cluster_labels
 
     >>> import numpy as np
     >>> from hmmmerge import ActionHMM

@@ -27,6 +27,9 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from ._validation import check_symbols
+from .trajectories import Trajectories
+
 __all__ = [
     "draw_factor_graph",
     "pgmpy_filter",
@@ -55,8 +58,6 @@ def _check_hmm(hmm, max_states: int | None = None) -> None:
 
 
 def _window(hmm, obs, actions) -> tuple[np.ndarray, np.ndarray]:
-    from .trajectories import Trajectories
-
     o = np.asarray(obs)
     a = np.asarray(actions) if actions is not None else None
     if o.ndim != 1:
@@ -68,12 +69,8 @@ def _window(hmm, obs, actions) -> tuple[np.ndarray, np.ndarray]:
         if len(o):
             a[0] = -1
     traj = Trajectories(o, a)
-    o, a = traj.obs[0], traj.actions[0]
-    if o.max() >= hmm.n_obs:
-        raise ValueError(f"obs holds {int(o.max())}, outside the model's 0..{hmm.n_obs - 1}")
-    if len(a) > 1 and a[1:].max() >= hmm.n_actions:
-        raise ValueError(f"actions holds {int(a[1:].max())}, outside the model's 0..{hmm.n_actions - 1}")
-    return o, a
+    check_symbols(traj.obs, traj.actions, hmm.n_obs, hmm.n_actions)
+    return traj.obs[0], traj.actions[0]
 
 
 def _chain_factors(hmm, L: int, h: str = "H"):

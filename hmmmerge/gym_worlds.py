@@ -26,7 +26,9 @@
   alongside by :meth:`Recording.save`.  Numpy arrays, dicts, lists and
   tuples of those are hashed by content.  An episode that terminates before
   ``episode_length`` moves is dropped and drawn again (counted in
-  ``Recording.dropped``); a truncation (time limit) before that is an error.
+  ``Recording.dropped``; the vocabulary keeps the observations they showed);
+  a truncation (time limit) before that is an error.  Actions are recorded as
+  ``action - action_space.start``, so they run from 0.
 """
 
 from __future__ import annotations
@@ -227,8 +229,8 @@ class Recording:
 def score_recording(model, trajectories: Trajectories, **kwargs) -> dict:
     """Accuracy, surprise and likelihood of ``model`` on recorded (held-out) trajectories; purity unavailable.
 
-    :func:`hmmmerge.evaluate.score_trajectories` (keyword arguments go there,
-    e.g. ``smoothing``) plus ``purity: None`` and a ``purity_note``: purity
+    :func:`hmmmerge.evaluate.score_trajectories` as a dict (keyword arguments go
+    there, e.g. ``smoothing``) plus ``purity: None`` and a ``purity_note``: purity
     compares clusters with true states, which a recording does not have.
 
     >>> from hmmmerge.baselines.first_order import FirstOrderModel
@@ -240,7 +242,7 @@ def score_recording(model, trajectories: Trajectories, **kwargs) -> dict:
     """
     from .evaluate import score_trajectories
 
-    out = score_trajectories(model, trajectories, **kwargs)
+    out = score_trajectories(model, trajectories, **kwargs).as_dict()
     out.update(purity=None, purity_note="unavailable: the true states of recorded trajectories are unknown")
     return out
 

@@ -14,15 +14,19 @@ prediction* at that step: the step is flagged and its probability is 0.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import scipy.sparse as sp
 
 from ._random import as_generator
+from ._validation import as_trajectories, check_int, check_symbols
 from .trajectories import Trajectories
 
 __all__ = ["ActionHMM", "FilterResult"]
 
 
+@dataclass(frozen=True)
 class FilterResult:
     """Output of :meth:`ActionHMM.run_filter`.
 
@@ -35,6 +39,10 @@ class FilterResult:
         where there was no prediction.
     posteriors : (N, L, H) filtered beliefs or ``None``.
 
+    See Also
+    --------
+    hmmmerge.evaluate.score_trajectories : accuracy and surprise from one filter run.
+
     Examples
     --------
     A model that knows no successor of state 1 predicts nothing at the third step:
@@ -45,15 +53,31 @@ class FilterResult:
     ([[0.0, 0.0, -inf]], [[False, False, True]], -inf)
     """
 
-    def __init__(self, log_probs, no_prediction, predictions=None, posteriors=None):
-        self.log_probs = log_probs
-        self.no_prediction = no_prediction
-        self.predictions = predictions
-        self.posteriors = posteriors
+    log_probs: np.ndarray
+    no_prediction: np.ndarray
+    predictions: np.ndarray | None = None
+    posteriors: np.ndarray | None = None
 
     @property
     def log_likelihood(self) -> float:
+        """Total ``log P(o | a)`` in nats of all episodes."""
         return float(self.log_probs.sum())
+
+    def as_dict(self) -> dict:
+        """Plain Python values (nested lists; ``-inf`` stays a float), ready for JSON.
+
+        >>> hmm = ActionHMM.from_deterministic([[1, 0]], [0, 1], n_obs=2)
+        >>> hmm.run_filter([[0, 1]], [[-1, 0]]).as_dict()
+        {'log_probs': [[0.0, 0.0]], 'no_prediction': [[False, False]], 'predictions': None, \
+'posteriors': None, 'log_likelihood': 0.0}
+        """
+        return {
+            "log_probs": self.log_probs.tolist(),
+            "no_prediction": self.no_prediction.tolist(),
+            "predictions": None if self.predictions is None else self.predictions.tolist(),
+            "posteriors": None if self.posteriors is None else self.posteriors.tolist(),
+            "log_likelihood": self.log_likelihood,
+        }
 
 
 class ActionHMM:
@@ -199,27 +223,16 @@ class ActionHMM:
 
     # ------------------------------------------------------------ filtering
     def _prepare(self, obs, actions) -> tuple[np.ndarray, np.ndarray, bool]:
-        if isinstance(obs, Trajectories):
-            if actions is not None:
-                raise ValueError("pass either Trajectories or (obs, actions), not both")
-            obs, actions = obs.obs, obs.actions
-        single = np.ndim(obs) == 1
-        if actions is None:
+        """Checked (obs, actions) 2-D arrays, and whether the input was one 1-D episode."""
+        if actions is None and not isinstance(obs, (Trajectories, tuple)):
             if self.n_actions != 1:
                 raise ValueError(f"actions are required: the model has {self.n_actions} actions")
             actions = np.zeros(np.shape(obs), dtype=np.int64)
-            actions[..., 0] = -1
-        traj = Trajectories(obs=obs, actions=actions)
-        o, a = traj.obs, traj.actions
-        if o.shape[0] == 0:
-            raise ValueError("obs holds no episodes: nothing to filter")
-        if o.max() >= self.n_obs:
-            raise ValueError(f"obs holds {int(o.max())}, outside the model's 0..{self.n_obs - 1}")
-        if o.shape[1] > 1 and a[:, 1:].max() >= self.n_actions:
-            raise ValueError(
-                f"actions holds {int(a[:, 1:].max())}, outside the model's 0..{self.n_actions - 1}"
-            )
-        return o, a, single
+            actions[..., :1] = -1
+        raw = obs.obs if isinstance(obs, Trajectories) else obs[0] if isinstance(obs, tuple) else obs
+        traj = as_trajectories(obs, actions)
+        check_symbols(traj.obs, traj.actions, self.n_obs, self.n_actions)
+        return traj.obs, traj.actions, np.ndim(raw) == 1 and traj.n_episodes == 1
 
     def _stacked_csr(self):
         if self._csr is None:
@@ -240,9 +253,19 @@ class ActionHMM:
     def run_filter(self, obs, actions=None, *, predictions=False, posteriors=False) -> FilterResult:
         """Run the scaled forward filter over a batch of episodes.
 
-        ``obs``/``actions``: (N, L) int arrays (or 1-D for one episode, or a
-        :class:`~hmmmerge.rollouts.Trajectories`), ``actions[:, 0] == -1``.
-        Every episode restarts from ``B``.
+        ``obs``/``actions``: (N, L) int arrays (or 1-D for one episode, a pair
+        ``(obs, actions)``, or a :class:`~hmmmerge.trajectories.Trajectories`),
+        ``actions[:, 0] == -1``.  Every episode restarts from ``B``.
+
+        Returns
+        -------
+        FilterResult
+            per-step log-probabilities and no-prediction flags; predictive
+            distributions and beliefs when asked for.
+
+        See Also
+        --------
+        log_likelihood, filter, predict_obs, hmmmerge.evaluate.score_trajectories
 
         >>> import numpy as np
         >>> hmm = ActionHMM(np.ones((1, 2, 2)) / 2, np.eye(2), [0.5, 0.5])
@@ -250,9 +273,12 @@ class ActionHMM:
         >>> np.round(np.exp(r.log_probs), 3).tolist()
         [[0.5, 0.5, 0.5]]
         """
+        o, a, _ = self._prepare(obs, actions)
+        return self._run(o, a, predictions, posteriors)
+
+    def _run(self, o: np.ndarray, a: np.ndarray, predictions: bool = False, posteriors: bool = False) -> FilterResult:
         from . import _forward
 
-        o, a, _ = self._prepare(obs, actions)
         N, L = o.shape
         logp = np.zeros((N, L))
         nopred = np.zeros((N, L), dtype=bool)
@@ -272,6 +298,14 @@ class ActionHMM:
     def log_likelihood(self, obs, actions=None) -> float:
         """Total log-likelihood in nats of all episodes (each restarting from ``B``).
 
+        Returns
+        -------
+        float (``-inf`` if some observation had probability 0)
+
+        See Also
+        --------
+        run_filter
+
         >>> import numpy as np
         >>> hmm = ActionHMM(np.ones((1, 2, 2)) / 2, np.eye(2), [0.5, 0.5])
         >>> bool(round(hmm.log_likelihood([0, 0, 1, 0]), 6) == round(4 * np.log(0.5), 6))
@@ -284,14 +318,16 @@ class ActionHMM:
 
         Memory grows as N * L * H; meant for small models and short windows.
 
+        See Also
+        --------
+        run_filter, predict_obs
+
         >>> import numpy as np
         >>> hmm = ActionHMM(np.ones((1, 2, 2)) / 2, np.eye(2), [0.5, 0.5])
         >>> hmm.filter([0, 1]).tolist()
         [[1.0, 0.0], [0.0, 1.0]]
         """
-        _, _, single = self._prepare(obs, actions)
-        post = self.run_filter(obs, actions, posteriors=True).posteriors
-        return post[0] if single else post
+        return self._per_episode(obs, actions, "posteriors")
 
     def predict_obs(self, obs, actions=None) -> np.ndarray:
         """Predictive distributions ``P(o_t | o_<t, a_<=t)``: (N, L, O), or (L, O) for one episode.
@@ -299,14 +335,22 @@ class ActionHMM:
         Entry ``t`` is the prediction made *before* seeing ``o_t``; an all-zero
         row means the model made no prediction at that step.
 
+        See Also
+        --------
+        run_filter, filter
+
         >>> import numpy as np
         >>> hmm = ActionHMM(np.ones((1, 2, 2)) / 2, np.eye(2), [1.0, 0.0])
         >>> hmm.predict_obs([0, 1]).tolist()
         [[1.0, 0.0], [0.5, 0.5]]
         """
-        _, _, single = self._prepare(obs, actions)
-        pred = self.run_filter(obs, actions, predictions=True).predictions
-        return pred[0] if single else pred
+        return self._per_episode(obs, actions, "predictions")
+
+    def _per_episode(self, obs, actions, what: str) -> np.ndarray:
+        """``posteriors`` or ``predictions`` of the filter, without the episode axis for one 1-D episode."""
+        o, a, single = self._prepare(obs, actions)
+        out = getattr(self._run(o, a, **{what: True}), what)
+        return out[0] if single else out
 
     # ------------------------------------------------------------ sampling
     def sample(self, n_episodes: int = 1, episode_length: int = 50, seed=0, actions=None) -> Trajectories:
@@ -315,11 +359,22 @@ class ActionHMM:
         ``actions``: an (n_episodes, episode_length + 1) int array with first
         column -1, or ``None`` for uniformly random actions.
 
+        Returns
+        -------
+        Trajectories
+            with ``states`` the sampled hidden states.
+
+        See Also
+        --------
+        hmmmerge.rollouts.random_walk : episodes of an Environment.
+
         >>> import numpy as np
         >>> hmm = ActionHMM(np.array([[[0., 1.], [1., 0.]]]), np.eye(2), [1.0, 0.0])
         >>> hmm.sample(1, 4, seed=0).obs.tolist()
         [[0, 1, 0, 1, 0]]
         """
+        check_int(n_episodes, "n_episodes", low=1)
+        check_int(episode_length, "episode_length", low=0)
         rng = as_generator(seed)
         if actions is None:
             acts = np.empty((n_episodes, episode_length + 1), dtype=np.int64)
@@ -329,8 +384,7 @@ class ActionHMM:
             acts = Trajectories(np.zeros_like(actions), actions).actions
             if acts.shape != (n_episodes, episode_length + 1):
                 raise ValueError(f"actions must have shape ({n_episodes}, {episode_length + 1}), got {acts.shape}")
-            if episode_length and acts[:, 1:].max() >= self.n_actions:
-                raise ValueError(f"actions outside the model's 0..{self.n_actions - 1}")
+            check_symbols(np.zeros(0, dtype=np.int64), acts, self.n_obs, self.n_actions)
         states = np.empty_like(acts)
         states[:, 0] = _draw(np.broadcast_to(self.B, (n_episodes, self.n_states)), rng)
         for t in range(1, episode_length + 1):

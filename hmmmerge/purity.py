@@ -23,11 +23,11 @@ enumeration and no sampling.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from numbers import Integral
 
 import numpy as np
 
 from ._random import as_generator
+from ._validation import check_int
 
 __all__ = ["PurityDistribution", "random_cluster_purity_distribution", "random_partition_purities"]
 
@@ -70,12 +70,6 @@ class PurityDistribution:
         0.111111
         """
         return float(self.pmf[-1])
-
-
-def _check_int(name, value, low):
-    if not isinstance(value, Integral) or isinstance(value, bool) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-    return int(value)
 
 
 def _component_pmfs(size, clones, counts):
@@ -139,8 +133,8 @@ def random_cluster_purity_distribution(size: int, clones: int, counts=None) -> P
     >>> round(random_cluster_purity_distribution(2, 2, counts=[2, 2]).prob_pure(), 6)
     0.333333
     """
-    size = _check_int("size", size, 1)
-    clones = _check_int("clones", clones, 1)
+    size = check_int(size, "size", low=1)
+    clones = check_int(clones, "clones", low=1)
     if counts is not None:
         counts = np.asarray(counts)
         if counts.ndim != 1 or counts.shape[0] != clones:
@@ -178,8 +172,8 @@ def random_partition_purities(counts, size: int, n_partitions: int = 1000, seed=
     counts = np.asarray(counts)
     if counts.ndim != 1 or counts.size == 0 or not np.issubdtype(counts.dtype, np.integer) or counts.min() < 0:
         raise ValueError("counts must be a non-empty 1-D array of integers >= 0")
-    size = _check_int("size", size, 1)
-    n_partitions = _check_int("n_partitions", n_partitions, 1)
+    size = check_int(size, "size", low=1)
+    n_partitions = check_int(n_partitions, "n_partitions", low=1)
     n_states = int(counts.sum())
     n_clusters = n_states // size
     if n_clusters == 0:

@@ -11,6 +11,7 @@ import numpy as np
 
 from ._limits import check_memory
 from ._random import as_generator
+from ._validation import check_int
 from .environment import Environment
 from .trajectories import Trajectories
 
@@ -38,9 +39,8 @@ def random_walk(
     """
     if not isinstance(env, Environment):
         raise TypeError(f"env must be an Environment, got {type(env).__name__}")
-    for name, v, low in (("n_episodes", n_episodes, 1), ("episode_length", episode_length, 0)):
-        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < low:
-            raise ValueError(f"{name} must be an integer >= {low}, got {v!r}")
+    check_int(n_episodes, "n_episodes", low=1)
+    check_int(episode_length, "episode_length", low=0)
     # states, actions and observations (int64), the draws and their temporaries
     check_memory(f"a random walk of {n_episodes} episodes x {episode_length} moves",
                  48 * int(n_episodes) * (int(episode_length) + 1))

@@ -23,6 +23,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ._limits import check_count
+from ._validation import check_int
 from .environment import Environment
 
 __all__ = [
@@ -54,8 +55,7 @@ def compact_subgraph(env: Environment, v, n: int) -> nx.MultiDiGraph:
     _check_env(env)
     if v not in env.index:
         raise ValueError(f"node {v!r} is not in the environment")
-    if not isinstance(n, (int, np.integer)) or n < 0:
-        raise ValueError(f"n must be an integer >= 0, got {n!r}")
+    check_int(n, "n", low=0)
     ball = nx.single_source_shortest_path_length(env.graph, v, cutoff=int(n))
     return env.graph.subgraph(ball).copy()
 
@@ -222,8 +222,7 @@ def aliasing_partitions(env: Environment, max_depth: int | None = None) -> np.nd
     [[0, 0, 1, 0], [0, 1, 2, 0], [1, 2, 3, 0]]
     """
     _check_env(env)
-    if max_depth is not None and (not isinstance(max_depth, (int, np.integer)) or max_depth < 0):
-        raise ValueError(f"max_depth must be an integer >= 0 or None, got {max_depth!r}")
+    check_int(max_depth, "max_depth", low=0, allow_none=True)
     _, labels = np.unique(env.obs, return_inverse=True)
     labels = labels.reshape(-1).astype(np.int64)
     rows = [labels]
@@ -284,8 +283,7 @@ def observation_sequence_counts(env: Environment, k: int, max_nodes: int = 5_000
     [3, 4, 3, 4, 4, 4, 3, 4, 3]
     """
     _check_env(env)
-    if not isinstance(k, (int, np.integer)) or k < 0:
-        raise ValueError(f"k must be an integer >= 0, got {k!r}")
+    check_int(k, "k", low=0)
     n = env.n_states
     # successor relation including staying in place (self-loops count here)
     src = np.tile(np.arange(n), env.n_actions)

@@ -48,7 +48,7 @@ def test_rpni_is_consistent_with_its_training_data(world_data):
     env, train, _ = world_data
     hmm = RPNIModel().fit(train, env.n_obs, env.n_actions).to_hmm()
     r = score_trajectories(hmm, train)
-    assert r["accuracy"] == 1.0 and r["surprise"] == 0.0
+    assert r.accuracy == 1.0 and r.surprise == 0.0
 
 
 def test_alergia_hmm_predicts_the_mdp_distribution(world_data):

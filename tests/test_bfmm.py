@@ -549,6 +549,8 @@ def test_cli_baseline_bfmm_uses_all_episodes_and_the_fold_option(capsys):
     fold = json.loads(capsys.readouterr().out)
     # on this small deterministic world the folds recover the world (cf. the oracle test above)
     assert fold["n_states"] == 16 and fold["accuracy"] == 1.0 and fold["accuracy"] > pairs["accuracy"]
-    assert main(common + ["--bfmm-structure-prior", "-1"]) == 2
+    with pytest.raises(SystemExit) as refused:  # checked when the flags are parsed, like every model option
+        main(common + ["--bfmm-structure-prior", "-1"])
+    assert refused.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "structure_prior" in err[0]

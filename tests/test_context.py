@@ -108,13 +108,13 @@ def test_order_one_without_actions_in_context_is_close_to_first_order():
     train, test = random_walk(env, 400, 30, seed=0), random_walk(env, 50, 30, seed=1)
     ctx = score_trajectories(ContextModel(order=1).fit(train, 4, 4).to_hmm(), test)
     fo = score_trajectories(FirstOrderModel().fit(train, 4, 4).to_hmm(), test)
-    assert abs(ctx["accuracy"] - fo["accuracy"]) < 0.05
+    assert abs(ctx.accuracy - fo.accuracy) < 0.05
 
 
 def test_longer_contexts_help_on_the_paper_world():
     env = gridworld(10, 10, n_colours=10, seed=0)
     train, test = random_walk(env, 300, seed=0), random_walk(env, 30, seed=1)
-    acc = {k: score_trajectories(ContextModel(order=k).fit(train, 10, 4).to_hmm(), test)["accuracy"]
+    acc = {k: score_trajectories(ContextModel(order=k).fit(train, 10, 4).to_hmm(), test).accuracy
            for k in (1, 3)}
     assert acc[3] > acc[1] + 0.2
 
@@ -165,4 +165,4 @@ def test_cli_baseline_context_scores_the_model_on_the_evaluate_walks(capsys):
     model = ContextModel(order=3).fit(train, 4, 4)
     want = score_trajectories(model.to_hmm(), test, smoothing=0.01)
     assert out["model"] == "context" and out["n_states"] == model.n_contexts_
-    assert out["accuracy"] == want["accuracy"] and out["surprise"] == pytest.approx(want["surprise"])
+    assert out["accuracy"] == want.accuracy and out["surprise"] == pytest.approx(want.surprise)

@@ -16,7 +16,7 @@ from hmmmerge.baselines.em import CloneHMM, _Data, em_step
 
 
 # ----------------------------------------------------------------- helpers
-def random_model(rng, n_clones, n_actions):
+def random_clone_parameters(rng, n_clones, n_actions):
     H = int(np.sum(n_clones))
     T = rng.random((n_actions, H, H)) + 0.05
     T /= T.sum(axis=2, keepdims=True)
@@ -109,7 +109,7 @@ def test_forward_backward_matches_brute_force(seed):
     rng = np.random.default_rng(seed)
     n_clones = [2, 1, 2][: 2 + seed % 2]
     O, A = len(n_clones), 2
-    T, B = random_model(rng, n_clones, A)
+    T, B = random_clone_parameters(rng, n_clones, A)
     E = emission(n_clones, O)
     obs_list, acts_list = random_episodes(rng, O, A, [5, 4, 1])
     d = layout(obs_list, acts_list, n_clones)
@@ -133,7 +133,7 @@ def test_expected_counts_match_dense_reference_and_brute_force(seed):
     rng = np.random.default_rng(10 + seed)
     n_clones = [3, 2, 1]
     A = 2
-    T, B = random_model(rng, n_clones, A)
+    T, B = random_clone_parameters(rng, n_clones, A)
     E = emission(n_clones, 3)
     obs_list, acts_list = random_episodes(rng, 3, A, [6, 3, 5])
     ll, C, Bc = layout(obs_list, acts_list, n_clones).expected_counts(T, B)
@@ -152,7 +152,7 @@ def test_expected_counts_match_dense_reference_and_brute_force(seed):
 def test_m_step_is_normalised_counts_plus_pseudocount():
     rng = np.random.default_rng(5)
     n_clones, A, pc = [2, 2], 2, 0.1
-    T, B = random_model(rng, n_clones, A)
+    T, B = random_clone_parameters(rng, n_clones, A)
     obs_list, acts_list = random_episodes(rng, 2, A, [8, 8])
     d = layout(obs_list, acts_list, n_clones)
     ll, C, Bc = d.expected_counts(T, B)
@@ -166,7 +166,7 @@ def test_agrees_with_hmmlearn_for_one_action():
     hmmlearn = pytest.importorskip("hmmlearn.hmm")
     rng = np.random.default_rng(3)
     n_clones = [2, 3]
-    T, B = random_model(rng, n_clones, 1)
+    T, B = random_clone_parameters(rng, n_clones, 1)
     E = emission(n_clones, 2)
     lengths = [30, 12, 25]
     obs_list, acts_list = random_episodes(rng, 2, 1, lengths)
@@ -194,7 +194,7 @@ def _block_columns(obs, n_clones):
 def test_viterbi_matches_brute_force_argmax(seed):
     rng = np.random.default_rng(20 + seed)
     n_clones = [2, 2, 1]
-    T, B = random_model(rng, n_clones, 2)
+    T, B = random_clone_parameters(rng, n_clones, 2)
     E = emission(n_clones, 3)
     obs_list, acts_list = random_episodes(rng, 3, 2, [6, 4])
     lp, path = layout(obs_list, acts_list, n_clones).viterbi(T, B)
@@ -275,7 +275,7 @@ def test_deterministic_under_seed():
 def test_episodes_restart_from_B():
     rng = np.random.default_rng(0)
     n_clones = [2, 2]
-    T, B = random_model(rng, n_clones, 2)
+    T, B = random_clone_parameters(rng, n_clones, 2)
     obs_list, acts_list = random_episodes(rng, 2, 2, [7, 5])
     both = layout(obs_list, acts_list, n_clones).log_likelihood(T, B)
     apart = sum(layout([o], [a], n_clones).log_likelihood(T, B) for o, a in zip(obs_list, acts_list))
@@ -358,10 +358,27 @@ def test_bad_data_raise():
         m.fit(([[0, 1]], [[0, 0]]))
     with pytest.raises(ValueError, match="n_obs"):
         m.fit(([0, 1], [-1, 0]), n_obs=0)
-    with pytest.raises(TypeError, match="traj"):
+    with pytest.raises(TypeError, match="Trajectories, a pair"):
         m.fit("not data")
     with pytest.raises(ValueError, match="not fitted"):
         CloneHMM().to_hmm()
     fitted = CloneHMM(n_clones=1, n_iter=2).fit(([0, 1], [-1, 0]))
     with pytest.raises(ValueError, match="obs"):
         fitted.score([0, 2], [-1, 0])
+
+
+def test_estimator_conventions():
+    """Parameters as attributes (get/set_params, repr), learned attributes with '_', fit starts afresh."""
+    rng = np.random.default_rng(3)
+    obs, acts = random_episodes(rng, 3, 2, [12, 12, 12])
+    a, b = (np.array(obs), np.array(acts)), (np.array(obs)[:, ::-1].copy(), np.array(acts))
+    m = CloneHMM(n_clones=2, n_iter=4, seed=5)
+    assert m.get_params()["n_clones"] == 2 and repr(m) == "CloneHMM(n_clones=2, n_iter=4, seed=5)"
+    assert not any(k.endswith("_") for k in vars(m))  # nothing learned before fit
+    twin = CloneHMM(**m.get_params())
+    assert np.array_equal(m.fit(a).T_, twin.fit(a).T_)
+    # fitting on b after a gives exactly a fresh fit on b
+    assert np.array_equal(m.fit(b).T_, CloneHMM(**m.get_params()).fit(b).T_)
+    assert m.set_params(n_iter=1).fit(a).n_iter_ == 1
+    with pytest.raises(ValueError, match="not a parameter of CloneHMM"):
+        m.set_params(clones=3)

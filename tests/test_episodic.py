@@ -9,21 +9,6 @@ from hmmmerge import Trajectories, gridworld, random_walk
 from hmmmerge.episodic import EpisodicMemory
 
 
-def literal_algorithm_1(episodes, n_actions):
-    """Algorithm 1 with Python dicts, straight from the paper (plus the fixed start state)."""
-    T, E = {}, []
-    for ep in episodes:
-        h = "start"
-        for o, a in ep:
-            nxt = T.get((h, a))
-            if nxt is None or E[nxt] != o:
-                nxt = len(E)
-                E.append(o)
-                T[(h, a)] = nxt
-            h = nxt
-    return T, E
-
-
 def test_states_created_and_reused():
     mem = EpisodicMemory(n_obs=3, n_actions=2)
     assert mem.observe(0, -1) == 0          # first state
@@ -49,7 +34,7 @@ def test_first_observation_differs_creates_new_start():
     assert mem.start_state == 1 and mem.n_states == 2
 
 
-def test_batch_equals_step_by_step_and_literal():
+def test_batch_equals_step_by_step_and_literal(literal_algorithm_1):
     env = gridworld(5, 5, n_colours=3, seed=2)
     traj = random_walk(env, 40, episode_length=12, seed=3)
     batch = EpisodicMemory(env.n_obs, env.n_actions)
@@ -74,7 +59,7 @@ def test_batch_equals_step_by_step_and_literal():
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 2)), min_size=1, max_size=8),
                 min_size=1, max_size=6))
-def test_matches_literal_algorithm_on_random_sequences(raw):
+def test_matches_literal_algorithm_on_random_sequences(literal_algorithm_1, raw):
     episodes = [[(o, -1 if t == 0 else a) for t, (o, a) in enumerate(ep)] for ep in raw]
     mem = EpisodicMemory(3, 3, capacity=1)
     for ep in episodes:

@@ -31,12 +31,12 @@ def first_order(world):
 # --------------------------------------------------------------------------- oracle
 def test_oracle_scores_zero_surprise_and_full_accuracy(world):
     r = evaluate_model(world, world.to_hmm(), n_episodes=100, episode_length=50, seed=3)
-    assert r["accuracy"] == 1.0
-    assert r["surprise"] == 0.0 and r["surprise_ci"] == [0.0, 0.0]
-    assert r["mean_true_prob"] == 1.0 and r["log_likelihood"] == 0.0
-    assert r["no_prediction_share"] == 0.0 and r["zero_prob_steps"] == 0
-    assert r["n_states"] == 100 and r["n_scored_steps"] == 100 * 50
-    assert r["surprise_curve"] == [0.0] * 51
+    assert r.accuracy == 1.0
+    assert r.surprise == 0.0 and r.surprise_ci == (0.0, 0.0)
+    assert r.mean_true_prob == 1.0 and r.log_likelihood == 0.0
+    assert r.no_prediction_share == 0.0 and r.zero_prob_steps == 0
+    assert r.n_states == 100 and r.n_scored_steps == 100 * 50
+    assert r.surprise_curve.tolist() == [0.0] * 51
 
 
 # --------------------------------------------------------------------------- surprise against the filter
@@ -78,8 +78,8 @@ def test_zero_probability_steps_are_infinite_unless_smoothed():
     assert sm.smoothing == eps and sm.zero_prob_steps == 20
     assert sm.nats_per_step == pytest.approx(-np.log(eps / 2))
     r = evaluate_model(env, model, n_episodes=5, episode_length=4, smoothing=eps)
-    assert r["smoothing"] == eps and r["accuracy"] == 0.0 and r["mean_true_prob"] == 0.0
-    assert np.isfinite(r["surprise"])
+    assert r.smoothing == eps and r.accuracy == 0.0 and r.mean_true_prob == 0.0
+    assert np.isfinite(r.surprise)
 
 
 def test_smoothing_formula(world, first_order):
@@ -87,7 +87,7 @@ def test_smoothing_formula(world, first_order):
     traj = random_walk(world, 10, 20, seed=4)
     r = score_trajectories(first_order, traj, smoothing=eps)
     p = np.exp(first_order.run_filter(traj).log_probs[:, 1:])
-    assert r["surprise"] == pytest.approx(-np.log((1 - eps) * p + eps / world.n_obs).mean(), rel=1e-12)
+    assert r.surprise == pytest.approx(-np.log((1 - eps) * p + eps / world.n_obs).mean(), rel=1e-12)
     for bad in (0.0, 1.5, -0.1, "0.1", True, np.nan):
         with pytest.raises(ValueError, match="smoothing"):
             score_trajectories(first_order, traj, smoothing=bad)
@@ -106,22 +106,22 @@ def test_accuracy_is_argmax_with_missing_predictions_wrong(world):
     pred = fo.predict_obs(test)
     nopred = pred.sum(axis=2) == 0
     expected = ((pred.argmax(axis=2) == test.obs) & ~nopred)[:, 1:].mean()
-    assert r["accuracy"] == pytest.approx(expected)
-    assert r["no_prediction_share"] == pytest.approx((test.actions[:, 1:] == 3).mean())
-    assert r["no_prediction_share"] > 0.15
-    assert r["zero_prob_steps"] >= (test.actions[:, 1:] == 3).sum()
-    assert r["surprise"] == np.inf
+    assert r.accuracy == pytest.approx(expected)
+    assert r.no_prediction_share == pytest.approx((test.actions[:, 1:] == 3).mean())
+    assert r.no_prediction_share > 0.15
+    assert r.zero_prob_steps >= (test.actions[:, 1:] == 3).sum()
+    assert r.surprise == np.inf
     # mean predicted probability of the true observation, missing predictions count 0
     picked = np.take_along_axis(pred, test.obs[:, :, None], axis=2)[:, 1:, 0]
-    assert r["mean_true_prob"] == pytest.approx(picked.mean())
+    assert r.mean_true_prob == pytest.approx(picked.mean())
 
 
 def test_ties_go_to_the_smallest_observation():
     hmm = ActionHMM(np.full((1, 3, 3), 1 / 3), np.eye(3), np.full(3, 1 / 3))
     traj = Trajectories([[2, 0, 1, 0, 2]], [[-1, 0, 0, 0, 0]])
     r = score_trajectories(hmm, traj, score_first=True)
-    assert r["accuracy"] == pytest.approx(2 / 5)  # predicts 0 every time
-    assert r["surprise"] == pytest.approx(np.log(3))
+    assert r.accuracy == pytest.approx(2 / 5)  # predicts 0 every time
+    assert r.surprise == pytest.approx(np.log(3))
 
 
 # --------------------------------------------------------------------------- bad inputs
@@ -154,7 +154,7 @@ def test_bad_inputs(world, first_order):
         surprise(world, first_order, n_episodes=0)
     # a single episode has no confidence interval
     r = evaluate_model(world, first_order, n_episodes=1, episode_length=10)
-    assert r["surprise_ci"] is None
+    assert r.surprise_ci is None
 
 
 # --------------------------------------------------------------------------- purity
@@ -266,7 +266,7 @@ def test_cli_baseline_and_evaluate(capsys):
     table = _cli_json(capsys, ["evaluate", *common, "--smoothing", "0.01", "--clones", "3", "--em-iter", "5",
                                "--bfmm-episodes", "10"])
     rows = {r["model"]: r for r in table["models"]}
-    from hmmmerge.commands.evaluate import MODELS
+    from hmmmerge.baselines import MODELS
 
     assert set(rows) == set(MODELS)
     for r in rows.values():

@@ -19,29 +19,14 @@ from hmmmerge.factor_graph import (
 pytest.importorskip("pgmpy")
 
 
-def random_model(rng, H, O, A, sparsity=0.0, sparse=False):
-    T = rng.random((A, H, H))
-    if sparsity:
-        T[rng.random((A, H, H)) < sparsity] = 0.0
-        T[np.arange(A)[:, None], np.arange(H)[None, :], rng.integers(0, H, size=(A, H))] += 0.5
-    T /= T.sum(axis=2, keepdims=True)
-    E = rng.random((H, O)) + 0.01
-    E /= E.sum(axis=1, keepdims=True)
-    B = rng.random(H)
-    B /= B.sum()
-    if sparse:
-        return ActionHMM([sp.csr_matrix(T[a]) for a in range(A)], E, B)
-    return ActionHMM(T, E, B)
-
-
 # --------------------------------------------------------------------------- factor graph + VE / BP
 @pytest.mark.parametrize(
     "H, O, A, L, sparsity, sparse",
     [(30, 5, 3, 40, 0.0, False), (30, 4, 4, 40, 0.7, True), (7, 3, 1, 25, 0.0, False)],
 )
-def test_variable_elimination_matches_filter(H, O, A, L, sparsity, sparse):
+def test_variable_elimination_matches_filter(H, O, A, L, sparsity, sparse, random_model):
     rng = np.random.default_rng(H + L + A)
-    hmm = random_model(rng, H, O, A, sparsity, sparse)
+    hmm = random_model(rng, H, O, A, sparsity=sparsity, sparse=sparse)
     traj = hmm.sample(1, L - 1, seed=3)
     fg, ev = to_factor_graph(hmm, traj.obs[0], traj.actions[0])
     ll, post = pgmpy_filter(fg, ev, method="ve")
@@ -49,9 +34,9 @@ def test_variable_elimination_matches_filter(H, O, A, L, sparsity, sparse):
     np.testing.assert_allclose(post, hmm.filter(traj)[0], rtol=1e-9, atol=1e-12)
 
 
-def test_belief_propagation_matches_filter():
+def test_belief_propagation_matches_filter(random_model):
     rng = np.random.default_rng(11)
-    hmm = random_model(rng, 20, 4, 2, 0.5)
+    hmm = random_model(rng, 20, 4, 2, sparsity=0.5)
     traj = hmm.sample(1, 9, seed=4)
     fg, ev = to_factor_graph(hmm, traj.obs[0], traj.actions[0])
     ll, post = pgmpy_filter(fg, ev, method="bp")
@@ -59,7 +44,7 @@ def test_belief_propagation_matches_filter():
     np.testing.assert_allclose(post, hmm.filter(traj)[0], rtol=1e-9, atol=1e-12)
 
 
-def test_factor_graph_structure_passes_pgmpy_checks():
+def test_factor_graph_structure_passes_pgmpy_checks(random_model):
     rng = np.random.default_rng(2)
     hmm = random_model(rng, 3, 2, 2)
     fg, ev = to_factor_graph(hmm, [0, 1, 1], [-1, 1, 0])
@@ -73,12 +58,12 @@ def test_factor_graph_structure_passes_pgmpy_checks():
     assert to_markov_network(fg).check_model()
 
 
-def test_factor_graph_bad_inputs():
+def test_factor_graph_bad_inputs(random_model):
     rng = np.random.default_rng(0)
     hmm = random_model(rng, 3, 2, 2)
-    with pytest.raises(ValueError, match="obs holds 2"):
+    with pytest.raises(ValueError, match="obs holds observation 2"):
         to_factor_graph(hmm, [0, 2], [-1, 0])
-    with pytest.raises(ValueError, match="actions holds 5"):
+    with pytest.raises(ValueError, match="actions holds action 5"):
         to_factor_graph(hmm, [0, 1], [-1, 5])
     with pytest.raises(ValueError, match="actions are required"):
         to_factor_graph(hmm, [0, 1])
@@ -92,7 +77,7 @@ def test_factor_graph_bad_inputs():
 
 
 # --------------------------------------------------------------------------- DBN
-def test_dbn_cpds_and_pgmpy_forward_inference():
+def test_dbn_cpds_and_pgmpy_forward_inference(random_model):
     from pgmpy.inference import DBNInference
 
     rng = np.random.default_rng(5)
@@ -137,7 +122,7 @@ def test_dbn_missing_rows():
 
 # --------------------------------------------------------------------------- two-level memory
 @pytest.mark.parametrize("sparse_c", [False, True])
-def test_two_level_graph_matches_level1_filter_times_C(sparse_c):
+def test_two_level_graph_matches_level1_filter_times_C(sparse_c, random_model):
     rng = np.random.default_rng(8)
     n, k, L = 12, 4, 15
     level1 = random_model(rng, n, 3, 2, sparsity=0.6, sparse=True)

@@ -61,7 +61,7 @@ def test_first_order_is_the_oracle_when_colours_are_unique():
     env = gridworld(3, 3, n_colours=9, seed=0)  # every cell its own colour
     fo = FirstOrderModel().fit(random_walk(env, 300, 30, seed=1), env.n_obs, env.n_actions)
     r = evaluate_model(env, fo.to_hmm(), n_episodes=50, episode_length=30, seed=2)
-    assert r["accuracy"] == 1.0 and r["surprise"] == 0.0
+    assert r.accuracy == 1.0 and r.surprise == 0.0
 
 
 def test_first_order_is_not_enough_on_the_paper_world():
@@ -69,9 +69,9 @@ def test_first_order_is_not_enough_on_the_paper_world():
     fo = FirstOrderModel().fit(random_walk(env, 1000, 50, seed=0), env.n_obs, env.n_actions)
     r = evaluate_model(env, fo.to_hmm(), n_episodes=200, seed=1, smoothing=1e-3)
     oracle = evaluate_model(env, env.to_hmm(), n_episodes=200, seed=1)
-    assert r["accuracy"] < 0.75 < oracle["accuracy"]
-    assert r["surprise"] > 0.5 > oracle["surprise"]
-    assert r["no_prediction_share"] == 0.0  # every (colour, move) pair was seen in 1000 episodes
+    assert r.accuracy < 0.75 < oracle.accuracy
+    assert r.surprise > 0.5 > oracle.surprise
+    assert r.no_prediction_share == 0.0  # every (colour, move) pair was seen in 1000 episodes
 
 
 def test_validation():
@@ -81,7 +81,7 @@ def test_validation():
     with pytest.raises(ValueError, match="n_actions=1"):
         FirstOrderModel().fit(traj, n_actions=1)
     with pytest.raises(ValueError, match="pseudocount"):
-        FirstOrderModel(pseudocount=-1)
+        FirstOrderModel(pseudocount=-1).fit(traj)  # checked in fit, as scikit-learn does
     with pytest.raises(ValueError, match="not fitted"):
         FirstOrderModel().to_hmm()
     with pytest.raises(TypeError, match="Trajectories"):
@@ -91,3 +91,17 @@ def test_validation():
     fo = FirstOrderModel().fit(traj)
     assert (fo.n_obs_, fo.n_actions_) == (3, 2)
     assert fo.fit(traj, n_obs=5).to_hmm().n_obs == 5  # refit resets the cached model
+
+
+def test_estimator_conventions_and_input_forms():
+    """Parameters as attributes, repr from them, the same fit from every accepted input form."""
+    traj = random_walk(gridworld(4, 4, n_colours=3, seed=1), 20, 10, seed=2)
+    fo = FirstOrderModel(pseudocount=0.5)
+    assert fo.get_params() == {"pseudocount": 0.5} and repr(fo) == "FirstOrderModel(pseudocount=0.5)"
+    assert repr(FirstOrderModel()) == "FirstOrderModel()"
+    ref = fo.fit(traj).counts_.copy()
+    for form in ((traj.obs, traj.actions), (traj.obs.ravel(), traj.actions.ravel())):
+        assert np.array_equal(FirstOrderModel(**fo.get_params()).fit(form).counts_, ref)
+    # a new fit starts afresh: the counts of the first data are gone
+    half = traj[:10]
+    assert np.array_equal(fo.fit(traj).fit(half).counts_, FirstOrderModel().fit(half).counts_)

@@ -164,7 +164,7 @@ def test_notebook_06_fourrooms_results():
     agent = TwoLevelMemory(env.n_obs, env.n_actions, merge="sf", initial_size=10, seed=0).fit(train)
     r1 = evaluate_model(env, level1.to_hmm(), trajectories=test, smoothing=1e-3)
     r2 = evaluate_model(env, agent.level2_hmm(), trajectories=test, smoothing=1e-3)
-    assert evaluate_model(env, env.to_hmm(), trajectories=test, smoothing=1e-3)["accuracy"] == 1.0
-    assert r2["accuracy"] > r1["accuracy"] and r2["surprise"] < r1["surprise"] and r2["n_states"] < r1["n_states"]
+    assert evaluate_model(env, env.to_hmm(), trajectories=test, smoothing=1e-3).accuracy == 1.0
+    assert r2.accuracy > r1.accuracy and r2.surprise < r1.surprise and r2.n_states < r1.n_states
     n = agent.memory_.n_states
     assert 0.5 < weighted_purity(agent.clusters_.assignment[:n], agent.memory_.labels) < 0.8

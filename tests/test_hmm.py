@@ -14,30 +14,6 @@ from hmmmerge import ActionHMM, Trajectories, gridworld, random_walk
 
 
 # --------------------------------------------------------------------------- helpers
-def random_model(rng, H, O, A, *, sparsity=0.0, sparse=False, zero_rows=0.0):
-    """A random model; ``sparsity`` zeroes entries (keeping one per row), ``zero_rows`` whole rows of T."""
-    T = rng.random((A, H, H)) + 0.05
-    if sparsity:
-        mask = rng.random((A, H, H)) < sparsity
-        keep = rng.integers(0, H, size=(A, H))
-        mask[np.arange(A)[:, None], np.arange(H)[None, :], keep] = False
-        T[mask] = 0.0
-    T /= T.sum(axis=2, keepdims=True)
-    if zero_rows:
-        T[rng.random((A, H)) < zero_rows] = 0.0
-    E = rng.random((H, O)) + 0.05
-    if sparsity:
-        emask = rng.random((H, O)) < sparsity
-        emask[np.arange(H), rng.integers(0, O, size=H)] = False
-        E[emask] = 0.0
-    E /= E.sum(axis=1, keepdims=True)
-    B = rng.random(H) + 0.05
-    B /= B.sum()
-    if sparse:
-        return ActionHMM([sp.csr_matrix(T[a]) for a in range(A)], E, B)
-    return ActionHMM(T, E, B)
-
-
 def dense_T(hmm):
     return np.stack([m.toarray() for m in hmm.T]) if hmm.is_sparse else hmm.T
 
@@ -75,7 +51,7 @@ def random_episode(rng, hmm, L):
 # --------------------------------------------------------------------------- brute force
 @pytest.mark.parametrize("sparse", [False, True])
 @pytest.mark.parametrize("seed", range(4))
-def test_against_brute_force(seed, sparse):
+def test_against_brute_force(seed, sparse, random_model):
     rng = np.random.default_rng(seed)
     H, O, A = 3, 3, 2 + seed % 2
     hmm = random_model(rng, H, O, A, sparsity=0.3 if sparse else 0.0, sparse=sparse)
@@ -96,7 +72,7 @@ def test_against_brute_force(seed, sparse):
     assert hmm.log_likelihood(Trajectories(obs, acts)) == pytest.approx(total, rel=1e-10)
 
 
-def test_predictions_are_distributions_and_match_log_probs():
+def test_predictions_are_distributions_and_match_log_probs(random_model):
     rng = np.random.default_rng(7)
     hmm = random_model(rng, 6, 4, 3)
     traj = hmm.sample(5, 20, seed=1)
@@ -110,7 +86,7 @@ def test_predictions_are_distributions_and_match_log_probs():
 
 # --------------------------------------------------------------------------- hmmlearn
 @pytest.mark.parametrize("seed", range(3))
-def test_against_hmmlearn_one_action(seed):
+def test_against_hmmlearn_one_action(seed, random_model):
     from hmmlearn.hmm import CategoricalHMM
 
     rng = np.random.default_rng(100 + seed)
@@ -138,7 +114,7 @@ def test_against_hmmlearn_one_action(seed):
     zero_rows=st.sampled_from([0.0, 0.3, 0.8]),
     sparsity=st.sampled_from([0.0, 0.5, 0.9]),
 )
-def test_sparse_equals_dense(seed, H, O, A, zero_rows, sparsity):
+def test_sparse_equals_dense(seed, H, O, A, zero_rows, sparsity, random_model):
     rng = np.random.default_rng(seed)
     dense = random_model(rng, H, O, A, sparsity=sparsity, zero_rows=zero_rows)
     sparse = ActionHMM([sp.csr_matrix(dense.T[a]) for a in range(A)], dense.E, dense.B)
@@ -302,8 +278,8 @@ def test_constructor_validation_sparse_and_types():
 @pytest.mark.parametrize(
     "obs, acts, match",
     [
-        ([[0, 2]], [[-1, 0]], "obs holds 2"),
-        ([[0, 1]], [[-1, 1]], "actions holds 1"),
+        ([[0, 2]], [[-1, 0]], "obs holds observation 2, outside 0..1"),
+        ([[0, 1]], [[-1, 1]], "actions holds action 1, outside 0..0"),
         ([[0, 1]], [[0, 0]], r"actions\[:, 0\] must be -1"),
         ([[0, -1]], [[-1, 0]], "negative"),
         (np.zeros((1, 0), dtype=int), np.zeros((1, 0), dtype=int), "empty"),
@@ -325,7 +301,7 @@ def test_actions_required_with_several_actions():
 
 
 # --------------------------------------------------------------------------- sampling
-def test_sample_statistics():
+def test_sample_statistics(random_model):
     rng = np.random.default_rng(5)
     H, O, A = 3, 3, 2
     hmm = random_model(rng, H, O, A)
@@ -347,7 +323,7 @@ def test_sample_statistics():
             close(np.bincount(s[:, 1:][sel], minlength=H), hmm.T[act][i])
 
 
-def test_sample_given_actions_seeded_and_sparse_identical():
+def test_sample_given_actions_seeded_and_sparse_identical(random_model):
     rng = np.random.default_rng(6)
     hmm = random_model(rng, 4, 3, 2, sparsity=0.5)
     sparse = ActionHMM([sp.csr_matrix(m) for m in hmm.T], hmm.E, hmm.B)

@@ -14,9 +14,7 @@ import pytest
 
 from hmmmerge import Environment, gridworld, random_walk
 from hmmmerge.agent import TwoLevelMemory
-from hmmmerge.baselines.bfmm import BestFirstMerging
-from hmmmerge.baselines.em import CloneHMM
-from hmmmerge.baselines.first_order import FirstOrderModel
+from hmmmerge.baselines import build_model
 from hmmmerge.clusters import Clusters, level2_hmm
 from hmmmerge.commands.env import describe
 from hmmmerge.episodic import EpisodicMemory
@@ -182,12 +180,12 @@ def test_perfect_clusters_give_the_true_map_and_learned_level2_beats_first_order
     assert 0.5 * np.abs(learned - true_T.mean(0)).sum(axis=1).mean() > 0.2
     test = random_walk(env, 100, 20, seed=1)
     r_perfect = evaluate_model(env, perfect, trajectories=test)
-    assert (r_perfect["accuracy"], r_perfect["surprise"]) == (1.0, 0.0)
-    first_order = FirstOrderModel().fit(train, env.n_obs, env.n_actions).to_hmm()
-    acc_fo = evaluate_model(env, first_order, trajectories=test)["accuracy"]
+    assert (r_perfect.accuracy, r_perfect.surprise) == (1.0, 0.0)
+    first_order = build_model("first-order", train, env=env)
+    acc_fo = evaluate_model(env, first_order, trajectories=test).accuracy
     r_level2 = evaluate_model(env, level2, trajectories=test, smoothing=0.01)
-    assert r_level2["accuracy"] > acc_fo
-    assert evaluate_model(env, agent.level1_hmm(), trajectories=test)["zero_prob_steps"] > 0
+    assert r_level2.accuracy > acc_fo
+    assert evaluate_model(env, agent.level1_hmm(), trajectories=test).zero_prob_steps > 0
 
 
 # --------------------------------------------------------------------------- notebook 05
@@ -231,14 +229,14 @@ def test_baselines_on_networkx_world():
     test = random_walk(env, 100, 50, seed=1)
     score = lambda model: evaluate_model(env, model, trajectories=test)  # noqa: E731
     oracle = score(env.to_hmm())
-    assert (oracle["accuracy"], oracle["surprise"]) == (1.0, 0.0)
-    first_order = score(FirstOrderModel().fit(train, env.n_obs, env.n_actions).to_hmm())
-    em = score(CloneHMM(n_clones=6, n_iter=50, n_init=2, seed=0).fit(train, env.n_obs, env.n_actions).to_hmm())
-    assert em["accuracy"] > 0.9 and em["surprise"] < 0.05
+    assert (oracle.accuracy, oracle.surprise) == (1.0, 0.0)
+    first_order = score(build_model("first-order", train, env=env))
+    em = score(build_model("em", train, env=env, seed=0, n_clones=6, n_iter=50, n_init=2))
+    assert em.accuracy > 0.9 and em.surprise < 0.05
     agent = TwoLevelMemory(env.n_obs, env.n_actions, merge="sf", initial_size=1, seed=0).fit(train)
     two_level = score(agent.level2_hmm())
-    assert two_level["accuracy"] > first_order["accuracy"] + 0.1
-    bfmm = score(BestFirstMerging(seed=0).fit(train, env.n_obs, env.n_actions).to_hmm())
-    assert bfmm["accuracy"] < em["accuracy"]
-    folds = score(BestFirstMerging(search="fold", incremental=False, seed=0).fit(train, env.n_obs, env.n_actions).to_hmm())
-    assert bfmm["accuracy"] < folds["accuracy"] < em["accuracy"]
+    assert two_level.accuracy > first_order.accuracy + 0.1
+    bfmm = score(build_model("bfmm", train, env=env, seed=0))
+    assert bfmm.accuracy < em.accuracy
+    folds = score(build_model("bfmm", train, env=env, seed=0, search="fold"))
+    assert bfmm.accuracy < folds.accuracy < em.accuracy

@@ -130,6 +130,8 @@ def test_every_accepted_form_gives_the_same_trajectories(data):
         assert np.array_equal(o, obs.ravel()) and np.array_equal(a, acts.ravel())
     t = as_trajectories(obs, acts)
     assert np.array_equal(t.obs, obs)
+    with_states = Trajectories(obs, acts, states=obs + 1)
+    assert as_trajectories(with_states) is with_states  # ground truth kept
     # alphabet sizes: brute force over the episodes
     n_obs, n_actions = alphabet_sizes(t.obs, t.actions)
     assert n_obs == max(max(row) for row in data[0]) + 1

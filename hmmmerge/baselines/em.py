@@ -18,18 +18,18 @@ scored by the same filter as every other model.
 from __future__ import annotations
 
 import time
-from numbers import Integral, Real
-
 import numpy as np
 
+from .._estimator import ModelLearner
 from .._random import as_generator
+from .._validation import alphabet_sizes, as_sequence, check_float, check_int
 from ..hmm import ActionHMM
 from ..trajectories import Trajectories
 
 __all__ = ["CloneHMM"]
 
 
-class CloneHMM:
+class CloneHMM(ModelLearner):
     """Action-conditioned clone-structured HMM learned by EM (Baum-Welch).
 
     Parameters
@@ -70,6 +70,10 @@ class CloneHMM:
     log_likelihood_ : training log-likelihood of the final model.
     fit_time_ : wall seconds of :meth:`fit`.
 
+    See Also
+    --------
+    hmmmerge.baselines.build_model : builds this model by the name ``"em"``.
+
     Examples
     --------
     >>> import numpy as np
@@ -107,25 +111,13 @@ class CloneHMM:
         self.viterbi_pseudocount = viterbi_pseudocount
         self.n_init = n_init
 
-    def __repr__(self) -> str:
-        return (
-            f"CloneHMM(n_clones={self.n_clones!r}, n_iter={self.n_iter}, pseudocount={self.pseudocount}, "
-            f"tol={self.tol}, seed={self.seed!r}, viterbi_refine={self.viterbi_refine}, n_init={self.n_init})"
-        )
-
     # ------------------------------------------------------------ validation
     def _check_params(self) -> None:
         for name, low in (("n_iter", 0), ("n_viterbi_iter", 0), ("n_init", 1)):
-            v = getattr(self, name)
-            if not isinstance(v, Integral) or isinstance(v, bool) or v < low:
-                raise ValueError(f"{name} must be an integer >= {low}, got {v!r}")
+            check_int(getattr(self, name), name, low=low)
         for name in ("pseudocount", "tol"):
-            v = getattr(self, name)
-            if not isinstance(v, Real) or not np.isfinite(v) or v < 0:
-                raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
-        vp = self.viterbi_pseudocount
-        if vp is not None and (not isinstance(vp, Real) or not np.isfinite(vp) or vp < 0):
-            raise ValueError(f"viterbi_pseudocount must be None or a finite number >= 0, got {vp!r}")
+            check_float(getattr(self, name), name, low=0)
+        check_float(self.viterbi_pseudocount, "viterbi_pseudocount", low=0, allow_none=True)
 
     def _clone_counts(self, n_obs: int) -> np.ndarray:
         nc = np.asarray(self.n_clones)
@@ -146,50 +138,9 @@ class CloneHMM:
 
     def _sequence(self, traj, n_obs=None, n_actions=None):
         """Concatenated (obs, acts) with -1 at episode starts, plus n_obs, n_actions."""
-        if isinstance(traj, Trajectories):
-            obs, acts = traj.obs.ravel(), traj.actions.ravel()
-        elif isinstance(traj, (tuple, list)) and len(traj) == 2:
-            obs, acts = (np.asarray(x) for x in traj)
-            if obs.shape != acts.shape:
-                raise ValueError(f"actions has shape {acts.shape} but obs has {obs.shape}")
-            if obs.ndim == 1:  # one sequence; -1 in actions starts a new episode
-                if obs.size == 0:
-                    raise ValueError("obs is empty")
-                for name, x in (("obs", obs), ("actions", acts)):
-                    if not np.issubdtype(x.dtype, np.integer):
-                        raise ValueError(f"{name} must hold integers, got dtype {x.dtype}")
-                if acts[0] != -1:
-                    raise ValueError("actions[0] must be -1 (the first observation comes with no move)")
-                if obs.min() < 0:
-                    raise ValueError(f"obs holds a negative value ({int(obs.min())})")
-                if acts.min() < -1:
-                    raise ValueError(f"actions holds {int(acts.min())}; only -1 (episode start) may be negative")
-                obs, acts = obs.astype(np.int64), acts.astype(np.int64)
-            else:
-                t = Trajectories(obs, acts)
-                obs, acts = t.obs.ravel(), t.actions.ravel()
-        else:
-            raise TypeError("traj must be a Trajectories or a pair (obs, actions) of int arrays")
-        if obs.size == 0:
-            raise ValueError("the trajectories hold no episodes: nothing to fit")
-        if n_obs is None:
-            n_obs = int(obs.max()) + 1
-        elif not isinstance(n_obs, Integral) or n_obs < 1:
-            raise ValueError(f"n_obs must be a positive integer, got {n_obs!r}")
-        if obs.max() >= n_obs:
-            raise ValueError(f"obs holds {int(obs.max())}, outside 0..{n_obs - 1} (n_obs={n_obs})")
-        amax = int(acts.max())
-        if n_actions is None:
-            n_actions = max(amax + 1, 1)
-        elif not isinstance(n_actions, Integral) or n_actions < 1:
-            raise ValueError(f"n_actions must be a positive integer, got {n_actions!r}")
-        if amax >= n_actions:
-            raise ValueError(f"actions holds {amax}, outside 0..{n_actions - 1} (n_actions={n_actions})")
-        return obs, acts, int(n_obs), int(n_actions)
-
-    def _check_fitted(self) -> None:
-        if not hasattr(self, "T_"):
-            raise ValueError("this CloneHMM is not fitted yet: call fit(traj) first")
+        obs, acts = as_sequence(traj)
+        n_obs, n_actions = alphabet_sizes(obs, acts, n_obs, n_actions)
+        return obs, acts, n_obs, n_actions
 
     # ------------------------------------------------------------------ fit
     def fit(self, traj, n_obs: int | None = None, n_actions: int | None = None) -> "CloneHMM":
@@ -202,7 +153,11 @@ class CloneHMM:
         (so episodes may differ in length; ``actions[0] == -1``).
         ``n_obs`` defaults to ``len(n_clones)`` when that is an array, else to
         the largest observation plus one; ``n_actions`` to the largest action
-        plus one.
+        plus one.  A new fit starts afresh.
+
+        Returns
+        -------
+        self
 
         >>> import numpy as np
         >>> obs = np.array([0, 1, 0, 1, 0]); acts = np.array([-1, 0, 0, 0, 0])
@@ -221,12 +176,7 @@ class CloneHMM:
         _check_em_memory(int(np.sum(nc)), int(n_actions), int(np.asarray(obs).size), int(np.max(nc)))
         data = _Data(K, obs, acts, nc)
         H = data.H
-        seed = self.seed
-        if isinstance(seed, (list, tuple)):  # entropy for numpy's SeedSequence, e.g. [run, seed]
-            if not all(isinstance(x, Integral) and not isinstance(x, bool) and x >= 0 for x in seed):
-                raise ValueError(f"seed as a sequence must hold non-negative ints, got {seed!r}")
-            seed = np.random.default_rng(list(seed))
-        rng = as_generator(seed)
+        rng = as_generator(self.seed)  # a sequence of ints seeds numpy's SeedSequence, e.g. [run, seed]
         best = None
         for _ in range(self.n_init):
             T = rng.random((n_actions, H, H))
@@ -258,7 +208,7 @@ class CloneHMM:
     # ------------------------------------------------------------- results
     @property
     def n_states_(self) -> int:
-        self._check_fitted()
+        self._check_fitted("T_")
         return int(self.state_obs_.shape[0])
 
     def to_hmm(self, sparse: bool = False) -> ActionHMM:
@@ -266,11 +216,19 @@ class CloneHMM:
 
         ``sparse=True`` stores ``T`` as CSR (worth it when the pseudocount is 0).
 
+        Returns
+        -------
+        ActionHMM
+
+        See Also
+        --------
+        hmmmerge.evaluate.score_trajectories : scores it.
+
         >>> m = CloneHMM(n_clones=2, n_iter=3).fit(([0, 1, 0], [-1, 0, 1]))
         >>> m.to_hmm()
         ActionHMM(n_states=4, n_actions=2, n_obs=2, dense)
         """
-        self._check_fitted()
+        self._check_fitted("T_")
         H = self.n_states_
         E = np.zeros((H, self.n_obs_))
         E[np.arange(H), self.state_obs_] = 1.0
@@ -280,57 +238,54 @@ class CloneHMM:
             return ActionHMM([sp.csr_matrix(m) for m in self.T_], E, self.B_)
         return ActionHMM(self.T_, E, self.B_)
 
-    def score(self, traj, actions=None) -> float:
-        """Total log-likelihood in nats of ``traj`` under the fitted model (via :class:`ActionHMM`).
-
-        >>> m = CloneHMM(n_clones=1, n_iter=5, pseudocount=0.0).fit(([0, 1, 0], [-1, 0, 0]))
-        >>> m.score([0, 1, 0, 1], [-1, 0, 0, 0])
-        0.0
-        """
-        self._check_fitted()
-        if isinstance(traj, (tuple, list)) and actions is None and len(traj) == 2:
-            traj, actions = traj
-        return self.to_hmm().log_likelihood(traj, actions)
-
     def decode(self, traj, actions=None):
         """Most probable clone path: ``(log P(path, X), states)``, states shaped like ``obs``.
+
+        Returns
+        -------
+        log_prob : float
+        states : int array shaped like ``obs``
+
+        See Also
+        --------
+        posteriors
 
         >>> m = CloneHMM(n_clones=1, n_iter=5, pseudocount=0.0).fit(([0, 1, 0], [-1, 0, 0]))
         >>> m.decode([0, 1, 0], [-1, 0, 0])[1].tolist()
         [0, 1, 0]
         """
-        from . import _em_kernels as K
-
-        self._check_fitted()
-        if actions is not None:
-            traj = (traj, actions)
-        shape = np.shape(traj.obs if isinstance(traj, Trajectories) else traj[0])
-        obs, acts, _, _ = self._sequence(traj, self.n_obs_, self.n_actions_)
-        data = _Data(K, obs, acts, self.n_clones_)
+        data, shape = self._fitted_data(traj, actions)
         lp, path = data.viterbi(self.T_, self.B_)
         return lp, path.reshape(shape)
 
     def posteriors(self, traj, actions=None) -> np.ndarray:
         """Smoothed posteriors ``P(h_t | X)`` (N, L, H), or (L, H) for one 1-D sequence.
 
+        See Also
+        --------
+        decode, hmmmerge.hmm.ActionHMM.filter : the filtered (not smoothed) beliefs.
+
         >>> m = CloneHMM(n_clones=1, n_iter=5, pseudocount=0.0).fit(([0, 1], [-1, 0]))
         >>> m.posteriors([0, 1], [-1, 0]).tolist()
         [[1.0, 0.0], [0.0, 1.0]]
         """
-        from . import _em_kernels as K
-
-        self._check_fitted()
-        if actions is not None:
-            traj = (traj, actions)
-        o = traj.obs if isinstance(traj, Trajectories) else np.asarray(traj[0])
-        obs, acts, _, _ = self._sequence(traj, self.n_obs_, self.n_actions_)
-        data = _Data(K, obs, acts, self.n_clones_)
+        data, shape = self._fitted_data(traj, actions)
         flat = data.posteriors(self.T_, self.B_)
+        obs = data.obs
         out = np.zeros((obs.shape[0], self.n_states_))
         rows = np.repeat(np.arange(obs.shape[0]), data.sizes[obs])
         cols = data.starts[obs][rows] + (np.arange(flat.shape[0]) - data.off[:-1][rows])
         out[rows, cols] = flat
-        return out.reshape(o.shape + (self.n_states_,))
+        return out.reshape(shape + (self.n_states_,))
+
+    def _fitted_data(self, traj, actions):
+        """The kernels' layout of ``traj`` under the fitted alphabet, and the shape of its ``obs``."""
+        from . import _em_kernels as K
+
+        self._check_fitted("T_")
+        shape = np.shape(traj.obs if isinstance(traj, Trajectories) else traj[0] if actions is None else traj)
+        obs, acts, _, _ = self._sequence(traj if actions is None else (traj, actions), self.n_obs_, self.n_actions_)
+        return _Data(K, obs, acts, self.n_clones_), shape
 
 
 # --------------------------------------------------------------------- engine

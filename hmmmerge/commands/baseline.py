@@ -1,20 +1,22 @@
 """``hmmmerge baseline MODEL``: train and score one baseline world model.
 
-The choices are the builders of :data:`hmmmerge.commands.evaluate.MODELS`;
+The choices are the models of the registry :data:`hmmmerge.baselines.MODELS`;
 training walks, fresh evaluation walks and seeds are those of
 ``hmmmerge evaluate`` (see that module).
 """
 
 from __future__ import annotations
 
-from .evaluate import MODELS, add_experiment_arguments, protocol, run_models
+from ..baselines import MODELS
+from .evaluate import add_experiment_arguments, protocol, run_models
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("baseline", help="train and score one baseline model",
                        description="Train one baseline on random walks and score it on fresh walks: accuracy, "
                                    "surprise (nats per step), no-prediction share, states, wall time.")
-    p.add_argument("model", choices=list(MODELS), help="which model")
+    p.add_argument("model", choices=list(MODELS), help="which model: "
+                   + "; ".join(f"{name}: {entry.summary}" for name, entry in MODELS.items()))
     add_experiment_arguments(p)
     p.set_defaults(run=run)
 

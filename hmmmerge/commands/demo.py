@@ -67,12 +67,12 @@ def sweeps(out, seeds, episodes, colouring, with_em=True):
     agent += grid(seed=list(range(seeds)), size=[SIZES[0]], merge=list(extra_merges()))
     for c in agent:
         c.update(colouring=colouring, episodes=episodes, eval_episodes=100)
-    models = ["first_order", "context", "oracle"] + (["em"] if with_em else [])
+    models = ["first-order", "context", "oracle"] + (["em"] if with_em else [])
     base = grid(seed=list(range(seeds)), model=models)
     for c in base:
         c.update(colouring=colouring, episodes=episodes, eval_episodes=100)
         if c["model"] == "em":
-            c.update(clones=20, iterations=100)
+            c.update(n_clones=20, n_iter=100)  # below the registry's 30 / 150: the demo stays within two minutes
     return (Sweep(os.path.join(out, "runs", "demo-agent"), learning_run, agent, validate=validate_learning,
                   version="auto"),
             Sweep(os.path.join(out, "runs", "demo-baselines"), baseline_run, base, version="auto"))
@@ -104,13 +104,13 @@ def table(agent_cfg, agent_res, base_cfg, base_res, last=50) -> list[dict]:
                                if c["size"] == SIZES[0] and c["merge"] == MERGES[0]]))
     level1 = float(np.mean([r["l1_accuracy"][-last:].mean() for c, r in zip(agent_cfg, agent_res)
                             if c["size"] == SIZES[0] and c["merge"] == MERGES[0]]))
-    names = {"first_order": "first order", "context": "context (order 4)", "em": "EM (clone HMM, 20 clones/colour)",
+    names = {"first-order": "first order", "context": "context (order 4)", "em": "EM (clone HMM, 20 clones/colour)",
              "oracle": "oracle (true world)"}
-    for model in ("first_order", "context", "em", "oracle"):
+    for model in names:
         rs = [r for c, r in zip(base_cfg, base_res) if c["model"] == model]
         if not rs:
             continue
-        rows.append({"model": names[model], "online_accuracy": online_fo if model == "first_order" else float("nan"),
+        rows.append({"model": names[model], "online_accuracy": online_fo if model == "first-order" else float("nan"),
                      "online_no_prediction": float("nan"),
                      "heldout_accuracy": float(np.mean([r["heldout_accuracy"] for r in rs])),
                      "heldout_surprise": float(np.mean([r["heldout_surprise"] for r in rs])),

@@ -1,10 +1,9 @@
 """``hmmmerge evaluate``: one table comparing world models on the same fresh episodes.
 
-Every row is a *model builder* ``builder(env, train, args) -> ActionHMM`` in
-:data:`MODELS`; adding a model (level 1, level 2, EM, best-first merging) is
-one entry there plus, if it needs them, its options in
-:func:`add_experiment_arguments`.  All rows are trained on the same random
-walks and scored by :func:`hmmmerge.evaluate.evaluate_model` on the same
+Every row is a model of the registry :data:`hmmmerge.baselines.MODELS`, built
+by :func:`hmmmerge.baselines.build_model`; adding a model there adds a row
+here (and its options as flags).  All rows are trained on the same random
+walks and scored by :func:`hmmmerge.evaluate.score_trajectories` on the same
 fresh walks.
 
 Seeds: ``--seed`` picks the world's colouring (as in ``hmmmerge env``) and
@@ -17,81 +16,13 @@ from __future__ import annotations
 import argparse
 import time
 
+from .._validation import check_float, check_int
+from ..baselines import MODELS, build_model
 from .env import add_world_arguments, world_from_args
 
-
-# --------------------------------------------------------------------------- model builders
-def build_oracle(env, train, args):
-    """The true world (``env.to_hmm()``); ignores the training data."""
-    return env.to_hmm()
-
-
-def build_first_order(env, train, args):
-    """Observations as hidden states, action-conditioned counts (the paper's "first order")."""
-    from ..baselines.first_order import FirstOrderModel
-
-    return FirstOrderModel(pseudocount=args.pseudocount).fit(train, env.n_obs, env.n_actions).to_hmm()
-
-
-def build_level1(env, train, args):
-    """Level 1: the episodic memory of Algorithm 1 after the training episodes."""
-    from ..episodic import EpisodicMemory
-
-    mem = EpisodicMemory(env.n_obs, env.n_actions)
-    mem.observe_trajectories(train)
-    return mem.to_hmm()
-
-
-def _level2_builder(merge: str):
-    def build(env, train, args):
-        from ..agent import TwoLevelMemory
-
-        agent = TwoLevelMemory(env.n_obs, env.n_actions, merge=merge, initial_size=args.size, seed=args.seed)
-        return agent.fit(train).level2_hmm()
-
-    build.__doc__ = f"Level 2 of the paper's agent (merge={merge!r}, initial size --size) after the training episodes."
-    return build
-
-
-def build_context(env, train, args):
-    """Longest matching context of (action, observation) pairs, up to ``--context-order`` pairs."""
-    from ..baselines.context import ContextModel
-
-    return ContextModel(order=args.context_order, pseudocount=args.pseudocount).fit(
-        train, env.n_obs, env.n_actions).to_hmm()
-
-
-def build_em(env, train, args):
-    """EM on an action-conditioned clone HMM (``--clones`` per observation, ``--em-iter`` iterations)."""
-    from ..baselines.em import CloneHMM
-
-    return CloneHMM(n_clones=args.clones, n_iter=args.em_iter, seed=args.seed).fit(
-        train, env.n_obs, env.n_actions).to_hmm()
-
-
-def build_bfmm(env, train, args):
-    """Best-first model merging, incremental (Stolcke & Omohundro), on all or the first ``--bfmm-episodes`` episodes."""
-    from ..baselines.bfmm import BestFirstMerging
-
-    data = train if args.bfmm_episodes is None else train[: args.bfmm_episodes]
-    search = getattr(args, "bfmm_search", "pairs")
-    bf = BestFirstMerging(search=search, incremental=search == "pairs",
-                          structure_prior=getattr(args, "bfmm_structure_prior", 1.0), seed=args.seed)
-    return bf.fit(data, env.n_obs, env.n_actions).to_hmm()
-
-
-#: name -> builder(env, train_trajectories, args) -> ActionHMM, in table order.
-MODELS = {
-    "oracle": build_oracle,
-    "first-order": build_first_order,
-    "context": build_context,
-    "level1": build_level1,
-    "level2-sf": _level2_builder("sf"),
-    "level2-random": _level2_builder("random"),
-    "level2-none": _level2_builder("none"),
-    "em": build_em,
-    "bfmm": build_bfmm,
-}
+#: the model-quality keys of each ``--json`` row (besides ``model`` and the times ``fit_s``, ``score_s``, ``wall_s``)
+SCORE_KEYS = ("accuracy", "surprise", "surprise_ci", "mean_true_prob", "no_prediction_share", "zero_prob_steps",
+              "log_likelihood", "n_states")
 
 
 def experiment_generators(seed: int):
@@ -102,24 +33,46 @@ def experiment_generators(seed: int):
     return np.random.default_rng(train), np.random.default_rng(evaluation)
 
 
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {v}")
-    return v
+def _cli_number(kind, name: str | None = None, **bounds):
+    """An argparse type: ``kind`` (int or float) parsed from text and range-checked like the library does.
+
+    The error names the library parameter ``name`` when given.
+    """
+    check = check_int if kind is int else check_float
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, "
+                                             f"got {text!r}") from None
+        try:
+            return check(value, name or "value", **bounds)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e).removeprefix("value ")) from None
+
+    return parse
 
 
-def _epsilon(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not 0.0 < v <= 1.0:
-        raise argparse.ArgumentTypeError(f"--smoothing must be in (0, 1], got {v}")
-    return v
+_positive_int = _cli_number(int, low=1)
+_non_negative = _cli_number(float, low=0)
+_epsilon = _cli_number(float, low=0, high=1, low_open=True)
+
+
+def model_flags() -> dict:
+    """CLI flag -> (option, default) of every model option in the registry (a flag shared by models once)."""
+    out = {}
+    for entry in MODELS.values():
+        for option in entry.options:
+            default = entry.defaults[option.param]
+            if out.setdefault(option.flag, (option, default))[1] != default:
+                raise ValueError(f"{option.flag} has two defaults in the model registry")
+    return out
+
+
+def model_params(name: str, args) -> dict:
+    """The registry parameters of model ``name`` set by the parsed CLI flags."""
+    return {o.param: getattr(args, o.flag.lstrip("-").replace("-", "_")) for o in MODELS[name].options}
 
 
 def add_experiment_arguments(p: argparse.ArgumentParser) -> None:
@@ -135,20 +88,13 @@ def add_experiment_arguments(p: argparse.ArgumentParser) -> None:
                         "makes the surprise infinite (counted in zero_prob_steps)")
     p.add_argument("--score-first", action="store_true",
                    help="also score the first observation of each episode (predicted from B)")
-    p.add_argument("--pseudocount", type=float, default=0.0,
-                   help="first-order and context models: pseudocount (default 0)")
-    p.add_argument("--context-order", type=_positive_int, default=4,
-                   help="context model: longest context in (action, observation) pairs (default 4)")
-    p.add_argument("--size", type=_positive_int, default=10, help="level 2: initial cluster size (default 10)")
-    p.add_argument("--clones", type=_positive_int, default=30, help="EM: clones per observation (default 30)")
-    p.add_argument("--em-iter", type=_positive_int, default=150, help="EM: iterations (default 150)")
-    p.add_argument("--bfmm-episodes", type=_positive_int, default=None,
-                   help="best-first merging: use only the first N training episodes (default: all)")
-    p.add_argument("--bfmm-search", choices=("pairs", "fold"), default="pairs",
-                   help="best-first merging: 'pairs' (Stolcke & Omohundro, incremental; default) or 'fold' "
-                        "(evidence-driven determinising folds of the prefix tree)")
-    p.add_argument("--bfmm-structure-prior", type=float, default=1.0,
-                   help="best-first merging: weight of the structure prior (default 1)")
+    for flag, (option, default) in model_flags().items():
+        kind = option.type or type(default)
+        if option.choices:
+            p.add_argument(flag, choices=option.choices, default=default, help=f"{option.help} (default {default})")
+        else:
+            parse = _cli_number(kind, option.param, low=1) if kind is int else _cli_number(kind, option.param, low=0)
+            p.add_argument(flag, type=parse, default=default, help=f"{option.help} (default {default})")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -169,14 +115,11 @@ def run_models(env, names, args) -> list[dict]:
     Times: ``fit_s`` (building the model), ``score_s`` (scoring), ``wall_s``
     (both); the numba kernels are loaded before any timing.
     """
-    from ..evaluate import evaluate_model
-    from ..rollouts import random_walk
-
     from .._limits import check_count
+    from ..evaluate import score_trajectories
+    from ..rollouts import random_walk
     from .run import check_run_memory
 
-    if args.pseudocount < 0:
-        raise ValueError(f"--pseudocount must be >= 0, got {args.pseudocount}")
     check_count("--em-iter", args.em_iter, "em_iterations")
     check_run_memory(env, args.episodes, args.episode_length, args.eval_episodes, args.size)
     _warm_up()
@@ -191,24 +134,12 @@ def run_models(env, names, args) -> list[dict]:
     show = not getattr(args, "json", False) and sys.stderr.isatty()
     for name in tqdm(names, desc="models", unit="model", disable=not show, leave=False):
         t0 = time.perf_counter()
-        model = MODELS[name](env, train, args)
+        model = build_model(name, train, env=env, seed=args.seed, **model_params(name, args))
         t1 = time.perf_counter()
-        r = evaluate_model(env, model, trajectories=test, smoothing=args.smoothing, score_first=args.score_first)
+        score = score_trajectories(model, test, smoothing=args.smoothing, score_first=args.score_first).as_dict()
         t2 = time.perf_counter()
-        rows.append({
-            "model": name,
-            "accuracy": r["accuracy"],
-            "surprise": r["surprise"],
-            "surprise_ci": r["surprise_ci"],
-            "mean_true_prob": r["mean_true_prob"],
-            "no_prediction_share": r["no_prediction_share"],
-            "zero_prob_steps": r["zero_prob_steps"],
-            "log_likelihood": r["log_likelihood"],
-            "n_states": r["n_states"],
-            "fit_s": t1 - t0,
-            "score_s": t2 - t1,
-            "wall_s": t2 - t0,
-        })
+        rows.append({"model": name, **{k: score[k] for k in SCORE_KEYS},
+                     "fit_s": t1 - t0, "score_s": t2 - t1, "wall_s": t2 - t0})
     return rows
 
 

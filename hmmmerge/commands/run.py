@@ -157,8 +157,8 @@ def _surprise(env, agent, n_episodes, episode_length, seed, smoothing) -> dict:
                 "surprise_smoothing_epsilon": smoothing}
     model = agent.level2_hmm()
     walk_seed = np.random.default_rng([seed, 7919])
-    fresh = evaluate_model(env, model, n_episodes, episode_length, seed=walk_seed, smoothing=smoothing)
-    raw = evaluate_model(env, model, n_episodes, episode_length, seed=np.random.default_rng([seed, 7919]))
+    fresh = evaluate_model(env, model, n_episodes, episode_length, seed=walk_seed, smoothing=smoothing).as_dict()
+    raw = evaluate_model(env, model, n_episodes, episode_length, seed=np.random.default_rng([seed, 7919])).as_dict()
     return {"surprise": fresh["surprise"], "surprise_ci": fresh["surprise_ci"],
             "surprise_smoothing_epsilon": smoothing,
             "surprise_unsmoothed": raw["surprise"] if math.isfinite(raw["surprise"]) else None,

@@ -112,7 +112,7 @@ def beyond_sweeps(out_dir, protocol: Protocol) -> dict:
         c.update(world="grid", episodes=protocol.episodes, episode_length=protocol.episode_length)
     merges = [m for m in ("fold", "sf", "random") if m in MERGE_MODES]
     online = [dict(c, merge=m, eval_episodes=100) for c in base for m in merges]
-    em = [dict(c, model="em", clones=20, iterations=100, eval_episodes=100) for c in base]
+    em = [dict(c, model="em", n_clones=20, n_iter=100, eval_episodes=100) for c in base]
     ctx = [dict(c, refit_every=50) for c in base]
     root = os.path.join(out_dir, "runs")
     return {"beyond_online": Sweep(os.path.join(root, "beyond-online"), online_run, online, version="auto"),

@@ -121,11 +121,11 @@ def _held_out(hmm, fresh) -> dict:
 
     raw = score_trajectories(hmm, fresh)
     smooth = score_trajectories(hmm, fresh, smoothing=SMOOTHING)
-    return {"heldout_accuracy": np.float64(raw["accuracy"]),
-            "heldout_surprise": np.float64(smooth["surprise"]),
-            "heldout_no_prediction": np.float64(raw["no_prediction_share"]),
-            "heldout_zero_prob_steps": np.int64(raw["zero_prob_steps"]),
-            "heldout_states": np.int64(raw["n_states"])}
+    return {"heldout_accuracy": np.float64(raw.accuracy),
+            "heldout_surprise": np.float64(smooth.surprise),
+            "heldout_no_prediction": np.float64(raw.no_prediction_share),
+            "heldout_zero_prob_steps": np.int64(raw.zero_prob_steps),
+            "heldout_states": np.int64(raw.n_states)}
 
 
 def online_run(config: dict) -> dict:
@@ -166,23 +166,13 @@ def online_run(config: dict) -> dict:
 
 
 def _fit_offline(model: str, env, train, config: dict):
+    from ..baselines import MODELS, build_model
+
     n_obs, n_actions = env.n_obs, env.n_actions
-    seed = [int(config.get("colouring", 0)), int(config["seed"]), 2]
-    if model == "oracle":
-        return env.to_hmm()
-    if model == "first_order":
-        from ..baselines.first_order import FirstOrderModel
-
-        return FirstOrderModel().fit(train, n_obs, n_actions).to_hmm()
-    if model == "context":
-        from ..baselines.context import ContextModel
-
-        return ContextModel(order=int(config.get("order", 4))).fit(train, n_obs, n_actions).to_hmm()
-    if model == "em":
-        from ..baselines.em import CloneHMM
-
-        return CloneHMM(n_clones=int(config.get("clones", 20)), n_iter=int(config.get("iterations", 100)),
-                        seed=seed).fit(train, n_obs, n_actions).to_hmm()
+    if model in MODELS:  # the registry's models, with the parameters the config names (e.g. n_clones, order)
+        params = {k: config[k] for k in MODELS[model].defaults if k in config}
+        return build_model(model, train, env=env, seed=[int(config.get("colouring", 0)), int(config["seed"]), 2],
+                           **params)
     if model == "rpni":
         from ..baselines.aalpy_models import RPNIModel
 
@@ -196,15 +186,17 @@ def _fit_offline(model: str, env, train, config: dict):
     raise ValueError(f"model must be one of {', '.join(OFFLINE_MODELS)}, got {model!r}")
 
 
-OFFLINE_MODELS = ("oracle", "first_order", "context", "em", "rpni", "alergia")
+OFFLINE_MODELS = ("oracle", "first-order", "context", "em", "rpni", "alergia")
 """Models :func:`offline_run` fits (``model`` key)."""
 
 
 def offline_run(config: dict) -> dict:
     """A model fitted on the training walk and scored on the fresh one.
 
-    Extra keys: ``model`` (one of :data:`OFFLINE_MODELS`); ``order`` (context,
-    4); ``clones`` / ``iterations`` (EM, 20 / 100); ``eps`` (ALERGIA, 0.05);
+    Extra keys: ``model`` (one of :data:`OFFLINE_MODELS`); the parameters of
+    a registry model (:data:`hmmmerge.baselines.MODELS`, e.g. ``order`` for
+    context, ``n_clones`` / ``n_iter`` for EM; unset ones keep the registry's
+    defaults); ``eps`` (ALERGIA, 0.05);
     ``model_episodes`` (RPNI / ALERGIA: fit on the first that many episodes
     only, their cost grows fast).  A model that refuses the data (RPNI on
     noisy data or without a common start) returns ``refused = 1`` and the

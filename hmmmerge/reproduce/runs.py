@@ -95,44 +95,32 @@ def _held_out(env, hmm, config, n_eval, prefix) -> dict:
 
     fresh = _walk(env, config, episodes=n_eval, salt=99)
     r = score_trajectories(hmm, fresh, smoothing=1e-3)
-    return {f"{prefix}_accuracy": np.float64(r["accuracy"]), f"{prefix}_surprise": np.float64(r["surprise"]),
-            f"{prefix}_no_prediction": np.float64(r["no_prediction_share"]),
-            f"{prefix}_zero_prob_steps": np.int64(r["zero_prob_steps"]), f"{prefix}_states": np.int64(r["n_states"])}
+    return {f"{prefix}_accuracy": np.float64(r.accuracy), f"{prefix}_surprise": np.float64(r.surprise),
+            f"{prefix}_no_prediction": np.float64(r.no_prediction_share),
+            f"{prefix}_zero_prob_steps": np.int64(r.zero_prob_steps), f"{prefix}_states": np.int64(r.n_states)}
 
 
 def baseline_run(config: dict) -> dict:
-    """An offline baseline trained on the run's episodes, scored on fresh ones.
+    """A model of the registry trained on the run's episodes, scored on fresh ones.
 
-    Config: ``colouring``, ``seed``, ``episodes``, ``model`` (``first_order``,
-    ``context``, ``em`` or ``oracle``), ``eval_episodes``; for EM ``clones`` (per colour)
-    and ``iterations``; for the context model ``order`` (4).
+    Config: ``colouring``, ``seed``, ``episodes``, ``model`` (a name of
+    :data:`hmmmerge.baselines.MODELS`, e.g. ``first-order``, ``em``,
+    ``oracle``), ``eval_episodes``, and any of that model's parameters (e.g.
+    ``n_clones``, ``n_iter`` for EM); the others keep the registry's defaults.
 
     >>> r = baseline_run({"colouring": 0, "seed": 0, "episodes": 20, "model": "oracle", "eval_episodes": 5})
     >>> float(r["heldout_accuracy"]), float(r["heldout_surprise"]) < 1e-2
     (1.0, True)
     """
+    from ..baselines import MODELS, build_model
+
     env = world(config["colouring"])
-    model = config["model"]
-    if model == "oracle":
-        hmm = env.to_hmm()
-    else:
-        traj = _walk(env, config)
-        if model == "first_order":
-            from ..baselines.first_order import FirstOrderModel
-
-            hmm = FirstOrderModel().fit(traj, env.n_obs, env.n_actions).to_hmm()
-        elif model == "context":
-            from ..baselines.context import ContextModel
-
-            hmm = ContextModel(order=int(config.get("order", 4))).fit(traj, env.n_obs, env.n_actions).to_hmm()
-        elif model == "em":
-            from ..baselines.em import CloneHMM
-
-            hmm = CloneHMM(n_clones=int(config.get("clones", 20)), n_iter=int(config.get("iterations", 100)),
-                           seed=[int(config["colouring"]), int(config["seed"]), 2]).fit(
-                traj, env.n_obs, env.n_actions).to_hmm()
-        else:
-            raise ValueError(f"model must be first_order, context, em or oracle, got {model!r}")
+    name = config["model"]
+    if name not in MODELS:
+        raise ValueError(f"model must be one of {', '.join(MODELS)}, got {name!r}")
+    params = {k: config[k] for k in MODELS[name].defaults if k in config}
+    train = _walk(env, config) if MODELS[name].needs_data else None
+    hmm = build_model(name, train, env=env, seed=[int(config["colouring"]), int(config["seed"]), 2], **params)
     return _held_out(env, hmm, config, int(config.get("eval_episodes", 100)), prefix="heldout")
 
 

@@ -1,0 +1,71 @@
+"""Fixtures and reference implementations shared by the tests.
+
+Reference implementations are written once here, as plainly as possible and
+without the package's code, so that every test compares against the same
+oracle: ``random_model`` (a random ActionHMM) and ``literal_algorithm_1``
+(the paper's Algorithm 1 with Python dicts).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from hmmmerge import ActionHMM
+
+
+def _random_model(rng, H, O, A, *, sparsity=0.0, sparse=False, zero_rows=0.0):
+    """A random ActionHMM; ``sparsity`` zeroes entries (keeping one per row), ``zero_rows`` whole rows of T."""
+    T = rng.random((A, H, H)) + 0.05
+    if sparsity:
+        mask = rng.random((A, H, H)) < sparsity
+        keep = rng.integers(0, H, size=(A, H))
+        mask[np.arange(A)[:, None], np.arange(H)[None, :], keep] = False
+        T[mask] = 0.0
+    T /= T.sum(axis=2, keepdims=True)
+    if zero_rows:
+        T[rng.random((A, H)) < zero_rows] = 0.0
+    E = rng.random((H, O)) + 0.05
+    if sparsity:
+        emask = rng.random((H, O)) < sparsity
+        emask[np.arange(H), rng.integers(0, O, size=H)] = False
+        E[emask] = 0.0
+    E /= E.sum(axis=1, keepdims=True)
+    B = rng.random(H) + 0.05
+    B /= B.sum()
+    if sparse:
+        return ActionHMM([sp.csr_matrix(T[a]) for a in range(A)], E, B)
+    return ActionHMM(T, E, B)
+
+
+def _literal_algorithm_1(episodes, n_actions):
+    """Algorithm 1 with Python dicts, straight from the paper (plus the fixed start state).
+
+    ``episodes``: lists of ``(obs, action)`` pairs.  Returns ``(T, E)``:
+    ``T[(h, a)]`` the successor of state ``h`` under ``a`` (``h == "start"``
+    for the first observation), ``E`` the observation of each state.
+    """
+    T, E = {}, []
+    for ep in episodes:
+        h = "start"
+        for o, a in ep:
+            nxt = T.get((h, a))
+            if nxt is None or E[nxt] != o:
+                nxt = len(E)
+                E.append(o)
+                T[(h, a)] = nxt
+            h = nxt
+    return T, E
+
+
+@pytest.fixture(scope="session")
+def random_model():
+    """``random_model(rng, H, O, A, *, sparsity=0, sparse=False, zero_rows=0) -> ActionHMM``."""
+    return _random_model
+
+
+@pytest.fixture(scope="session")
+def literal_algorithm_1():
+    """``literal_algorithm_1(episodes, n_actions) -> (T dict, E list)``: the paper's Algorithm 1."""
+    return _literal_algorithm_1
