@@ -18,15 +18,20 @@ wrong; surprise smoothed with epsilon 1e-3):
    stream vs EM; clusters vs world states.
 5. ``nostart`` -- episodes starting at uniformly random states (no common
    start): where a prefix-tree method does not hold.
+5b. ``slip`` -- a non-deterministic world: with probability 0.1 the move made
+   is a random one (the agent records the move it chose).
 6. ``speed`` -- the learner alone on one core: 1,000 and 10,000 episodes of
    the paper's world, SF merges side by side.
 
 Results are cached per run under ``--out`` (one atomic file each, see
-:mod:`hmmmerge.sweep`): an interrupted run resumes where it stopped.  The
+:mod:`hmmmerge.sweep`): an interrupted run resumes where it stopped.  They
+are keyed by configuration, not by the code, so that the slow baselines are
+not redone when the learner changes: delete ``OUT/runs/SECTION`` to redo a
+section after changing code.  The
 tables go to ``OUT/bench_fold.md`` and stdout.
 
     python benchmarks/bench_fold.py [--quick] [--out DIR] [--learner fold] [--executor serial]
-        [--sections paper,grid4,gallery,noise,nostart,speed]
+        [--sections paper,grid4,gallery,noise,nostart,slip,speed]
 
 ``--learner`` defaults to ``fold`` when the agent knows that merge mode, else
 ``sf`` (stated in the output).  ``--quick``: 1 seed, 300 episodes, fewer
@@ -49,8 +54,11 @@ from hmmmerge.agent import MERGE_MODES
 from hmmmerge.reproduce.beyond import context_curve_run, offline_run, online_run
 from hmmmerge.sweep import Sweep, run_sweeps
 
+VERSION = "1"
+"""Results are keyed by configuration and this version, not by the code: delete ``OUT/runs`` (or a section's
+folder) to recompute after changing a learner."""
 GALLERY = ("maze", "torus", "two-rooms", "cscg-room", "aliased-loop", "random-graph")
-SECTIONS = ("paper", "grid4", "gallery", "noise", "nostart", "speed")
+SECTIONS = ("paper", "grid4", "gallery", "noise", "nostart", "slip", "speed")
 NAMES = {"fold": "fold", "sf": "SF merges", "random": "random merges", "none": "no merges", "em": "EM (clone HMM)",
          "context": "context (order 4)", "first-order": "first order", "oracle": "oracle", "rpni": "RPNI (AALpy)",
          "alergia": "ALERGIA (AALpy)"}
@@ -75,6 +83,9 @@ def _worlds(section: str, quick: bool) -> list[dict]:
         return [dict(c, noise=0.05) for c in extra + base]
     if section == "nostart":
         return [dict(c, start="random") for c in extra + base]
+    if section == "slip":
+        worlds = ("maze", "random-graph") if quick else ("maze", "torus", "random-graph")
+        return [dict(c, slip=0.1) for c in extra + [b for b in base if b["world"] in worlds]]
     raise ValueError(section)
 
 
@@ -82,12 +93,13 @@ def sweeps_for(section: str, out: str, learner: str, quick: bool):
     """The online and offline sweeps of a section."""
     episodes = 300 if quick else 1000
     online_modes = {"paper": (learner, "sf", "random"), "grid4": (learner, "sf"), "gallery": (learner, "sf", "random"),
-                    "noise": (learner, "sf"), "nostart": (learner, "sf")}[section]
+                    "noise": (learner, "sf"), "nostart": (learner, "sf"), "slip": (learner, "sf")}[section]
     offline = {"paper": ("oracle", "first-order", "context", "em", "rpni", "alergia"),
                "grid4": ("context", "em", "alergia"),
                "gallery": ("oracle", "first-order", "context", "em", "rpni", "alergia"),
                "noise": ("context", "em", "rpni", "alergia"),
-               "nostart": ("context", "em", "rpni", "alergia")}[section]
+               "nostart": ("context", "em", "rpni", "alergia"),
+               "slip": ("context", "em", "rpni", "alergia")}[section]
     on, off = [], []
     for base in _worlds(section, quick):
         base = dict(base, episodes=episodes, eval_episodes=100)
@@ -96,15 +108,16 @@ def sweeps_for(section: str, out: str, learner: str, quick: bool):
         for m in offline:
             c = dict(base, model=m)
             if m in ("rpni", "alergia"):
-                if m == "rpni" and base["seed"] != base.get("colouring", 0) and section == "paper":
-                    continue  # RPNI is slow: one seed per colouring on the paper's world
+                one = base["seed"] == base.get("colouring", 0) if section == "paper" else base["seed"] == 0
+                if m == "rpni" and not one:
+                    continue  # RPNI is slow: one run per world (per colouring on the paper's world)
                 c["model_episodes"] = 50 if quick else 200
             if m == "em":
                 c.update(n_clones=30 if base.get("colours") == 4 else 20, n_iter=100)
             off.append(c)
     root = os.path.join(out, "runs", section)
-    return (Sweep(os.path.join(root, "online"), online_run, on, version="auto"),
-            Sweep(os.path.join(root, "offline"), offline_run, off, version="auto"))
+    return (Sweep(os.path.join(root, "online"), online_run, on, version=VERSION),
+            Sweep(os.path.join(root, "offline"), offline_run, off, version=VERSION))
 
 
 # --------------------------------------------------------------------------- tables
@@ -239,9 +252,10 @@ def targets(section, rows, learner) -> list[str]:
             cl, ws = _mean(runs, "clusters"), d.get("n_world_states", np.nan)
             lines.append(f"- {d['world']}: held-out {held:.4f} vs EM {em:.4f} (gap {held - em:+.4f}) within 0.02: "
                          f"{ok(held >= em - 0.02)}; clusters {cl:.0f} <= 2 x {ws}: {ok(cl <= 2 * ws)}")
-        elif section == "nostart":
+        elif section in ("nostart", "slip"):
+            why = "a common start is missing" if section == "nostart" else "moves slip (p = 0.1)"
             lines.append(f"- {d['world']}: online {last:.4f}, held-out {held:.4f} vs EM {em:.4f} "
-                         f"(gap {held - em:+.4f}) -- no target: where a common start is missing")
+                         f"(gap {held - em:+.4f}) -- no target: {why}")
     return lines
 
 
@@ -355,7 +369,7 @@ def context_curve_note(out, quick) -> list[str]:
     cols, seeds = ((0,), (0,)) if quick else ((0, 1, 2), (0, 1, 2, 3, 4))
     configs = [{"world": "grid", "colouring": c, "seed": s, "episodes": 300 if quick else 1000, "refit_every": 50}
                for c in cols for s in seeds]
-    sw = Sweep(os.path.join(out, "runs", "paper", "context_curve"), context_curve_run, configs, version="auto")
+    sw = Sweep(os.path.join(out, "runs", "paper", "context_curve"), context_curve_run, configs, version=VERSION)
     res = sw.run(executor="serial", progress=None)
     last = np.mean([r["accuracy"][-50:].mean() for r in res])
     mid = np.mean([r["accuracy"][100:200].mean() for r in res]) if len(res[0]["accuracy"]) >= 200 else np.nan

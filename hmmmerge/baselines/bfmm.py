@@ -418,6 +418,12 @@ class BestFirstMerging(Estimator):
     >>> hmm = bf.to_hmm()
     >>> hmm.E.argmax(1).tolist(), hmm.T[0].toarray().round(2).tolist()
     ([0, 1, 2], [[0.0, 1.0, 0.0], [0.35, 0.0, 0.65], [1.0, 0.0, 0.0]])
+
+    Determinising folds of the prefix tree find the same three states:
+
+    >>> fold = BestFirstMerging(structure_prior=2.0, incremental=False, search="fold").fit(Trajectories(obs, acts))
+    >>> fold.n_states_, bool(np.isclose(fold.log_posterior_, bf.log_posterior_))
+    (3, True)
     """
 
     def __init__(self, prior_weight: float = 1.0, structure_prior: float = 1.0, incremental: bool = True,

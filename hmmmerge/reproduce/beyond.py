@@ -18,11 +18,13 @@ Shared configuration keys: ``world`` (a gallery name, ``"grid"`` with
 ``colours`` (optional), ``colouring`` (the world's seed), ``seed`` (the
 walk's), ``episodes``, ``episode_length`` (50), ``eval_episodes`` (100),
 ``noise`` (0: each observation replaced by a uniformly random colour with this
-probability, in the training and the fresh walks alike), ``start``
+probability, in the training and the fresh walks alike), ``slip`` (0: with this
+probability the move made is a uniformly random action while the recorded
+action is the one chosen -- a world with non-deterministic transitions), ``start``
 (``"fixed"``: every episode at the world's start, the paper's protocol;
 ``"random"``: each at a uniformly random state).  The training and fresh
-walks depend on the world, ``colouring``, ``seed``, ``noise`` and ``start``
-only, so every learner of a seed sees the same data.  Accuracy counts a step
+walks depend on the world, ``colouring``, ``seed``, ``noise``, ``slip`` and
+``start`` only, so every learner of a seed sees the same data.  Accuracy counts a step
 without prediction as wrong; surprise is smoothed with epsilon 1e-3.
 """
 
@@ -75,7 +77,7 @@ def bench_world(config: dict):
     return world(name, seed=colouring, **kw)
 
 
-def _walk(env, n_episodes: int, length: int, rng, start: str, noise: float):
+def _walk(env, n_episodes: int, length: int, rng, start: str, noise: float, slip: float = 0.0):
     from ..trajectories import Trajectories
 
     S, A = env.n_states, env.n_actions
@@ -89,8 +91,12 @@ def _walk(env, n_episodes: int, length: int, rng, start: str, noise: float):
     actions[:, 1:] = rng.integers(0, A, size=(n_episodes, length))
     path = np.empty_like(actions)
     path[:, 0] = states
+    executed = actions.copy()
+    if slip > 0:  # the move made is a random one; the agent records the one it meant
+        slipped = rng.random(actions.shape) < slip
+        executed = np.where(slipped, rng.integers(0, A, size=actions.shape), actions)
     for t in range(1, length + 1):
-        path[:, t] = env.next_state[actions[:, t], path[:, t - 1]]
+        path[:, t] = env.next_state[executed[:, t], path[:, t - 1]]
     obs = env.obs[path]
     if noise > 0:
         flip = rng.random(obs.shape) < noise
@@ -107,12 +113,15 @@ def bench_walks(env, config: dict):
     ((3, 51), (2, 51), True)
     """
     noise = float(config.get("noise", 0.0))
+    slip = float(config.get("slip", 0.0))
     start = str(config.get("start", "fixed"))
     length = int(config.get("episode_length", 50))
     salt = [int(config.get("colouring", 0)), int(config["seed"]), int(round(noise * 1e6)), int(start == "random")]
-    train = _walk(env, int(config["episodes"]), length, np.random.default_rng(salt + [0]), start, noise)
+    if slip > 0:
+        salt.append(int(round(slip * 1e6)))
+    train = _walk(env, int(config["episodes"]), length, np.random.default_rng(salt + [0]), start, noise, slip)
     fresh = _walk(env, int(config.get("eval_episodes", 100)), length, np.random.default_rng(salt + [1]), start,
-                  noise)
+                  noise, slip)
     return train, fresh
 
 
