@@ -326,9 +326,12 @@ def main(argv=None) -> int:
     p.add_argument("--learner", default=None, help="the merge mode under test (default fold if available, else sf)")
     p.add_argument("--executor", default="serial", help="serial (default), local[:N], dask://HOST:PORT")
     p.add_argument("--sections", default=",".join(SECTIONS), help="comma-separated subset of " + ", ".join(SECTIONS))
+    p.add_argument("--tables-only", action="store_true",
+                   help="run nothing: tables of the runs already finished under --out (a partial run, or runs "
+                        "made by another checkout)")
     args = p.parse_args(argv)
     learner = args.learner or ("fold" if "fold" in MERGE_MODES else "sf")
-    if learner not in MERGE_MODES:
+    if learner not in MERGE_MODES and not args.tables_only:
         print(f"bench_fold: unknown learner {learner!r}; the agent knows {', '.join(MERGE_MODES)}", file=sys.stderr)
         return 2
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
@@ -343,18 +346,26 @@ def main(argv=None) -> int:
     summaries = {}
     for section in sections:
         if section == "speed":
-            md += ["## speed (one core)", ""] + speed(args.out, learner, args.quick) + [""]
+            if not args.tables_only:
+                md += ["## speed (one core)", ""] + speed(args.out, learner, args.quick) + [""]
             continue
         on, off = sweeps_for(section, args.out, learner, args.quick)
-        on_res, off_res = run_sweeps([on, off], executor=args.executor, progress=None)
-        rows = summarise(on.configs, on_res, off.configs, off_res)
+        if args.tables_only:
+            (on_cfg, on_res), (off_cfg, off_res) = finished(on), finished(off)
+            if not on_res and not off_res:
+                continue
+            md += [f"({len(on_res)} of {len(on)} online and {len(off_res)} of {len(off)} offline runs finished)", ""]
+        else:
+            on_res, off_res = run_sweeps([on, off], executor=args.executor, progress=None)
+            on_cfg, off_cfg = on.configs, off.configs
+        rows = summarise(on_cfg, on_res, off_cfg, off_res)
         summaries[section] = rows
         md += [f"## {section}", "", *learner_table(rows, learner), "", *model_table(rows, learner), "",
                *cost_table(rows, learner), "", "Targets:", "", *targets(section, rows, learner), ""]
         refusals = {r["message"] for d in rows.values() for m in ("rpni",) for r in d.get(m, []) if r["refused"]}
         if refusals:
             md += ["RPNI refused: " + sorted(refusals)[0].split(";")[0] + " (and similar).", ""]
-    if "paper" in sections:
+    if "paper" in sections and not args.tables_only:
         md += context_curve_note(args.out, args.quick)
     md.append(f"Total wall time of this invocation: {time.perf_counter() - t0:.0f} s (cached runs are not redone).")
     text = "\n".join(md) + "\n"
@@ -362,6 +373,12 @@ def main(argv=None) -> int:
     atomic_write_text(os.path.join(args.out, "bench_fold.md"), text)
     print(text)
     return 0
+
+
+def finished(sweep) -> tuple[list, list]:
+    """(configs, results) of the runs of ``sweep`` that are finished on disk."""
+    done = sweep.status()["done"]
+    return [sweep.configs[i] for i in done], [sweep.load_one(i) for i in done]
 
 
 def context_curve_note(out, quick) -> list[str]:
