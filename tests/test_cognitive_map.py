@@ -79,3 +79,19 @@ def test_cli_run_out_writes_a_graph_that_env_reads(tmp_path, capsys):
 def test_not_a_model():
     with pytest.raises(TypeError, match="ActionHMM"):
         cognitive_map(gridworld(2, 2))
+
+
+def test_fold_map_of_a_small_room_is_the_world():
+    # after enough walks, fold's level 2 read as a world is the world itself (nodes, colours, actions)
+    from hmmmerge.agent import MERGE_MODES
+
+    if "fold" not in MERGE_MODES:
+        pytest.skip("merge='fold' is not in this version of the agent")
+    env = world("cscg-room", seed=0)
+    agent = TwoLevelMemory(env.n_obs, env.n_actions, merge="fold", seed=0).fit(random_walk(env, 1000, seed=0))
+    m = cognitive_map(agent.level2_hmm())
+    reach = nx.descendants(m.graph, m.start_node) | {m.start_node}
+    assert m.graph.graph["unknown_transitions"] == 0
+    assert nx.is_isomorphic(env.graph, m.graph.subgraph(reach), node_match=lambda u, v: u["obs"] == v["obs"],
+                            edge_match=lambda e, f: sorted(d["action"] for d in e.values())
+                            == sorted(d["action"] for d in f.values()))

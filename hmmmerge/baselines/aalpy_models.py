@@ -97,6 +97,8 @@ def _states_and_root(automaton):
     if root.output != RESET:
         raise ValueError("the automaton was not learned behind the synthetic start (root output must be -1)")
     states = [s for s in automaton.states if s is not root]
+    if not states:
+        raise ValueError("the automaton has no state besides the synthetic root")
     bad = [s for s in states if isinstance(s.output, bool) or not isinstance(s.output, (int, np.integer))]
     if bad:
         raise ValueError(f"state {bad[0].state_id} has output {bad[0].output!r}; outputs must be colours (int)")
@@ -127,8 +129,6 @@ def moore_to_hmm(machine, n_obs: int, n_actions: int):
 
     root, states, index = _states_and_root(machine)
     H = len(states)
-    if H == 0:
-        raise ValueError("the Moore machine has no state besides the synthetic root")
     T = []
     for a in range(n_actions):
         src = [i for i, s in enumerate(states) if a in s.transitions]
@@ -153,8 +153,6 @@ def mdp_to_hmm(mdp, n_obs: int, n_actions: int):
 
     root, states, index = _states_and_root(mdp)
     H = len(states)
-    if H == 0:
-        raise ValueError("the MDP has no state besides the synthetic root")
     T = []
     for a in range(n_actions):
         rows, cols, vals = [], [], []
