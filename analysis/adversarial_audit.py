@@ -429,7 +429,7 @@ def api_cases():
                         ("TwoLevelMemory with size 0", "TwoLevelMemory(10, 4, initial_size=0)"),
                         ("TwoLevelMemory.load of a missing file", "TwoLevelMemory.load('/nonexistent/agent.npz')"),
                         ("CloneHMM with -1 clones", "CloneHMM(n_clones=-1).fit(Trajectories([[0, 1]], [[-1, 0]]), 2, 1)"),
-                        ("FirstOrderModel with a NaN pseudocount", "FirstOrderModel(pseudocount=float('nan'))")):
+                        ("FirstOrderModel with a NaN pseudocount", "FirstOrderModel(pseudocount=float('nan')).fit(Trajectories([[0, 1]], [[-1, 0]]), 2, 1)")):
         c.append(_api(label, f"""
             from hmmmerge import Environment, gridworld
             from hmmmerge.agent import TwoLevelMemory
