@@ -84,7 +84,13 @@ def _no_merger(agent, **extra):
     return NoMerger(agent.initial_size, **extra)
 
 
-MERGE_MODES = {"sf": _sf_merger, "random": _random_merger, "none": _no_merger}
+def _fold_merger(agent, **extra):
+    from .fold import FoldMerger
+
+    return FoldMerger(**extra)
+
+
+MERGE_MODES = {"sf": _sf_merger, "random": _random_merger, "none": _no_merger, "fold": _fold_merger}
 """``merge`` name -> factory ``f(agent, **merge_params) -> merger`` (the interface: :mod:`hmmmerge.merging`)."""
 
 
@@ -94,7 +100,8 @@ class TwoLevelMemory(Estimator):
     Parameters
     ----------
     n_obs, n_actions : alphabet sizes.
-    merge : a key of :data:`MERGE_MODES`: ``"sf"`` (Algorithm 3), ``"random"`` or ``"none"``.
+    merge : a key of :data:`MERGE_MODES`: ``"sf"`` (Algorithm 3), ``"random"``, ``"none"`` or
+        ``"fold"`` (:class:`~hmmmerge.fold.FoldMerger`, evidence-driven folding; ``merge_params`` go to it).
     initial_size : size of the initial random clusters (1, 10, 100 in the paper).
     merge_iterations : merge iterations per sleep (5).
     refresh_every, sleep_every : in steps (200, 500).
@@ -476,6 +483,7 @@ class TwoLevelMemory(Estimator):
         write_agent_file(path, meta_text, **self.memory_.state_dict(), assignment=self.clusters_.assignment[:n].copy(),
                      fo_counts=self.first_order_counts_,
                      t2_indptr=l2.t2_ptr, t2_indices=l2.t2_idx, t2_data=l2.t2_val,
+                     **getattr(self.merger_, "state_dict", dict)(),
                      **{f"history_{k}": v for k, v in hist.items()})
 
     @classmethod
@@ -509,6 +517,8 @@ class TwoLevelMemory(Estimator):
         if assignment.shape != (mem.n_states,):
             raise ValueError(f"{src}: assignment has shape {assignment.shape}, expected ({mem.n_states},)")
         agent.clusters_ = Clusters(assignment)
+        if hasattr(agent.merger_, "load_state_dict"):  # a merger with learned state of its own (fold)
+            agent.merger_.load_state_dict(data, source=src)
         fo_counts = np.asarray(data["fo_counts"], dtype=np.int64)
         if fo_counts.shape != (mem.n_obs, mem.n_actions, mem.n_obs):
             raise ValueError(f"{src}: fo_counts has the wrong shape {fo_counts.shape}")

@@ -215,7 +215,8 @@ def test_demo_small(tmp_path, capsys):
         assert os.path.getsize(f) > 0
     rows = {r["model"]: r for r in res["table"]}
     assert rows["oracle (true world)"]["heldout_accuracy"] == 1.0
-    assert len([m for m in rows if m.startswith("two-level")]) == 6
+    assert len([m for m in rows if m.startswith("two-level")]) == 7   # sf / random / none x 2 sizes, fold
+    assert "two-level, fold consolidation (beyond the paper)" in rows
     for r in res["table"]:
         for k in ("online_accuracy", "heldout_accuracy"):
             assert r[k] is None or 0 <= r[k] <= 1  # JSON has no NaN: a missing value is null

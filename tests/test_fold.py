@@ -1,0 +1,301 @@
+"""Tests of the fold consolidation (``merge="fold"``): structure, clash test, undo, invariants, resume."""
+
+import os
+
+import networkx as nx
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hmmmerge import Environment, gridworld, random_walk
+from hmmmerge.agent import TwoLevelMemory
+from hmmmerge.clusters import Clusters, level2_hmm
+from hmmmerge.episodic import EpisodicMemory
+from hmmmerge.fold import FoldMerger, default_min_evidence
+from hmmmerge.gallery import torus
+
+
+# ---------------------------------------------------------------- helpers
+def minimal_machine(env) -> nx.MultiDiGraph:
+    """The reachable part of ``env`` with states no action sequence tells apart merged (Moore refinement)."""
+    nxt, obs = env.next_state, env.obs
+    reach, frontier = {env.start}, [env.start]
+    while frontier:
+        s = frontier.pop()
+        for a in range(env.n_actions):
+            t = int(nxt[a, s])
+            if t not in reach:
+                reach.add(t)
+                frontier.append(t)
+    states = sorted(reach)
+    block = {s: int(obs[s]) for s in states}
+    while True:
+        sig = {s: (block[s],) + tuple(block[int(nxt[a, s])] for a in range(env.n_actions)) for s in states}
+        ids = {v: i for i, v in enumerate(sorted(set(sig.values())))}
+        new = {s: ids[sig[s]] for s in states}
+        if len(set(new.values())) == len(set(block.values())):
+            break
+        block = new
+    g = nx.MultiDiGraph()
+    for s in states:
+        g.add_node(block[s], obs=int(obs[s]))
+    for s in states:
+        for a in range(env.n_actions):
+            if not g.has_edge(block[s], block[int(nxt[a, s])], key=a):
+                g.add_edge(block[s], block[int(nxt[a, s])], key=a, action=a)
+    return g
+
+
+def level2_graph(memory, clusters) -> nx.MultiDiGraph:
+    """Level 2 as a graph: clusters with their colour, an edge per (cluster, action) successor."""
+    hmm = level2_hmm(memory, clusters)
+    g = nx.MultiDiGraph()
+    colour = hmm.E.argmax(axis=1)
+    for c in range(hmm.n_states):
+        g.add_node(c, obs=int(colour[c]))
+    for a, T in enumerate(hmm.T):
+        T = T.tocoo()
+        for i, j in zip(T.row.tolist(), T.col.tolist()):
+            g.add_edge(i, j, key=a, action=a)
+    return g
+
+
+def fold_online(env, n_episodes, length, seed, every=10, **params):
+    """Algorithm 1 plus folding, sleeping every ``every`` episodes; returns (memory, clusters, merger)."""
+    traj = random_walk(env, n_episodes, length, seed=seed)
+    mem = EpisodicMemory(env.n_obs, env.n_actions)
+    fold, cl = FoldMerger(**params), Clusters(n_states=0)
+    for e in range(0, n_episodes, every):
+        part = type(traj)(traj.obs[e:e + every], traj.actions[e:e + every], traj.states[e:e + every])
+        states, _ = mem.observe_trajectories(part)
+        fold.observe(mem, states, part.actions)
+        fold.sleep(mem, cl)
+    return mem, cl, fold
+
+
+def check_invariants(memory, clusters, deterministic=True):
+    """Every state in one cluster, one colour per cluster, at most one successor per (cluster, action)."""
+    n = memory.n_states
+    a = clusters.assignment[:n]
+    assert (a >= 0).all()
+    k = clusters.n_clusters
+    colours = np.zeros((k, memory.n_obs), dtype=bool)
+    colours[a, memory.emission] = True
+    assert (colours.sum(axis=1) == 1).all()
+    if not deterministic:
+        return
+    nxt = memory.next_state
+    for act in range(memory.n_actions):
+        src = np.flatnonzero(nxt[act] >= 0)
+        pairs = np.unique(np.column_stack([a[src], a[nxt[act, src]]]), axis=0)
+        assert len(np.unique(pairs[:, 0])) == len(pairs), "a (cluster, action) with two successors"
+
+
+def episodes(memory, paths):
+    """Feed ``paths`` (lists of (obs, action) with action -1 first) to ``memory``; return states, actions."""
+    states, actions = [], []
+    for path in paths:
+        states.append([memory.observe(o, a) for o, a in path])
+        actions.append([a for _, a in path])
+    return states, actions
+
+
+# ---------------------------------------------------------------- structure
+@pytest.mark.parametrize("env", [gridworld(4, 4, n_colours=4, seed=1), gridworld(3, 5, n_colours=3, seed=2),
+                                 torus(4, 4, n_colours=4, seed=0)], ids=["grid4x4", "grid3x5", "torus4x4"])
+def test_folded_level2_is_the_minimal_machine(env):
+    mem, cl, _ = fold_online(env, 400, 30, seed=3)
+    want, got = minimal_machine(env), level2_graph(mem, cl)
+    assert got.number_of_nodes() == want.number_of_nodes()
+    assert nx.is_isomorphic(got, want, node_match=lambda x, y: x["obs"] == y["obs"],
+                            edge_match=lambda x, y: sorted(e["action"] for e in x.values())
+                            == sorted(e["action"] for e in y.values()))
+
+
+def test_minimal_machine_merges_indistinguishable_states():
+    # a 4-cycle coloured 0, 1, 0, 1 with one action: states 0 and 2 cannot be told apart
+    env = Environment.from_arrays(np.array([[1, 2, 3, 0]]), np.array([0, 1, 0, 1]))
+    assert minimal_machine(env).number_of_nodes() == 2
+    mem, cl, _ = fold_online(env, 30, 8, seed=0, min_evidence=1)   # only one other block to agree with
+    assert cl.n_clusters == 2
+
+
+# ---------------------------------------------------------------- clash test
+def _two_branches(last):
+    """Root 9; action 0 leads to r (colour 1), action 1 to b (colour 1); both continue 2, 3, then 4 / ``last``."""
+    mem = EpisodicMemory(n_obs=10, n_actions=2)
+    st, ac = episodes(mem, [[(9, -1), (1, 0), (2, 0), (3, 0), (4, 0)],
+                            [(9, -1), (1, 1), (2, 0), (3, 0), (last, 0)]])
+    return mem, st, ac
+
+
+def test_clash_three_steps_ahead_refuses_the_merge():
+    mem, st, ac = _two_branches(last=5)
+    fold, cl = FoldMerger(min_evidence=2), Clusters(n_states=0)
+    fold.observe(mem, st, ac)
+    fold.sleep(mem, cl)
+    r, b = st[0][1], st[1][1]
+    assert cl.assignment[r] != cl.assignment[b]
+    assert cl.n_clusters == mem.n_states == 9
+
+
+def test_without_the_clash_the_merge_is_accepted_and_determinised():
+    mem, st, ac = _two_branches(last=4)
+    fold, cl = FoldMerger(min_evidence=2), Clusters(n_states=0)
+    fold.observe(mem, st, ac)
+    fold.sleep(mem, cl)
+    a = cl.assignment
+    for t in range(1, 5):   # r ~ b and, by determinisation, their successors pairwise
+        assert a[st[0][t]] == a[st[1][t]]
+    assert cl.n_clusters == 5
+    check_invariants(mem, cl)
+    for T in level2_hmm(mem, cl).T:
+        assert (np.diff(T.tocsr().indptr) <= 1).all()
+
+
+def test_evidence_minimum_holds_back_a_merge():
+    mem, st, ac = _two_branches(last=4)
+    fold, cl = FoldMerger(min_evidence=4), Clusters(n_states=0)   # the fold shows 3 agreements
+    fold.observe(mem, st, ac)
+    fold.sleep(mem, cl)
+    assert cl.assignment[st[0][1]] != cl.assignment[st[1][1]]
+
+
+def test_default_evidence_minimum_bounds_chance_agreement():
+    for n_obs in (2, 3, 4, 10, 40):
+        k = default_min_evidence(n_obs)
+        assert float(n_obs) ** -k <= 1e-3 and k >= 3
+        assert k == 3 or float(n_obs) ** -(k - 1) > 1e-3
+    assert default_min_evidence(10, risk=1e-4) == 4
+    with pytest.raises(ValueError, match="n_obs"):
+        default_min_evidence(0)
+    with pytest.raises(ValueError, match="min_evidence"):
+        FoldMerger(min_evidence=-1)
+
+
+# ---------------------------------------------------------------- undo
+def test_contradiction_undoes_the_merge_and_restores_c_exactly():
+    mem, st, ac = _two_branches(last=4)
+    fold, cl = FoldMerger(min_evidence=2), Clusters(n_states=0)
+    fold.observe(mem, st, ac)
+    # C just before the merge: the same memory with the merge held back
+    held = FoldMerger(min_evidence=99)
+    held.observe(mem, st, ac)
+    before = Clusters(n_states=0)
+    held.sleep(mem, before)
+    fold.sleep(mem, cl)
+    n0 = mem.n_states
+    assert len(fold.decisions) == 1 and cl.n_clusters < before.n_clusters
+    # new experience: after (1, 2, 3) action 1 gives 7 on the r branch but 8 on the b branch
+    st2, ac2 = episodes(mem, [[(9, -1), (1, 0), (2, 0), (3, 0), (7, 1)],
+                              [(9, -1), (1, 1), (2, 0), (3, 0), (8, 1)]])
+    for s in st2:
+        fold.place(mem, cl, s)
+    decision = fold.contradicted_merge()
+    assert decision == fold.decisions[0]
+    unplaced = fold.undo(decision)
+    assert sorted(unplaced) == [n0, n0 + 1]      # the two new states wait to be placed again
+    after = Clusters(n_states=0)
+    fold.write_clusters(after, n0)
+    np.testing.assert_array_equal(after.assignment[:n0], before.assignment[:n0])
+    np.testing.assert_array_equal(after.connection_matrix().toarray(), before.connection_matrix().toarray())
+    # the next sleep places them again and does not redo the merge
+    fold.sleep(mem, cl)
+    assert cl.assignment[st[0][1]] != cl.assignment[st[1][1]]
+    assert fold.decisions == []
+    check_invariants(mem, cl)
+
+
+def test_a_contradiction_found_online_is_undone_at_the_next_sleep():
+    mem, st, ac = _two_branches(last=4)
+    fold, cl = FoldMerger(min_evidence=2), Clusters(n_states=0)
+    fold.observe(mem, st, ac)
+    fold.sleep(mem, cl)
+    st2, ac2 = episodes(mem, [[(9, -1), (1, 0), (2, 0), (3, 0), (7, 1)],
+                              [(9, -1), (1, 1), (2, 0), (3, 0), (8, 1)]])
+    fold.observe(mem, st2, ac2)
+    report = fold.sleep(mem, cl)[0]
+    assert report["undos"] == 1 and fold.stats["conflicts"] == 1
+    check_invariants(mem, cl)
+    with pytest.raises(ValueError, match="not a merge decision"):
+        fold.undo(12345)
+
+
+# ---------------------------------------------------------------- invariants
+@st.composite
+def small_worlds(draw):
+    n = draw(st.integers(2, 7))
+    n_actions = draw(st.integers(1, 3))
+    n_obs = draw(st.integers(1, 4))
+    nxt = np.array(draw(st.lists(st.lists(st.integers(0, n - 1), min_size=n, max_size=n),
+                                 min_size=n_actions, max_size=n_actions)))
+    obs = np.array(draw(st.lists(st.integers(0, n_obs - 1), min_size=n, max_size=n)))
+    obs[0] = 0
+    return Environment.from_arrays(nxt, obs, start=0)
+
+
+@settings(max_examples=25, deadline=None)
+@given(env=small_worlds(), seed=st.integers(0, 1000), k=st.integers(0, 4), sleep_every=st.integers(5, 60))
+def test_after_any_sleep_every_state_is_in_one_cluster_and_level2_is_deterministic(env, seed, k, sleep_every):
+    agent = TwoLevelMemory(env.n_obs, env.n_actions, merge="fold", merge_params={"min_evidence": k},
+                           sleep_every=sleep_every, refresh_every=7, seed=seed)
+    agent.fit(random_walk(env, 12, 9, seed=seed))
+    # between sleeps a contradicted transition may wait for the next sleep's undo
+    check_invariants(agent.memory_, agent.clusters_, deterministic=False)
+    agent.sleep()
+    check_invariants(agent.memory_, agent.clusters_)
+
+
+# ---------------------------------------------------------------- the agent
+def test_agent_fold_learns_a_small_grid_and_predicts_it():
+    env = gridworld(5, 5, n_colours=5, seed=0)
+    agent = TwoLevelMemory(env.n_obs, env.n_actions, merge="fold", seed=0).run(env, 300, 30, seed=0)
+    s = agent.summary()
+    assert s["l2_accuracy"] >= 0.99 and s["purity"] == 1.0
+    assert s["n_clusters"] == minimal_machine(env).number_of_nodes()
+
+
+def test_agent_fold_resumes_exactly(tmp_path):
+    env = gridworld(4, 5, n_colours=4, seed=2)
+    traj = random_walk(env, 80, 20, seed=1)
+    first = type(traj)(traj.obs[:37], traj.actions[:37], traj.states[:37])
+    rest = type(traj)(traj.obs[37:], traj.actions[37:], traj.states[37:])
+    whole = TwoLevelMemory(env.n_obs, env.n_actions, merge="fold", sleep_every=90, seed=0).fit(traj)
+    part = TwoLevelMemory(env.n_obs, env.n_actions, merge="fold", sleep_every=90, seed=0).fit(first)
+    path = os.path.join(tmp_path, "agent.npz")
+    part.save(path)
+    back = TwoLevelMemory.load(path).partial_fit(rest)
+    a, b = whole.history(), back.history()
+    assert all(np.array_equal(a[k], b[k], equal_nan=True) for k in a)
+    np.testing.assert_array_equal(whole.clusters_.assignment[:whole.memory_.n_states],
+                                  back.clusters_.assignment[:back.memory_.n_states])
+    assert whole.merger_.stats == back.merger_.stats
+
+
+def test_a_world_with_few_distinguishable_states_folds_to_its_minimal_machine():
+    # the aliased loop (colours 0, 1, 2 around a 12-cycle): only three states can be told apart, so
+    # the evidence any merge can show is small; the minimum adapts to the automaton's size
+    from hmmmerge.gallery import world
+
+    env = world("aliased-loop")
+    agent = TwoLevelMemory(env.n_obs, env.n_actions, merge="fold", seed=0).run(env, 60, 30, seed=0)
+    assert agent.n_clusters_ == minimal_machine(env).number_of_nodes() == 3
+    assert agent.summary(last=20)["l2_accuracy"] == 1.0
+
+
+def test_episodes_without_a_common_start_leave_contradictions_without_crashing():
+    # random start cells: the first observations contradict each other with no merge to blame
+    env = gridworld(4, 4, n_colours=4, seed=0)
+    rng = np.random.default_rng(0)
+    traj = random_walk(env, 60, 15, seed=0)
+    starts = rng.integers(0, env.n_states, size=60)
+    path = np.empty_like(traj.actions)
+    path[:, 0] = starts
+    for t in range(1, path.shape[1]):
+        path[:, t] = env.next_state[traj.actions[:, t], path[:, t - 1]]
+    moved = type(traj)(env.obs[path], traj.actions, path)
+    agent = TwoLevelMemory(env.n_obs, env.n_actions, merge="fold", sleep_every=100, seed=0).fit(moved)
+    agent.sleep()
+    assert agent.merger_.stats["conflicts"] > 0
+    check_invariants(agent.memory_, agent.clusters_, deterministic=False)
