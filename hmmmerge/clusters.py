@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from ._validation import check_int
 from ._random import as_generator
 from .hmm import ActionHMM
 
@@ -294,8 +295,7 @@ class Clusters:
         >>> int((cl.assignment == -1).sum())
         1
         """
-        if not isinstance(size, (int, np.integer)) or size < 1:
-            raise ValueError(f"size must be a positive integer, got {size!r}")
+        check_int(size, "size", low=1)
         rng = as_generator(seed)
         n = self.n_states if n_states is None else int(n_states)
         free = np.flatnonzero(self.assignment[:n] < 0)

@@ -92,6 +92,8 @@ import math
 
 import numpy as np
 
+from ._validation import check_int
+
 __all__ = ["FoldMerger", "default_min_evidence"]
 
 # journal operations (undone in reverse order) and their tuple lengths
@@ -111,8 +113,7 @@ def default_min_evidence(n_obs: int, risk: float = 1e-3) -> int:
     >>> default_min_evidence(10), default_min_evidence(4), default_min_evidence(2)
     (3, 5, 10)
     """
-    if not isinstance(n_obs, (int, np.integer)) or isinstance(n_obs, bool) or n_obs < 1:
-        raise ValueError(f"n_obs must be a positive integer, got {n_obs!r}")
+    check_int(n_obs, "n_obs", low=1)
     if not 0 < risk < 1:
         raise ValueError(f"risk must be in (0, 1), got {risk!r}")
     if n_obs == 1:
@@ -150,13 +151,8 @@ class FoldMerger:
     """
 
     def __init__(self, min_evidence: int | None = None, max_undo_rounds: int = 50):
-        if min_evidence is not None and (not isinstance(min_evidence, (int, np.integer))
-                                         or isinstance(min_evidence, bool) or min_evidence < 0):
-            raise ValueError(f"min_evidence must be a non-negative integer or None, got {min_evidence!r}")
-        if not isinstance(max_undo_rounds, (int, np.integer)) or max_undo_rounds < 1:
-            raise ValueError(f"max_undo_rounds must be a positive integer, got {max_undo_rounds!r}")
-        self.min_evidence = None if min_evidence is None else int(min_evidence)
-        self.max_undo_rounds = int(max_undo_rounds)
+        self.min_evidence = check_int(min_evidence, "min_evidence", low=0, allow_none=True)
+        self.max_undo_rounds = check_int(max_undo_rounds, "max_undo_rounds", low=1)
         self._A = None
 
     # ------------------------------------------------------------ set-up

@@ -27,6 +27,7 @@ import inspect
 import networkx as nx
 import numpy as np
 
+from ._validation import check_int
 from .environment import Environment
 from .worlds import GRID_ACTIONS, grid_colours, gridworld
 
@@ -47,8 +48,7 @@ MAZE_LAYOUT = (
 
 
 def _positive(name, value):
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    check_int(value, name, low=1)
 
 
 def torus(rows: int = 10, cols: int = 10, n_colours: int = 10, seed=0, colouring: str = "balanced",

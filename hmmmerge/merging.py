@@ -55,6 +55,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import ndtr
 
+from ._validation import check_int
 from ._random import as_generator
 from .successor import pairwise_similarity, successor_features
 
@@ -80,9 +81,7 @@ class NoMerger:
     place = None
 
     def __init__(self, initial_size: int = 10):
-        if not isinstance(initial_size, (int, np.integer)) or isinstance(initial_size, bool) or initial_size < 1:
-            raise ValueError(f"initial_size must be a positive integer, got {initial_size!r}")
-        self.initial_size = int(initial_size)
+        self.initial_size = check_int(initial_size, "initial_size", low=1)
 
     def sleep(self, memory, clusters, rng) -> list[dict]:
         """Partition the unconnected states; no merge step, so no reports."""
@@ -122,10 +121,7 @@ class SFMerger(NoMerger):
                  horizon: int = 25, min_depth: int = 5, split_contradictions: bool = True, sf_scale: float = 1.0,
                  initial_size: int = 10, merge_iterations: int = 5):
         super().__init__(initial_size)
-        if not isinstance(merge_iterations, (int, np.integer)) or isinstance(merge_iterations, bool) \
-                or merge_iterations < 0:
-            raise ValueError(f"merge_iterations must be a non-negative integer, got {merge_iterations!r}")
-        self.merge_iterations = int(merge_iterations)
+        self.merge_iterations = check_int(merge_iterations, "merge_iterations", low=0)
         self.split_contradictions = bool(split_contradictions)
         self.sf_scale = float(sf_scale)
         self.similarity = similarity

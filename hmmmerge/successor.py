@@ -14,6 +14,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.special import xlogy
 
+from ._validation import check_int
 from .environment import Environment
 
 __all__ = [
@@ -82,8 +83,7 @@ def successor_features(memory, state_sets, gamma: float = 0.8, horizon: int = 25
     next_state, emission, n_obs = _transition_arrays(memory)
     if not 0.0 < float(gamma) < 1.0:
         raise ValueError(f"gamma must lie in (0, 1), got {gamma!r}")
-    if not isinstance(horizon, (int, np.integer)) or horizon < 1:
-        raise ValueError(f"horizon must be a positive integer, got {horizon!r}")
+    check_int(horizon, "horizon", low=1)
     n_states = memory.n_states if hasattr(memory, "kernel_arrays") else emission.shape[0]
     ptr, idx = _as_sets(state_sets, n_states)
     m = len(ptr) - 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 import networkx as nx
 import numpy as np
 
+from ._validation import check_int
 from ._random import as_generator
 from .environment import Environment
 
@@ -31,8 +32,7 @@ def grid_colours(n_cells: int, n_colours: int, colouring: str = "balanced", seed
     [10, 10, 10, 10, 10, 10, 10, 10, 10, 10]
     """
     rng = as_generator(seed)
-    if not isinstance(n_colours, (int, np.integer)) or n_colours < 1:
-        raise ValueError(f"n_colours must be a positive integer, got {n_colours!r}")
+    check_int(n_colours, "n_colours", low=1)
     if colouring == "balanced":
         base = np.repeat(np.arange(n_colours), n_cells // n_colours)
         extra = rng.permutation(n_colours)[: n_cells % n_colours]
@@ -89,8 +89,7 @@ def gridworld(
     (2, 0)
     """
     for name, v in (("rows", rows), ("cols", cols), ("n_colours", n_colours)):
-        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
-            raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        check_int(v, name, low=1)
     _check_grid_size(int(rows), int(cols), int(n_colours))
     blocked = set()
     for cell in obstacles:
