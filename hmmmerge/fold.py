@@ -174,7 +174,6 @@ class FoldMerger:
         self._journal: list[tuple] = []
         self._conflicts: list[tuple[int, int]] = []   # (node, parent node) placed against a transition
         self._settled = 0                              # conflicts before this index have no merge to undo
-        self._recorded_at_sleep = 0                    # level-1 states recorded at the end of the last sleep
         self._decisions: list[int] = []               # journal index at which each fold decision began
         self.stats = {"merges": 0, "promotions": 0, "undos": 0, "conflicts": 0}
         self._cid: dict[int, int] = {}   # root node -> cluster id, as last written
@@ -632,7 +631,6 @@ class FoldMerger:
         rounds = self._resolve_conflicts()
         self._blue_fringe()
         self.write_clusters(clusters, memory.n_states)
-        self._recorded_at_sleep = self.n_recorded
         report = {k: self.stats[k] - before[k] for k in ("merges", "promotions", "undos")}
         report.update(undo_rounds=rounds, red=self.n_red, clusters=clusters.n_clusters)
         return [report]
@@ -714,8 +712,7 @@ class FoldMerger:
         reds = [(c, x) for c, xs in self._reds_by_colour.items() for x in xs]
         cid = sorted(self._cid.items())
         return {
-            "fold_sizes": np.array([self._n_obs, self._A, self._k, self._last, self._settled,
-                                    self._recorded_at_sleep], dtype=np.int64),
+            "fold_sizes": np.array([self._n_obs, self._A, self._k, self._last, self._settled], dtype=np.int64),
             "fold_parent": np.asarray(self._parent, dtype=np.int64),
             "fold_action": np.asarray(self._action, dtype=np.int64),
             "fold_colour": np.asarray(self._colour, dtype=np.int64),
@@ -746,7 +743,7 @@ class FoldMerger:
             self._A = None
             return
         try:
-            n_obs, A, k, last, settled, at_sleep = (int(x) for x in d["fold_sizes"])
+            n_obs, A, k, last, settled = (int(x) for x in d["fold_sizes"])
             arrays = {name: np.asarray(d[f"fold_{name}"]) for name in _ARRAYS}
         except (KeyError, ValueError) as e:
             raise ValueError(f"{source}: fold merger arrays are missing or malformed ({e})") from None
@@ -755,7 +752,7 @@ class FoldMerger:
                                                   "delta", "dchild")) or arrays["delta"].shape[1:] != (A + 1,):
             raise ValueError(f"{source}: fold merger arrays have inconsistent shapes")
         self._init(n_obs, A)
-        self._k, self._last, self._settled, self._recorded_at_sleep = k, last, settled, at_sleep
+        self._k, self._last, self._settled = k, last, settled
         for name in ("parent", "action", "colour", "uf", "uf_time", "just"):
             setattr(self, f"_{name}", arrays[name].astype(np.int64).tolist())
         self._red = arrays["red"].astype(bool).tolist()
