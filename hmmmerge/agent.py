@@ -90,7 +90,14 @@ def _fold_merger(agent, **extra):
     return FoldMerger(**extra)
 
 
-MERGE_MODES = {"sf": _sf_merger, "random": _random_merger, "none": _no_merger, "fold": _fold_merger}
+def _fold_noisy_merger(agent, **extra):
+    from .fold_noisy import StatisticalFoldMerger
+
+    return StatisticalFoldMerger(**extra)
+
+
+MERGE_MODES = {"sf": _sf_merger, "random": _random_merger, "none": _no_merger, "fold": _fold_merger,
+               "fold-noisy": _fold_noisy_merger}
 """``merge`` name -> factory ``f(agent, **merge_params) -> merger`` (the interface: :mod:`hmmmerge.merging`)."""
 
 
