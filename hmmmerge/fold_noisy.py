@@ -37,8 +37,10 @@ determinisation, strongest evidence first) and changes three things:
   evidence ``S(r, b)`` sums, per block of ``r``'s side, the pair values of the
   blocks folded into it, its positive part capped at the largest one (the
   analogue of the exact fold's "distinct blocks": a self-loop at a wall
-  agreeing again and again is one agreement).  One pair below ``-tau``
-  refutes the merge (a clash).
+  agreeing again and again is one agreement); the agreement of ``b`` with
+  ``r`` itself is not counted (candidates are picked by it, as the exact fold
+  compares only blocks of one colour).  One pair below ``-tau`` refutes the
+  merge (a clash), and so does a running evidence below ``-3 tau``.
 
 A sleep places what is new, then, over the blue fringe (blues with most
 visits first): a blue block refuted by every red block (``S <= -tau``) is
@@ -57,11 +59,20 @@ colours, 5 for 4 colours -- the exact fold's evidence minimum
 (:func:`hmmmerge.fold.default_min_evidence`).  The same ``tau`` refutes:
 promotion needs ``S <= -tau`` against every red block.
 
-The noise rate.  ``noise=None`` estimates ``eps`` at every sleep from the red
-blocks (their minority colours; a prior of 1 in 100 visits keeps it above 0
-and shrinks to the data): red blocks are single cells with high confidence,
-so their off-colour visits are the noise.  On noise-free data the estimate
-falls towards 0 and one disagreement refutes a merge, as in the exact fold.
+The noise rate.  ``noise=None`` estimates ``eps`` at every sleep from the
+positions at most two moves from the start: with a common start and
+deterministic moves each of them is one cell (no merge decides it), so the
+visits that do not show its most frequent colour are noise (rate
+``eps (K - 1) / K``).  A prior of 1 such visit in 100 keeps the estimate
+above 0 early on; on noise-free data it falls towards 0 and one disagreement
+refutes a merge, as in the exact fold.  (Estimating it from the merged blocks
+instead feeds back: a wrong merge raises the estimate, which weakens the
+test, which lets more wrong merges through.)
+
+Small automata.  A block's agreement is worth at most about ``-log pi_k``,
+so a world with only a few distinguishable states can never show ``tau``;
+as the exact fold does, the merge threshold is lowered to what ``n_red`` red
+blocks can show (at least 2 agreements' worth).
 
 Limits.  Moves must be deterministic and episodes must share a start (as for
 the exact fold).  Merges are not undone: a wrong merge stays (the test's risk
@@ -763,6 +774,8 @@ class StatisticalFoldMerger:
             "foldnoisy_parent": np.asarray(self._parent, dtype=np.int64),
             "foldnoisy_action": np.asarray(self._action, dtype=np.int64),
             "foldnoisy_colour": np.asarray(self._colour, dtype=np.int64),
+            "foldnoisy_pos": np.asarray(self._pos, dtype=np.int64),
+            "foldnoisy_shallow": np.asarray(self._shallow, dtype=np.int64),
             "foldnoisy_uf": np.asarray(self._uf, dtype=np.int64),
             "foldnoisy_red": np.asarray(self._red, dtype=bool),
             "foldnoisy_has_row": has_row, "foldnoisy_delta": delta, "foldnoisy_counts": cnt,
@@ -783,15 +796,16 @@ class StatisticalFoldMerger:
         if "foldnoisy_sizes" not in d:
             self._A = None
             return
-        names = ("parent", "action", "colour", "uf", "red", "has_row", "delta", "counts", "reds", "cid", "stats")
+        names = ("parent", "action", "colour", "pos", "shallow", "uf", "red", "has_row", "delta", "counts", "reds", "cid", "stats")
         try:
             K, A, last = (int(x) for x in d["foldnoisy_sizes"])
             arr = {name: np.asarray(d[f"foldnoisy_{name}"]) for name in names}
         except (KeyError, ValueError, TypeError) as e:
             raise ValueError(f"{source}: fold-noisy merger arrays are missing or malformed ({e})") from None
         n = len(arr["parent"])
-        if (K < 1 or A < 1 or any(len(arr[k]) != n for k in ("action", "colour", "uf", "red", "has_row", "delta",
-                                                               "counts"))
+        if (K < 1 or A < 1 or any(len(arr[k]) != n for k in ("action", "colour", "pos", "uf", "red", "has_row",
+                                                               "delta", "counts"))
+                or arr["shallow"].shape != (1 + A + A * A, K)
                 or arr["delta"].shape[1:] != (A + 1,) or arr["counts"].shape[1:] != (K,)
                 or arr["cid"].shape[1:] != (2,) or arr["stats"].shape != (len(_STATS),)):
             raise ValueError(f"{source}: fold-noisy merger arrays have inconsistent shapes")
@@ -800,7 +814,7 @@ class StatisticalFoldMerger:
             raise ValueError(f"{source}: fold-noisy merger arrays hold out-of-range values")
         self._init(K, A)
         self._last = last
-        for name in ("parent", "action", "colour", "uf"):
+        for name in ("parent", "action", "colour", "pos", "uf", "shallow"):
             setattr(self, f"_{name}", arr[name].astype(np.int64).tolist())
         self._red = arr["red"].astype(bool).tolist()
         has = arr["has_row"].astype(bool).tolist()

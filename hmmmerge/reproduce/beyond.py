@@ -140,11 +140,13 @@ def _held_out(hmm, fresh) -> dict:
 def online_run(config: dict) -> dict:
     """The two-level agent (``merge``) on the training walk; curves, final sizes and held-out scores.
 
-    Extra keys: ``merge`` (fold / sf / random / none), ``size`` (initial
-    cluster size, 10).  Returns the per-episode curves of
+    Extra keys: ``merge`` (fold / fold-noisy / sf / random / none), ``size``
+    (initial cluster size, 10).  Returns the per-episode curves of
     :meth:`~hmmmerge.agent.TwoLevelMemory.history` (``l2_accuracy``, ...),
     ``fit_s`` (wall time of the online run), ``n_first_level_states``, the
-    current purities and the held-out scores of level 2.
+    current purities and the held-out scores of level 2 (``heldout_*``; for a
+    merger with a level-2 model of its own, such as fold-noisy's noise-aware
+    emissions, also ``merger_heldout_*``).
 
     >>> r = online_run({"world": "grid", "colouring": 0, "seed": 0, "merge": "sf", "episodes": 20,
     ...                 "eval_episodes": 5})
@@ -171,6 +173,9 @@ def online_run(config: dict) -> dict:
                purity_no_singletons=np.float64(purity_ns), n_clusters_final=np.int64(agent.n_clusters_))
     if agent.n_clusters_:
         out.update(_held_out(agent.level2_hmm(), fresh))
+        if hasattr(agent.merger_, "level2_hmm"):   # a merger with a level-2 model of its own (fold-noisy)
+            own = _held_out(agent.merger_.level2_hmm(agent.memory_, agent.clusters_), fresh)
+            out.update({f"merger_{k}": v for k, v in own.items()})
     return out
 
 

@@ -1,0 +1,183 @@
+"""Tests of the statistical fold for noisy observations (``merge="fold-noisy"``)."""
+
+import math
+import os
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hmmmerge import gridworld
+from hmmmerge.agent import TwoLevelMemory
+from hmmmerge.baselines import build_model
+from hmmmerge.clusters import Clusters, level2_hmm
+from hmmmerge.episodic import EpisodicMemory
+from hmmmerge.evaluate import score_trajectories
+from hmmmerge.fold_noisy import StatisticalFoldMerger, pair_llr
+from hmmmerge.reproduce.beyond import _walk
+
+
+def noisy_walks(env, n_train, length, seed, noise=0.05):
+    rng = np.random.default_rng([seed, 5])
+    return _walk(env, n_train, length, rng, "fixed", noise), _walk(env, 100, length, rng, "fixed", noise)
+
+
+# ---------------------------------------------------------------- the test statistic
+def brute_llr(x, y, noise, pi):
+    """log P(x, y | one cell) - log P(x, y | two cells), every factor written out."""
+    K = len(x)
+    p = np.full((K, K), noise / K) + (1 - noise) * np.eye(K)    # p[k, j]: cell colour k shows j
+
+    def lik(c):
+        return sum(pi[k] * np.prod(p[k] ** np.asarray(c)) for k in range(K))
+
+    xy = np.asarray(x) + np.asarray(y)
+    return math.log(lik(xy)) - math.log(lik(x)) - math.log(lik(y))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(2, 5).flatmap(lambda K: st.tuples(
+    st.lists(st.integers(0, 6), min_size=K, max_size=K), st.lists(st.integers(0, 6), min_size=K, max_size=K),
+    st.floats(0.01, 0.5), st.lists(st.floats(0.05, 1.0), min_size=K, max_size=K))))
+def test_pair_llr_is_the_bayes_factor_of_the_noise_model(case):
+    x, y, noise, w = case
+    pi = np.asarray(w) / np.sum(w)
+    assert pair_llr(x, y, noise, pi) == pytest.approx(brute_llr(x, y, noise, pi), rel=1e-7, abs=1e-7)
+
+
+def test_pair_llr_signs():
+    assert pair_llr([5, 0, 0], [4, 1, 0], 0.05) > 0       # one colour, one noisy visit: one cell
+    assert pair_llr([5, 0, 0], [0, 5, 0], 0.05) < -15     # two colours seen often: two cells
+    assert pair_llr([1, 0], [0, 1], 1e-4) < pair_llr([1, 0], [0, 1], 0.1)   # a clash weighs more without noise
+
+
+@pytest.mark.parametrize("kw", [{"risk": 0}, {"risk": 1.0}, {"risk": "x"}, {"noise": 0}, {"noise": 1.5},
+                                {"noise": True}])
+def test_bad_parameters_are_refused(kw):
+    with pytest.raises(ValueError, match="risk|noise"):
+        StatisticalFoldMerger(**kw)
+    with pytest.raises(ValueError, match="risk|noise"):
+        TwoLevelMemory(4, 4, merge="fold-noisy", merge_params=kw)
+
+
+def test_bad_counts_are_refused():
+    with pytest.raises(ValueError, match="one length"):
+        pair_llr([1, 0], [1], 0.05)
+    with pytest.raises(ValueError, match="non-negative"):
+        pair_llr([1, -1], [1, 0], 0.05)
+
+
+# ---------------------------------------------------------------- structure
+@settings(max_examples=15, deadline=None)
+@given(st.integers(0, 10**6), st.sampled_from([0.0, 0.05, 0.2]), st.integers(1, 4))
+def test_every_state_in_one_cluster_and_level2_deterministic(seed, noise, every):
+    env = gridworld(3, 4, n_colours=3, seed=seed % 7)
+    train, _ = noisy_walks(env, 12, 15, seed, noise)
+    mem = EpisodicMemory(env.n_obs, env.n_actions)
+    fold, cl = StatisticalFoldMerger(), Clusters(n_states=0)
+    for e in range(0, 12, every):
+        part = train[e:e + every]
+        states, _ = mem.observe_trajectories(part)
+        fold.observe(mem, states, part.actions)
+        fold.sleep(mem, cl)
+        a = cl.assignment[:mem.n_states]
+        assert (a >= 0).all() and cl.n_clusters == len(np.unique(a))
+        hmm = level2_hmm(mem, cl)
+        for T in hmm.T:   # moves are deterministic: one successor per (cluster, action)
+            assert (np.diff(T.tocsr().indptr) <= 1).all()
+
+
+def test_noisy_siblings_join_one_block():
+    """Children of one block under one action are one cell whatever colour they showed."""
+    mem = EpisodicMemory(3, 1)
+    episodes = [[0, 1, 2], [0, 2, 2], [0, 1, 0]]   # the second observation is 1, once 2 (noise); third 2, once 0
+    rows = [[mem.observe(o, -1 if t == 0 else 0) for t, o in enumerate(ep)] for ep in episodes]
+    fold = StatisticalFoldMerger()
+    fold.observe(mem, rows, [[-1, 0, 0]] * 3)
+    blocks = fold.block_of(mem.n_states)
+    by_depth = [{int(blocks[r[t]]) for r in rows} for t in range(3)]
+    assert [len(b) for b in by_depth] == [1, 1, 1]
+    assert mem.n_states == 7   # Algorithm 1 made a state per replaced link
+
+
+def test_agent_place_recovers_parents_and_actions():
+    """The agent's hook sees states only: it must record what observe() records from the actions."""
+    env = gridworld(4, 4, n_colours=3, seed=1)
+    train, _ = noisy_walks(env, 60, 25, seed=3, noise=0.2)   # much noise: many replaced links
+    agent = TwoLevelMemory(env.n_obs, env.n_actions, merge="fold-noisy", refresh_every=7, sleep_every=10**6,
+                           seed=0).fit(train)
+    mem = EpisodicMemory(env.n_obs, env.n_actions)
+    states, _ = mem.observe_trajectories(train)
+    ref = StatisticalFoldMerger()
+    ref.observe(mem, states, train.actions)
+    got, want = agent.merger_.state_dict(), ref.state_dict()
+    assert agent.merger_.stats["ambiguous"] == 0
+    for key in ("foldnoisy_parent", "foldnoisy_action", "foldnoisy_colour", "foldnoisy_counts"):
+        np.testing.assert_array_equal(got[key], want[key])
+
+
+# ---------------------------------------------------------------- the noise target, small case
+@pytest.mark.parametrize("seed", [0, 1])
+def test_small_noisy_world_within_the_noise_target(seed):
+    """5x5 grid, 5 colours, 5% noise: held-out within 0.02 of EM on the same data, clusters <= 2x cells."""
+    env = gridworld(5, 5, n_colours=5, seed=seed)
+    train, fresh = noisy_walks(env, 300, 30, seed)
+    agent = TwoLevelMemory(env.n_obs, env.n_actions, merge="fold-noisy", seed=seed).fit(train)
+    ours = score_trajectories(agent.level2_hmm(), fresh).accuracy
+    em = score_trajectories(build_model("em", train, env=env, seed=seed, n_clones=8, n_iter=50), fresh).accuracy
+    assert ours >= em - 0.02
+    assert agent.n_clusters_ <= 2 * env.n_states
+    own = score_trajectories(agent.merger_.level2_hmm(agent.memory_, agent.clusters_), fresh).accuracy
+    assert own >= ours - 1e-9 or own >= em - 0.02
+
+
+# ---------------------------------------------------------------- files, CLI
+def test_save_load_resumes_exactly(tmp_path):
+    env = gridworld(4, 4, n_colours=4, seed=0)
+    train, _ = noisy_walks(env, 80, 20, seed=0)
+    first, second = train[:40], train[40:]
+    whole = TwoLevelMemory(4, 4, merge="fold-noisy", seed=0).fit(first).partial_fit(second)
+    part = TwoLevelMemory(4, 4, merge="fold-noisy", seed=0).fit(first)
+    path = os.path.join(tmp_path, "agent.npz")
+    part.save(path)
+    back = TwoLevelMemory.load(path).partial_fit(second)
+    a, b = whole.history(), back.history()
+    assert all(np.array_equal(a[k], b[k], equal_nan=True) for k in a)
+    np.testing.assert_array_equal(whole.clusters_.assignment[:whole.memory_.n_states],
+                                  back.clusters_.assignment[:back.memory_.n_states])
+
+
+def test_damaged_merger_arrays_are_refused():
+    mem = EpisodicMemory(2, 1)
+    _ = [mem.observe(o, -1 if t == 0 else 0) for t, o in enumerate([0, 1, 0, 1])]
+    fold = StatisticalFoldMerger()
+    fold.observe_tree(mem)
+    d = fold.state_dict()
+    d["foldnoisy_delta"] = d["foldnoisy_delta"][:, :1]
+    with pytest.raises(ValueError, match="inconsistent shapes"):
+        StatisticalFoldMerger().load_state_dict(d, source="x.npz")
+    d = fold.state_dict()
+    del d["foldnoisy_uf"]
+    with pytest.raises(ValueError, match="missing or malformed"):
+        StatisticalFoldMerger().load_state_dict(d, source="x.npz")
+
+
+def test_memory_of_other_sizes_is_refused():
+    mem = EpisodicMemory(2, 1)
+    _ = [mem.observe(o, -1 if t == 0 else 0) for t, o in enumerate([0, 1])]
+    fold = StatisticalFoldMerger()
+    fold.observe_tree(mem)
+    with pytest.raises(ValueError, match="observations / .* actions"):
+        fold.sleep(EpisodicMemory(3, 1), Clusters(n_states=0))
+
+
+def test_cli_run_fold_noisy(capsys):
+    import json
+
+    from hmmmerge.cli import main
+
+    assert main(["run", "--json", "--grid", "4x4", "--colours", "4",
+                 "--episodes", "30", "--episode-length", "20", "--eval-episodes", "5", "--merge", "fold-noisy"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert 0 < out["n_clusters"] <= out["n_first_level_states"]
