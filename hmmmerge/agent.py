@@ -241,27 +241,49 @@ class TwoLevelMemory(Estimator):
             self._parent = np.concatenate([self._parent, extra])
             self._parent_action = np.concatenate([self._parent_action, extra])
 
-    def _note_changes(self, actions, out, g0, g1, n_before) -> None:
-        """After steps ``g0..g1``: record the parents of new level-1 states and invalidate the
-        cached per-cluster features (see :meth:`~hmmmerge.clusters.Clusters.cache`) of clusters
-        whose states joined online or whose level-1 neighbourhood gained a link."""
+    def _note_changes(self, steps, out, g0, g1, n_before) -> None:
+        """After steps ``g0..g1``: record the parents of new level-1 states and bring the per-depth
+        counts that the clusters keep (see :meth:`~hmmmerge.clusters.Clusters.depth_counts`) up to date.
+
+        A new state adds to the counts of its ancestors' clusters; a state that
+        joined a cluster online adds its whole breadth-first counts; a replaced
+        link (Algorithm 1 replaces ``T(h, a)`` when it predicted another colour)
+        removes a subtree, so the clusters upstream of it are counted again later.
+        """
         from ._agent_kernels import stale_clusters
+        from ._successor_kernels import add_new_descendants
 
         states = out.state[g0:g1]
         fresh = np.flatnonzero(states >= n_before)
         created = fresh[np.unique(states[fresh], return_index=True)[1]] + g0  # the step creating each new state
-        acts = actions[created]
+        acts = steps.actions[created]
         parents = np.where(acts >= 0, out.state[np.maximum(created - 1, 0)], -1)
         self._parent[out.state[created]] = parents
         self._parent_action[out.state[created]] = acts
         k = self.clusters_.n_clusters
         if k == 0:
             return
-        flags = np.zeros(k, dtype=bool)
-        flags[self.clusters_.assignment[states[out.joined[g0:g1]]]] = True
-        stale_clusters(parents[parents >= 0], self._parent, self._parent_action, self.memory_._next,
-                       self.clusters_.assignment, int(self.horizon), flags)
-        self.clusters_.invalidate(np.flatnonzero(flags))
+        cluster_of = self.clusters_.assignment
+        joined = states[out.joined[g0:g1]]
+        nxt = self.memory_._next
+        g = np.arange(g0, g1)
+        replaced = g[(steps.actions[g0:g1] >= 0) & (out.l1[g0:g1] >= 0) & (out.l1[g0:g1] != steps.obs[g0:g1])]
+        for key, (valid, counts) in list(self.clusters_._caches.items()):
+            skip = np.zeros(self.memory_.n_states, dtype=bool)
+            skip[joined] = True
+            add_new_descendants(out.state[created], self._parent, self._parent_action, nxt, self.memory_._emission,
+                                cluster_of, skip, valid, counts)
+            owners = cluster_of[joined]
+            ok = valid[owners]
+            if ok.any():
+                from .merging import _set_counts
+
+                np.add.at(counts, owners[ok], _set_counts(self.memory_, [[u] for u in joined[ok]], counts.shape[1]))
+        if len(replaced):
+            flags = np.zeros(k, dtype=bool)
+            stale_clusters(out.state[replaced - 1], self._parent, self._parent_action, nxt, cluster_of,
+                           int(self.horizon), flags)
+            self.clusters_.invalidate(np.flatnonzero(flags))
 
     def sleep(self) -> list[dict]:
         """Run the merger's sleep now (partition the unclustered level-1 states, merge).
@@ -297,7 +319,14 @@ class TwoLevelMemory(Estimator):
             return float("nan"), float("nan")
         if not connected.any():
             return float("nan"), float("nan")
-        sizes, top = cluster_top_counts(assignment[connected], labels)  # one pass for both (weighted_purity)
+        a = assignment[connected]
+        n_labels = int(labels.max()) + 1
+        k = self.clusters_.n_clusters
+        if k * n_labels <= 20_000_000:  # ids are 0..k-1 and labels >= 0: one counting pass, no sort
+            sizes = np.bincount(a, minlength=k)
+            top = np.bincount(a * n_labels + labels, minlength=k * n_labels).reshape(k, n_labels).max(axis=1)
+        else:
+            sizes, top = cluster_top_counts(a, labels)  # one pass for both (weighted_purity)
         out = []
         for smallest in (1, 2):
             keep = sizes >= smallest
@@ -377,7 +406,7 @@ class TwoLevelMemory(Estimator):
                 n_before = mem.n_states
                 agent_steps(steps, g, stop, level1, level2, self._anchored, self._filtered, self._fo,
                             self._scratch, out, bool(self.online_connect))
-                self._note_changes(steps.actions, out, g, stop, n_before)
+                self._note_changes(steps, out, g, stop, n_before)
                 self.steps_ += stop - g
                 if place is not None and place(mem, self.clusters_, out.state[g:stop], self.rng_):
                     self.clusters_.grow(mem.capacity)
