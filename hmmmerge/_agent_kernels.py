@@ -264,11 +264,14 @@ def agent_steps(steps, g0, g1, l1, l2, anchored, filtered, fo, scratch, out, onl
 
 @njit(cache=True)
 def level2_transitions(next_state, n, assignment, k):
-    """Row-normalised level-2 transitions as stacked CSR (row ``a * k + c``).
+    """Row-normalised level-2 transitions as stacked CSR (row ``a * k + c``), with their counts.
 
     Counts the level-1 links ``i -a-> j`` with both ends connected to clusters
     (``T2[a] ∝ C^T T1[a] C`` for a hard C) in two passes over the states.
-    Column indices within a row are unsorted.
+    Within a row, columns come in the order of their first link by source
+    state index (``first_source``, kept so that :func:`level2_add_links` can
+    add links later and give the same matrix).  Returns ``(indptr, indices,
+    data, counts, first_source)``.
     """
     A = next_state.shape[0]
     rows = A * k
@@ -282,37 +285,74 @@ def level2_transitions(next_state, n, assignment, k):
         raw[r + 1] += raw[r]
     fill = raw[:-1].copy()
     cols = np.empty(raw[rows], dtype=np.int64)
+    srcs = np.empty(raw[rows], dtype=np.int64)
     for a in range(A):
         for i in range(n):
             j = next_state[a, i]
             if j >= 0 and assignment[i] >= 0 and assignment[j] >= 0:
                 r = a * k + assignment[i]
                 cols[fill[r]] = assignment[j]
+                srcs[fill[r]] = i
                 fill[r] += 1
     # merge duplicate columns row by row
     seen = np.full(max(k, 1), -1, dtype=np.int64)
     slot = np.zeros(max(k, 1), dtype=np.int64)
     indptr = np.zeros(rows + 1, dtype=np.int64)
     indices = np.empty(raw[rows], dtype=np.int64)
-    data = np.empty(raw[rows], dtype=np.float64)
+    counts = np.empty(raw[rows], dtype=np.int64)
+    first = np.empty(raw[rows], dtype=np.int64)
     m = 0
     for r in range(rows):
-        start = m
         for p in range(raw[r], raw[r + 1]):
             c = cols[p]
             if seen[c] != r:
                 seen[c] = r
                 slot[c] = m
                 indices[m] = c
-                data[m] = 1.0
+                counts[m] = 1
+                first[m] = srcs[p]
                 m += 1
             else:
-                data[slot[c]] += 1.0
-        total = raw[r + 1] - raw[r]
-        for p in range(start, m):
-            data[p] /= total
+                counts[slot[c]] += 1
         indptr[r + 1] = m
-    return indptr, indices[:m].copy(), data[:m].copy()
+    indices, counts, first = indices[:m].copy(), counts[:m].copy(), first[:m].copy()
+    return indptr, indices, _row_normalised(indptr, counts), counts, first
+
+
+@njit(cache=True)
+def _row_normalised(indptr, counts):
+    data = np.empty(counts.shape[0], dtype=np.float64)
+    for r in range(indptr.shape[0] - 1):
+        total = 0
+        for p in range(indptr[r], indptr[r + 1]):
+            total += counts[p]
+        for p in range(indptr[r], indptr[r + 1]):
+            data[p] = float(counts[p]) / total
+    return data
+
+
+def level2_add_links(t2, k, src, act, dst):
+    """``t2`` (from :func:`level2_transitions`) with the links ``src -act-> dst`` (cluster ids) added.
+
+    ``src`` are the source *states* (for the column order), the clusters are
+    given by ``act`` and the ``(row cluster, column cluster)`` pairs in ``dst``
+    (a (2, m) array).  The result equals :func:`level2_transitions` run on
+    level 1 with these links counted too.
+    """
+    indptr, indices, _, counts, first = t2
+    rows_old = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
+    rows = np.concatenate([rows_old, act * k + dst[0]])
+    cols = np.concatenate([indices, dst[1]])
+    keys, inverse = np.unique(rows * max(k, 1) + cols, return_inverse=True)
+    total = np.bincount(inverse, weights=np.concatenate([counts, np.ones(len(src))])).astype(np.int64)
+    source = np.full(len(keys), np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(source, inverse, np.concatenate([first, src]))
+    row, col = keys // max(k, 1), keys % max(k, 1)
+    order = np.lexsort((source, row))
+    row, col, total, source = row[order], col[order], total[order], source[order]
+    ptr = np.zeros(len(indptr), dtype=np.int64)
+    ptr[1:] = np.cumsum(np.bincount(row, minlength=len(indptr) - 1))
+    return ptr, col, _row_normalised(ptr, total), total, source
 
 
 @njit(cache=True)

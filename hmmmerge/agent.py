@@ -221,17 +221,47 @@ class TwoLevelMemory(Estimator):
         n = self.memory_.n_states
         self.clusters_.grow(n)
         k = self.clusters_.n_clusters
-        t2 = level2_transitions(self.memory_._next, n, self.clusters_.assignment, k)
+        self._t2 = t2 = level2_transitions(self.memory_._next, n, self.clusters_.assignment, k)
+        self._joined_since_t2 = []
         cluster_obs = self.clusters_.cluster_emission(self.memory_.emission)
         order = np.argsort(cluster_obs, kind="stable")
         em_idx = order[cluster_obs[order] >= 0].astype(np.int64)
         em_ptr = np.zeros(self.n_obs + 1, dtype=np.int64)
         em_ptr[1:] = np.cumsum(np.bincount(cluster_obs[cluster_obs >= 0], minlength=self.n_obs))
-        self._level2 = Level2(k, *t2, self.clusters_.assignment, cluster_obs, em_ptr, em_idx)
+        self._level2 = Level2(k, *t2[:3], self.clusters_.assignment, cluster_obs, em_ptr, em_idx)
         if self._k != k:  # beliefs over the old clusters are dropped
             self._anchored, self._filtered = new_belief(k), new_belief(k)
             self._scratch = new_scratch(k, self.n_obs)
             self._k = k
+
+    def _refresh_level2(self) -> None:
+        """The periodic level-2 refresh: T2 gains the links of the states that joined clusters online
+        since it was last computed (the same matrix as :meth:`_set_level2`, without a pass over level 1)."""
+        from ._agent_kernels import level2_add_links
+
+        if self._joined_since_t2 is None:  # a replaced link may have removed counted links
+            self._set_level2()
+            return
+        if not self._joined_since_t2:
+            return
+        joined = np.concatenate(self._joined_since_t2)
+        cluster_of, nxt = self.clusters_.assignment, self.memory_._next
+        is_joined = np.zeros(self.memory_.n_states, dtype=bool)
+        is_joined[joined] = True
+        parent, act = self._parent[joined], self._parent_action[joined]
+        linked = parent >= 0
+        linked[linked] = (nxt[act[linked], parent[linked]] == joined[linked]) & (cluster_of[parent[linked]] >= 0)
+        src, acts, dst = [parent[linked]], [act[linked]], [joined[linked]]
+        for a in range(self.n_actions):
+            w = nxt[a, joined]
+            keep = w >= 0
+            keep[keep] = (cluster_of[w[keep]] >= 0) & ~is_joined[w[keep]]
+            src.append(joined[keep]); acts.append(np.full(int(keep.sum()), a, dtype=np.int64)); dst.append(w[keep])
+        src, acts, dst = np.concatenate(src), np.concatenate(acts), np.concatenate(dst)
+        k = self.clusters_.n_clusters
+        self._t2 = t2 = level2_add_links(self._t2, k, src, acts, np.stack([cluster_of[src], cluster_of[dst]]))
+        self._joined_since_t2 = []
+        self._level2 = self._level2._replace(t2_ptr=t2[0], t2_idx=t2[1], t2_val=t2[2])
 
     def _grow_lineage(self, capacity: int) -> None:
         """Parent (state, action) of every level-1 state at its creation (-1: the start state)."""
@@ -268,6 +298,10 @@ class TwoLevelMemory(Estimator):
         nxt = self.memory_._next
         g = np.arange(g0, g1)
         replaced = g[(steps.actions[g0:g1] >= 0) & (out.l1[g0:g1] >= 0) & (out.l1[g0:g1] != steps.obs[g0:g1])]
+        if len(replaced):
+            self._joined_since_t2 = None
+        elif self._joined_since_t2 is not None and len(joined):
+            self._joined_since_t2.append(joined)
         for key, (valid, counts) in list(self.clusters_._caches.items()):
             skip = np.zeros(self.memory_.n_states, dtype=bool)
             skip[joined] = True
@@ -414,7 +448,7 @@ class TwoLevelMemory(Estimator):
                 g = stop
                 if self.steps_ >= next_refresh:
                     self.clusters_.grow(mem.capacity)
-                    self._set_level2()
+                    self._refresh_level2()
                     next_refresh += refresh
                 if self.steps_ >= next_sleep:
                     self.sleep_pending_ = True
