@@ -331,28 +331,62 @@ def _row_normalised(indptr, counts):
     return data
 
 
-def level2_add_links(t2, k, src, act, dst):
-    """``t2`` (from :func:`level2_transitions`) with the links ``src -act-> dst`` (cluster ids) added.
+@njit(cache=True)
+def level2_add_links(indptr, indices, counts, first, k, src, rows, cols):
+    """T2 of :func:`level2_transitions` with more links counted: ``src`` (source states)
+    ``-> (rows[q], cols[q])`` (row ``a * k + c``, column cluster).
 
-    ``src`` are the source *states* (for the column order), the clusters are
-    given by ``act`` and the ``(row cluster, column cluster)`` pairs in ``dst``
-    (a (2, m) array).  The result equals :func:`level2_transitions` run on
-    level 1 with these links counted too.
+    Returns ``(indptr, indices, data, counts, first_source)``, equal to what
+    :func:`level2_transitions` gives on level 1 with these links: counts add up,
+    each column keeps its smallest source state, and a row's columns are ordered
+    by it.
     """
-    indptr, indices, _, counts, first = t2
-    rows_old = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
-    rows = np.concatenate([rows_old, act * k + dst[0]])
-    cols = np.concatenate([indices, dst[1]])
-    keys, inverse = np.unique(rows * max(k, 1) + cols, return_inverse=True)
-    total = np.bincount(inverse, weights=np.concatenate([counts, np.ones(len(src))])).astype(np.int64)
-    source = np.full(len(keys), np.iinfo(np.int64).max, dtype=np.int64)
-    np.minimum.at(source, inverse, np.concatenate([first, src]))
-    row, col = keys // max(k, 1), keys % max(k, 1)
-    order = np.lexsort((source, row))
-    row, col, total, source = row[order], col[order], total[order], source[order]
-    ptr = np.zeros(len(indptr), dtype=np.int64)
-    ptr[1:] = np.cumsum(np.bincount(row, minlength=len(indptr) - 1))
-    return ptr, col, _row_normalised(ptr, total), total, source
+    n_rows = indptr.shape[0] - 1
+    extra = np.zeros(n_rows + 1, dtype=np.int64)
+    for q in range(rows.shape[0]):
+        extra[rows[q] + 1] += 1
+    for r in range(n_rows):
+        extra[r + 1] += extra[r]
+    size = counts.shape[0] + rows.shape[0]
+    ptr = np.zeros(n_rows + 1, dtype=np.int64)
+    idx = np.empty(size, dtype=np.int64)
+    cnt = np.empty(size, dtype=np.int64)
+    fst = np.empty(size, dtype=np.int64)
+    order = np.argsort(rows, kind="mergesort")
+    m = 0
+    for r in range(n_rows):
+        start = m
+        for p in range(indptr[r], indptr[r + 1]):
+            idx[m], cnt[m], fst[m] = indices[p], counts[p], first[p]
+            m += 1
+        changed = False
+        for e in range(extra[r], extra[r + 1]):
+            q = order[e]
+            found = -1
+            for p in range(start, m):
+                if idx[p] == cols[q]:
+                    found = p
+                    break
+            if found < 0:
+                idx[m], cnt[m], fst[m] = cols[q], 1, src[q]
+                m += 1
+                changed = True
+            else:
+                cnt[found] += 1
+                if src[q] < fst[found]:
+                    fst[found] = src[q]
+                    changed = True
+        if changed:  # keep the columns ordered by their first source (insertion sort: rows are short)
+            for p in range(start + 1, m):
+                c, v, f = idx[p], cnt[p], fst[p]
+                j = p - 1
+                while j >= start and fst[j] > f:
+                    idx[j + 1], cnt[j + 1], fst[j + 1] = idx[j], cnt[j], fst[j]
+                    j -= 1
+                idx[j + 1], cnt[j + 1], fst[j + 1] = c, v, f
+        ptr[r + 1] = m
+    idx, cnt, fst = idx[:m].copy(), cnt[:m].copy(), fst[:m].copy()
+    return ptr, idx, _row_normalised(ptr, cnt), cnt, fst
 
 
 @njit(cache=True)

@@ -239,7 +239,7 @@ class TwoLevelMemory(Estimator):
         since it was last computed (the same matrix as :meth:`_set_level2`, without a pass over level 1)."""
         from ._agent_kernels import level2_add_links
 
-        if self._joined_since_t2 is None:  # a replaced link may have removed counted links
+        if self._joined_since_t2 is None:  # a replaced link may have removed counted links (or a load)
             self._set_level2()
             return
         if not self._joined_since_t2:
@@ -259,7 +259,9 @@ class TwoLevelMemory(Estimator):
             src.append(joined[keep]); acts.append(np.full(int(keep.sum()), a, dtype=np.int64)); dst.append(w[keep])
         src, acts, dst = np.concatenate(src), np.concatenate(acts), np.concatenate(dst)
         k = self.clusters_.n_clusters
-        self._t2 = t2 = level2_add_links(self._t2, k, src, acts, np.stack([cluster_of[src], cluster_of[dst]]))
+        indptr, indices, _, counts, first = self._t2
+        self._t2 = t2 = level2_add_links(indptr, indices, counts, first, k, src, acts * k + cluster_of[src],
+                                         cluster_of[dst])
         self._joined_since_t2 = []
         self._level2 = self._level2._replace(t2_ptr=t2[0], t2_idx=t2[1], t2_val=t2[2])
 
@@ -682,6 +684,7 @@ class TwoLevelMemory(Estimator):
             raise ValueError(f"{src}: stored level-2 transitions do not match the clusters")
         agent._level2 = agent._level2._replace(t2_ptr=t2[0].astype(np.int64), t2_idx=t2[1].astype(np.int64),
                                                t2_val=t2[2].astype(np.float64))
+        agent._joined_since_t2 = None  # the states joined since that refresh are not stored: recount at the next
         return agent
 
 

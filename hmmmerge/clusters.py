@@ -276,20 +276,18 @@ class Clusters:
 
     def _compact(self, ids=None) -> None:
         """Renumber clusters ``0..k-1`` keeping their order; ``ids`` optionally maps old ids first."""
+        from ._cluster_kernels import renumber
+
         a = self.assignment
-        mask = a >= 0
-        before = a[mask]
-        old = before if ids is None else ids[before]
-        k = int(old.max()) + 1 if old.size else 0
-        used = np.bincount(old, minlength=k) > 0
-        new_id = np.cumsum(used) - 1
-        a[mask] = new_id[old]
         k_before = getattr(self, "_k", 0)
-        self._k = int(used.sum())
+        top = max(int(a.max(initial=-1)) + 1, k_before)
+        roots = np.arange(top, dtype=np.int64) if ids is None else np.asarray(ids, dtype=np.int64)
+        present, new_id, k = renumber(a, roots)
+        self._k = int(k)
         if k_before:
-            present = np.bincount(before, minlength=k_before)[:k_before] > 0
-            roots = np.arange(k_before) if ids is None else np.asarray(ids[:k_before], dtype=np.int64)
-            new_of_old = np.where(present, new_id[np.minimum(roots, max(k - 1, 0))] if k else -1, -1)
+            present = np.concatenate([present, np.zeros(max(k_before - len(present), 0), dtype=bool)])[:k_before]
+            new_of_old = np.full(k_before, -1, dtype=np.int64)
+            new_of_old[present] = new_id[roots[:k_before][present]]
             self._remap_caches(new_of_old, self._k)
             rep = np.zeros(self._k, dtype=np.int64)
             live = np.flatnonzero(new_of_old >= 0)

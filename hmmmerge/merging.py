@@ -270,16 +270,14 @@ def cluster_sets(assignment: np.ndarray, cluster_ids: np.ndarray) -> tuple[np.nd
     >>> ptr.tolist(), idx.tolist()   # cluster 1 holds states 0, 2; cluster 2 holds state 4
     ([0, 2, 3], [0, 2, 4])
     """
+    from ._cluster_kernels import member_lists
+
+    assignment = np.ascontiguousarray(assignment, dtype=np.int64)
+    cluster_ids = np.asarray(cluster_ids, dtype=np.int64)
     k = int(assignment.max()) + 1 if assignment.size else 0
-    pos = np.full(max(k, 1), -1, dtype=np.int64)
+    pos = np.full(max(k, int(cluster_ids.max(initial=-1)) + 1, 1), -1, dtype=np.int64)
     pos[cluster_ids] = np.arange(len(cluster_ids))
-    member = np.flatnonzero(assignment >= 0)
-    member = member[pos[assignment[member]] >= 0]
-    order = np.argsort(pos[assignment[member]], kind="stable")
-    idx = member[order]
-    ptr = np.zeros(len(cluster_ids) + 1, dtype=np.int64)
-    ptr[1:] = np.cumsum(np.bincount(pos[assignment[idx]], minlength=len(cluster_ids)))
-    return ptr, idx
+    return member_lists(assignment, pos, len(cluster_ids))
 
 
 def merge_iteration(memory, clusters, merger, seed=0) -> dict:
