@@ -269,6 +269,11 @@ class EpisodicMemory:
         if n and (ns.max() >= n or ns.min() < -1 or em.min() < 0 or em.max() >= mem.n_obs
                   or scal[1] >= n or scal[2] >= n):
             raise ValueError(f"{source}: level-1 arrays hold out-of-range entries")
+        src = np.broadcast_to(np.arange(n), ns.shape)
+        linked = ns >= 0
+        if (ns[linked] <= src[linked]).any() or (np.bincount(ns[linked], minlength=n) > 1).any():
+            raise ValueError(f"{source}: level-1 links are not those of Algorithm 1 (each state has at most "
+                             "one incoming link, from an older state)")
         mem.reserve(n)
         mem._next[:, :n] = ns
         mem._emission[:n] = em
