@@ -221,7 +221,10 @@ class TwoLevelMemory(Estimator):
         n = self.memory_.n_states
         self.clusters_.grow(n)
         k = self.clusters_.n_clusters
-        t2 = level2_transitions(self.memory_._next, n, self.clusters_.assignment, k)
+        own = getattr(self.merger_, "level2_transitions", None)  # a merger that knows level 2 (fold)
+        t2 = own(self.memory_, self.clusters_) if own is not None else None
+        if t2 is None:
+            t2 = level2_transitions(self.memory_._next, n, self.clusters_.assignment, k)
         cluster_obs = self.clusters_.cluster_emission(self.memory_.emission)
         order = np.argsort(cluster_obs, kind="stable")
         em_idx = order[cluster_obs[order] >= 0].astype(np.int64)
@@ -289,6 +292,10 @@ class TwoLevelMemory(Estimator):
         :func:`~hmmmerge.evaluate.weighted_purity` computes them."""
         from .evaluate import cluster_top_counts
 
+        own = getattr(self.merger_, "purity", None)  # a merger that keeps label counts per cluster (fold)
+        got = own(self.memory_, self.clusters_) if own is not None else None
+        if got is not None:
+            return got
         n = self.memory_.n_states
         assignment = self.clusters_.assignment[:n]
         connected = assignment >= 0
