@@ -20,8 +20,8 @@ from numba import njit
 # journal operations
 PLACE, ROOT, UNION, DELTA, RED, CONFLICT = range(6)
 # scalar counters (FoldState.sc)
-JLEN, NRED, NCONF, SETTLED, NDEC, STAMP, MERGES, PROMOTIONS, CONFLICTS, NROOTS = range(10)
-N_SC = 10
+JLEN, NRED, NCONF, SETTLED, NDEC, STAMP, MERGES, PROMOTIONS, CONFLICTS, NROOTS, LINKS_OK = range(11)
+N_SC = 11
 NEED_ROOM = 1
 _KEY = np.int64(1) << 32
 
@@ -39,6 +39,8 @@ class FoldState(NamedTuple):
     dchild: np.ndarray     # (cap, A + 1) a node that gave that successor
     cid: np.ndarray        # (cap,) cluster id of a root as last written, -1 none
     stamp: np.ndarray      # (cap,) scratch marks
+    links: np.ndarray      # (cap, A + 1) per root: level-1 links ``i -a->`` from its states (if sc[LINKS_OK])
+    first: np.ndarray      # (cap, A + 1) per root: the smallest such ``i`` (-1 none)
     journal: np.ndarray    # (jcap, 5)
     reds: np.ndarray       # (cap,) red blocks in promotion order
     conflicts: np.ndarray  # (ccap, 2) (node, node whose transition it contradicted)
@@ -71,9 +73,40 @@ def _make_root(st, node, t):
     st.just[node] = -1
     st.delta[node, :] = -1
     st.dchild[node, :] = -1
+    st.links[node, :] = 0
+    st.first[node, :] = -1
     st.has_row[node] = True
     st.sc[NROOTS] += 1
     _log(st, ROOT, node, -1, -1, -1)
+
+
+@njit(cache=True)
+def _count_link(st, root, a, source):
+    st.links[root, a] += 1
+    if st.first[root, a] < 0 or source < st.first[root, a]:
+        st.first[root, a] = source
+
+
+@njit(cache=True)
+def _add_links(st, x, y):
+    """The link counts of block ``y`` join those of ``x``."""
+    for a in range(st.links.shape[1]):
+        if st.links[y, a] > 0:
+            st.links[x, a] += st.links[y, a]
+            if st.first[x, a] < 0 or st.first[y, a] < st.first[x, a]:
+                st.first[x, a] = st.first[y, a]
+
+
+@njit(cache=True)
+def count_links(st, n_nodes):
+    """Recount ``links`` / ``first`` of every block from the placed nodes ``< n_nodes``."""
+    st.links[:n_nodes] = 0
+    st.first[:n_nodes] = -1
+    for node in range(1, n_nodes):
+        pnode = st.parent[node]
+        if st.uf[node] >= 0 and pnode > 0:
+            _count_link(st, find(st.uf, pnode), st.action[node], pnode - 1)
+    st.sc[LINKS_OK] = 1
 
 
 @njit(cache=True)
@@ -88,6 +121,8 @@ def place_node(st, node):
         return -1
     p = find(st.uf, pnode)
     a = st.action[node]
+    if pnode > 0:
+        _count_link(st, p, a, pnode - 1)
     q = st.delta[p, a]
     t = st.sc[JLEN]
     if q >= 0:
@@ -385,6 +420,10 @@ def blue_fringe(st, k):
             clashes.add(best_b * _KEY + best_r)
         else:
             st.sc[MERGES] += 1
+            for j in range(mark, st.sc[JLEN]):  # the unions of the merge, in order: link counts follow
+                if st.journal[j, 0] == UNION:
+                    y = st.journal[j, 1]
+                    _add_links(st, st.uf[y], y)
 
 
 @njit(cache=True)
@@ -411,18 +450,24 @@ def find_all(uf, nodes):
 @njit(cache=True)
 def level2_rows(st, roots, k, n_actions):
     """Deterministic level-2 transitions as stacked CSR (row ``a * k + c``): one entry of 1.0 per
-    (block, action) with a successor, to that successor's cluster (``roots[c]`` is the root of cluster ``c``)."""
+    (block, action) with a successor, to that successor's cluster (``roots[c]`` is the root of cluster
+    ``c``); with the link counts and smallest source state of each entry."""
     indptr = np.zeros(n_actions * k + 1, dtype=np.int64)
     indices = np.empty(n_actions * k, dtype=np.int64)
+    counts = np.empty(n_actions * k, dtype=np.int64)
+    first = np.empty(n_actions * k, dtype=np.int64)
     m = 0
     for a in range(n_actions):
         for c in range(k):
-            t = st.delta[roots[c], a]
+            x = roots[c]
+            t = st.delta[x, a]
             if t >= 0:
                 indices[m] = st.cid[find(st.uf, t)]
+                counts[m] = st.links[x, a]
+                first[m] = st.first[x, a]
                 m += 1
             indptr[a * k + c + 1] = m
-    return indptr, indices[:m].copy(), np.ones(m)
+    return indptr, indices[:m].copy(), np.ones(m), counts[:m].copy(), first[:m].copy()
 
 
 @njit(cache=True)

@@ -101,7 +101,7 @@ _STATS = ("merges", "promotions", "undos", "conflicts")
 _ARRAYS = ("parent", "action", "colour", "uf", "uf_time", "just", "red", "has_row", "delta", "dchild", "reds",
            "journal", "conflicts", "decisions", "stats", "cid", "pending")
 _NODE_ARRAYS = ("parent", "action", "colour", "uf", "uf_time", "just", "red", "has_row", "delta", "dchild",
-                "cid", "stamp", "reds")
+                "cid", "stamp", "reds", "links", "first")
 
 
 def default_min_evidence(n_obs: int, risk: float = 1e-3) -> int:
@@ -166,7 +166,7 @@ class FoldMerger:
 
     # ------------------------------------------------------------ set-up
     def _init(self, n_obs: int, n_actions: int, capacity: int = 1024) -> None:
-        from ._fold_kernels import N_SC, FoldState
+        from ._fold_kernels import LINKS_OK, N_SC, FoldState
 
         self._A = int(n_actions)
         self._n_obs = int(n_obs)
@@ -180,12 +180,13 @@ class FoldMerger:
         self._st = FoldState(parent=full(-1), action=full(-1), colour=full(-1), uf=full(-1), uf_time=full(-1),
                              just=full(-1), red=full(False, bool), has_row=full(False, bool),
                              delta=full(-1, shape=(A1,)), dchild=full(-1, shape=(A1,)), cid=full(-1),
-                             stamp=full(0), journal=np.full((4 * cap, 5), -1, dtype=np.int64), reds=full(-1),
+                             stamp=full(0), links=full(0, shape=(A1,)), first=full(-1, shape=(A1,)), journal=np.full((4 * cap, 5), -1, dtype=np.int64), reds=full(-1),
                              conflicts=np.full((16, 2), -1, dtype=np.int64), decisions=np.full(16, -1, np.int64),
                              sc=np.zeros(N_SC, dtype=np.int64))
         st = self._st
         # node 0: the virtual start state, a red root with a transition row
         st.parent[0], st.uf[0], st.red[0], st.has_row[0] = -1, 0, True, True
+        st.sc[LINKS_OK] = 1
         self._n = 1                       # nodes recorded or reserved (level-1 states + 1)
         self._undos = 0
         self._last = -1                   # the level-1 state of the last step seen by place()
@@ -218,7 +219,7 @@ class FoldMerger:
             size = max(nodes, 2 * cap)
             for name in _NODE_ARRAYS:
                 a = getattr(st, name)
-                new[name] = _grown(a, size, False if a.dtype == bool else (0 if name == "stamp" else -1))
+                new[name] = _grown(a, size, False if a.dtype == bool else (0 if name in ("stamp", "links") else -1))
         for name, idx, extra in (("journal", JLEN, journal), ("conflicts", NCONF, conflicts),
                                  ("decisions", NDEC, decisions)):
             a = getattr(st, name)
@@ -439,12 +440,13 @@ class FoldMerger:
         before the merge; returns the level-1 states that became unplaced (to
         be placed again: the next :meth:`sleep` does it).
         """
-        from ._fold_kernels import JLEN, rollback
+        from ._fold_kernels import JLEN, LINKS_OK, rollback
 
         if decision not in self.decisions:
             raise ValueError(f"{decision!r} is not a merge decision in force")
         buf = np.empty(int(self._st.sc[JLEN]) - decision, dtype=np.int64)
         m = rollback(self._st, decision, buf)
+        self._st.sc[LINKS_OK] = 0       # per-block link counts are recounted when next needed
         unplaced = buf[:m].tolist()
         self._undos += 1
         self._dirty = True
@@ -563,12 +565,14 @@ class FoldMerger:
                 and self._n - 1 == n_states and clusters.n_clusters == len(self._croot))
 
     def level2_transitions(self, memory, clusters):
-        """Level-2 transitions (stacked CSR, row ``a * k + c``, as the agent's refresh computes them) in
-        O(clusters x actions), or None when that would not be exact (a contradicted transition in force,
-        blocks changed outside :meth:`place` since they were written).
+        """Level-2 transitions as the agent computes them from level 1
+        (:func:`hmmmerge._agent_kernels.level2_transitions`: stacked CSR, row ``a * k + c``, with link
+        counts and first source states) in O(clusters x actions), or None when that would not be
+        exact (a contradicted transition in force, blocks changed outside :meth:`place` since they were
+        written).
 
         Every level-1 link ``i -a-> j`` then joins the block of ``i`` to the block its transition
-        ``a`` leads to, so each row has one entry, 1.0.
+        ``a`` leads to, so each row has one entry, 1.0; the blocks keep their link counts.
 
         >>> from hmmmerge.episodic import EpisodicMemory
         >>> from hmmmerge.clusters import Clusters
@@ -576,12 +580,14 @@ class FoldMerger:
         >>> fold.place(mem, cl, [mem.observe(o, -1 if t == 0 else 0) for t, o in enumerate([0, 1])])
         True
         >>> _ = fold.sleep(mem, cl); [x.tolist() for x in fold.level2_transitions(mem, cl)]
-        [[0, 1, 1], [1], [1.0]]
+        [[0, 1, 1], [1], [1.0], [1], [0]]
         """
-        from ._fold_kernels import NCONF, level2_rows
+        from ._fold_kernels import LINKS_OK, NCONF, count_links, level2_rows
 
         if self._A is None or self._st.sc[NCONF] or not self._current(clusters, memory.n_states):
             return None
+        if not self._st.sc[LINKS_OK]:
+            count_links(self._st, self._n)
         return level2_rows(self._st, self._croot, clusters.n_clusters, self._A)
 
     def _tab_room(self, rows: int, cols: int, n_states: int) -> None:
@@ -681,7 +687,7 @@ class FoldMerger:
         >>> back = FoldMerger(); back.load_state_dict(fold.state_dict()); back.block_of(2).tolist()
         [1, 2]
         """
-        from ._fold_kernels import CONFLICTS, JLEN, MERGES, NCONF, NDEC, NRED, NROOTS, PROMOTIONS, SETTLED
+        from ._fold_kernels import CONFLICTS, JLEN, LINKS_OK, MERGES, NCONF, NDEC, NRED, NROOTS, PROMOTIONS, SETTLED
 
         if "fold_sizes" not in d:
             self._A = None
@@ -720,6 +726,7 @@ class FoldMerger:
         st.sc[[JLEN, NRED, NCONF, SETTLED, NDEC]] = (len(journal), len(reds), len(conflicts), settled, len(decisions))
         st.sc[[MERGES, PROMOTIONS, CONFLICTS]] = stats["merges"], stats["promotions"], stats["conflicts"]
         st.sc[NROOTS] = int((uf == np.arange(n)).sum()) - 1   # node 0 is not a block
+        st.sc[LINKS_OK] = 0
         self._undos = stats["undos"]
         self._pending = arrays["pending"].astype(np.int64).tolist()
         self._dirty = True

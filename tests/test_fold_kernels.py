@@ -143,15 +143,15 @@ def test_level2_and_purity_shortcuts_equal_the_computation_from_scratch(env, see
     assert noise or used > 0
 
 
-def test_relabel_renumbers_merges_and_keeps_caches_with_their_clusters():
+def test_relabel_renumbers_merges_and_keeps_counts_with_their_clusters():
     cl = Clusters(np.array([0, 1, 2, 3, -1, 2]))
-    valid, values, _ = cl.cache("f", 1)
+    valid, counts = cl.depth_counts("f", 1, 1)
     valid[:] = True
-    values[:, 0] = [10, 11, 12, 13]
+    counts[:, 0, 0] = [10, 11, 12, 13]
     cl.relabel([0, 1, 1, 2])                    # clusters 1 and 2 merge, 3 becomes 2
     assert cl.assignment.tolist() == [0, 1, 1, 2, -1, 1] and cl.n_clusters == 3
-    valid, values, _ = cl.cache("f", 1)
-    assert valid.tolist() == [True, False, True] and values[2, 0] == 13
+    valid, counts = cl.depth_counts("f", 1, 1)
+    assert valid.tolist() == [True, True, True] and counts[:, 0, 0].tolist() == [10, 23, 13]
     assert cl.cluster_emission(np.array([5, 6, 6, 7, 9, 6])).tolist() == [5, 6, 7]
     for bad in ([0, 1], [0, 2, 2], [0, -1, 1]):
         with pytest.raises(ValueError, match="new_of_old"):
