@@ -54,3 +54,93 @@ def set_successor_features(next_state, emission, n_obs, set_ptr, set_idx, gamma,
             for q in range(m2):
                 front[q] = nxt[q]
             m = m2
+
+
+@njit(cache=True)
+def set_depth_counts(next_state, emission, set_ptr, set_idx, horizon, out):
+    """Observation counts of Algorithm 2's breadth-first sets, per depth, for many initial sets.
+
+    ``out[s, l - 1, o]`` (int, added to) counts the states emitting ``o`` at depth
+    ``l`` from set ``s``; :func:`features_from_depth_counts` turns these counts into
+    the successor features of :func:`set_successor_features`, bit for bit.  In
+    Algorithm 1's memory every state has at most one incoming link, so the sets of
+    two disjoint initial sets never share a state at one depth: the counts of a
+    union are the sums of the counts (what lets clusters keep them up to date).
+    """
+    A, N = next_state.shape
+    stamp = np.zeros(N, dtype=np.int64)
+    clock = 0
+    front = np.empty(N, dtype=np.int64)
+    nxt = np.empty(N, dtype=np.int64)
+    for s in range(set_ptr.shape[0] - 1):
+        m = 0
+        for k in range(set_ptr[s], set_ptr[s + 1]):
+            front[m] = set_idx[k]
+            m += 1
+        for depth in range(horizon):
+            clock += 1
+            m2 = 0
+            for q in range(m):
+                h = front[q]
+                for a in range(A):
+                    j = next_state[a, h]
+                    if j >= 0 and stamp[j] != clock:
+                        stamp[j] = clock
+                        nxt[m2] = j
+                        m2 += 1
+            if m2 == 0:
+                break
+            for q in range(m2):
+                out[s, depth, emission[nxt[q]]] += 1
+                front[q] = nxt[q]
+            m = m2
+
+
+@njit(cache=True)
+def features_from_depth_counts(counts, gamma, out_sf, out_depth):
+    """Successor features and depths reached from per-depth counts (see :func:`set_depth_counts`).
+
+    The same floating-point operations in the same order as
+    :func:`set_successor_features`, so the results are identical.
+    """
+    m, horizon, n_obs = counts.shape
+    for s in range(m):
+        weight = 1.0
+        out_depth[s] = 0
+        for depth in range(horizon):
+            m2 = 0
+            for o in range(n_obs):
+                m2 += counts[s, depth, o]
+            if m2 == 0:
+                break
+            for o in range(n_obs):
+                out_sf[s, o] += weight * float(counts[s, depth, o]) / m2
+            out_depth[s] = depth + 1
+            weight *= gamma
+
+
+@njit(cache=True)
+def add_new_descendants(new_states, parent, parent_action, next_state, emission, cluster_of, skip, valid,
+                        counts):
+    """Add each new state to the per-depth counts of the clusters of its ancestors.
+
+    A new state ``w`` lies at depth ``d`` below its ``d``-th ancestor along
+    links that still exist (in-degree is at most one); for ``d`` up to the
+    horizon (``counts.shape[1]``) and ancestors in a cluster whose counts are
+    ``valid`` and that are not ``skip``-ped (states whose counts are added
+    whole, e.g. because they joined a cluster after ``w`` was created),
+    ``counts[cluster, d - 1, emission[w]] += 1``.
+    """
+    horizon = counts.shape[1]
+    for q in range(new_states.shape[0]):
+        w = new_states[q]
+        o = emission[w]
+        x = w
+        for d in range(horizon):
+            p = parent[x]
+            if p < 0 or next_state[parent_action[x], p] != x:
+                break
+            c = cluster_of[p]
+            if c >= 0 and valid[c] and not skip[p]:
+                counts[c, d, o] += 1
+            x = p
