@@ -221,7 +221,9 @@ class TwoLevelMemory(Estimator):
         n = self.memory_.n_states
         self.clusters_.grow(n)
         k = self.clusters_.n_clusters
-        self._t2 = t2 = level2_transitions(self.memory_._next, n, self.clusters_.assignment, k)
+        own = getattr(self.merger_, "level2_transitions", None)  # a merger that knows level 2 (fold)
+        t2 = own(self.memory_, self.clusters_) if own is not None else None
+        self._t2 = t2 = t2 if t2 is not None else level2_transitions(self.memory_._next, n, self.clusters_.assignment, k)
         self._joined_since_t2 = []
         cluster_obs = self.clusters_.cluster_emission(self.memory_.emission)
         order = np.argsort(cluster_obs, kind="stable")
@@ -343,6 +345,10 @@ class TwoLevelMemory(Estimator):
         :func:`~hmmmerge.evaluate.weighted_purity` computes them."""
         from .evaluate import cluster_top_counts
 
+        own = getattr(self.merger_, "purity", None)  # a merger that keeps label counts per cluster (fold)
+        got = own(self.memory_, self.clusters_) if own is not None else None
+        if got is not None:
+            return got
         n = self.memory_.n_states
         assignment = self.clusters_.assignment[:n]
         connected = assignment >= 0

@@ -253,6 +253,21 @@ class Clusters:
         self._compact()
         return int(self.assignment[states[0]])
 
+    def relabel(self, new_of_old) -> None:
+        """Give cluster ``c`` the id ``new_of_old[c]`` (ids ``0..k'-1``, all used; equal ids merge clusters).
+
+        Like :meth:`merge` with the new numbering given: one pass over the states, cached counts move
+        with their clusters (merged ones add up).
+
+        >>> cl = Clusters(np.array([0, 1, 2, -1])); cl.relabel([1, 0, 1]); cl.assignment.tolist(), cl.n_clusters
+        ([1, 0, 1, -1], 2)
+        """
+        m = np.asarray(new_of_old, dtype=np.int64)
+        k_new = int(m.max()) + 1 if m.size else 0
+        if m.shape != (self._k,) or (m.size and m.min() < 0) or np.bincount(m, minlength=k_new).min(initial=1) == 0:
+            raise ValueError(f"new_of_old must map the {self._k} cluster ids onto 0..k'-1, each used")
+        self._compact(m)
+
     def compact(self) -> None:
         """Renumber clusters ``0..k-1`` after the assignment was edited directly (empty ids vanish).
 
