@@ -264,11 +264,14 @@ def agent_steps(steps, g0, g1, l1, l2, anchored, filtered, fo, scratch, out, onl
 
 @njit(cache=True)
 def level2_transitions(next_state, n, assignment, k):
-    """Row-normalised level-2 transitions as stacked CSR (row ``a * k + c``).
+    """Row-normalised level-2 transitions as stacked CSR (row ``a * k + c``), with their counts.
 
     Counts the level-1 links ``i -a-> j`` with both ends connected to clusters
     (``T2[a] ∝ C^T T1[a] C`` for a hard C) in two passes over the states.
-    Column indices within a row are unsorted.
+    Within a row, columns come in the order of their first link by source
+    state index (``first_source``, kept so that :func:`level2_add_links` can
+    add links later and give the same matrix).  Returns ``(indptr, indices,
+    data, counts, first_source)``.
     """
     A = next_state.shape[0]
     rows = A * k
@@ -282,37 +285,108 @@ def level2_transitions(next_state, n, assignment, k):
         raw[r + 1] += raw[r]
     fill = raw[:-1].copy()
     cols = np.empty(raw[rows], dtype=np.int64)
+    srcs = np.empty(raw[rows], dtype=np.int64)
     for a in range(A):
         for i in range(n):
             j = next_state[a, i]
             if j >= 0 and assignment[i] >= 0 and assignment[j] >= 0:
                 r = a * k + assignment[i]
                 cols[fill[r]] = assignment[j]
+                srcs[fill[r]] = i
                 fill[r] += 1
     # merge duplicate columns row by row
     seen = np.full(max(k, 1), -1, dtype=np.int64)
     slot = np.zeros(max(k, 1), dtype=np.int64)
     indptr = np.zeros(rows + 1, dtype=np.int64)
     indices = np.empty(raw[rows], dtype=np.int64)
-    data = np.empty(raw[rows], dtype=np.float64)
+    counts = np.empty(raw[rows], dtype=np.int64)
+    first = np.empty(raw[rows], dtype=np.int64)
     m = 0
     for r in range(rows):
-        start = m
         for p in range(raw[r], raw[r + 1]):
             c = cols[p]
             if seen[c] != r:
                 seen[c] = r
                 slot[c] = m
                 indices[m] = c
-                data[m] = 1.0
+                counts[m] = 1
+                first[m] = srcs[p]
                 m += 1
             else:
-                data[slot[c]] += 1.0
-        total = raw[r + 1] - raw[r]
-        for p in range(start, m):
-            data[p] /= total
+                counts[slot[c]] += 1
         indptr[r + 1] = m
-    return indptr, indices[:m].copy(), data[:m].copy()
+    indices, counts, first = indices[:m].copy(), counts[:m].copy(), first[:m].copy()
+    return indptr, indices, _row_normalised(indptr, counts), counts, first
+
+
+@njit(cache=True)
+def _row_normalised(indptr, counts):
+    data = np.empty(counts.shape[0], dtype=np.float64)
+    for r in range(indptr.shape[0] - 1):
+        total = 0
+        for p in range(indptr[r], indptr[r + 1]):
+            total += counts[p]
+        for p in range(indptr[r], indptr[r + 1]):
+            data[p] = float(counts[p]) / total
+    return data
+
+
+@njit(cache=True)
+def level2_add_links(indptr, indices, counts, first, k, src, rows, cols):
+    """T2 of :func:`level2_transitions` with more links counted: ``src`` (source states)
+    ``-> (rows[q], cols[q])`` (row ``a * k + c``, column cluster).
+
+    Returns ``(indptr, indices, data, counts, first_source)``, equal to what
+    :func:`level2_transitions` gives on level 1 with these links: counts add up,
+    each column keeps its smallest source state, and a row's columns are ordered
+    by it.
+    """
+    n_rows = indptr.shape[0] - 1
+    extra = np.zeros(n_rows + 1, dtype=np.int64)
+    for q in range(rows.shape[0]):
+        extra[rows[q] + 1] += 1
+    for r in range(n_rows):
+        extra[r + 1] += extra[r]
+    size = counts.shape[0] + rows.shape[0]
+    ptr = np.zeros(n_rows + 1, dtype=np.int64)
+    idx = np.empty(size, dtype=np.int64)
+    cnt = np.empty(size, dtype=np.int64)
+    fst = np.empty(size, dtype=np.int64)
+    order = np.argsort(rows, kind="mergesort")
+    m = 0
+    for r in range(n_rows):
+        start = m
+        for p in range(indptr[r], indptr[r + 1]):
+            idx[m], cnt[m], fst[m] = indices[p], counts[p], first[p]
+            m += 1
+        changed = False
+        for e in range(extra[r], extra[r + 1]):
+            q = order[e]
+            found = -1
+            for p in range(start, m):
+                if idx[p] == cols[q]:
+                    found = p
+                    break
+            if found < 0:
+                idx[m], cnt[m], fst[m] = cols[q], 1, src[q]
+                m += 1
+                changed = True
+            else:
+                cnt[found] += 1
+                if src[q] < fst[found]:
+                    fst[found] = src[q]
+                    changed = True
+        if changed:  # keep the columns ordered by their first source (insertion sort: rows are short)
+            for p in range(start + 1, m):
+                c, v, f = idx[p], cnt[p], fst[p]
+                j = p - 1
+                while j >= start and fst[j] > f:
+                    idx[j + 1], cnt[j + 1], fst[j + 1] = idx[j], cnt[j], fst[j]
+                    j -= 1
+                idx[j + 1], cnt[j + 1], fst[j + 1] = c, v, f
+        ptr[r + 1] = m
+    idx, cnt, fst = idx[:m].copy(), cnt[:m].copy(), fst[:m].copy()
+    return ptr, idx, _row_normalised(ptr, cnt), cnt, fst
 
 
 @njit(cache=True)

@@ -54,3 +54,108 @@ def set_successor_features(next_state, emission, n_obs, set_ptr, set_idx, gamma,
             for q in range(m2):
                 front[q] = nxt[q]
             m = m2
+
+
+@njit(cache=True)
+def set_depth_counts(next_state, emission, set_ptr, set_idx, horizon, out):
+    """Observation counts of Algorithm 2's breadth-first sets, per depth, for many initial sets.
+
+    ``out[s, l - 1, o]`` (int, added to) counts the states emitting ``o`` at depth
+    ``l`` from set ``s``; :func:`features_from_depth_counts` turns these counts into
+    the successor features of :func:`set_successor_features`, bit for bit.  Only
+    for Algorithm 1's memory, where every state has at most one incoming link
+    (from an older state; :meth:`~hmmmerge.episodic.EpisodicMemory.from_state_dict`
+    checks it): a state is then reached at one depth from at most one state of a
+    set, so no visited marks are needed (the work is the size of the sets, not of
+    level 1), and the counts of disjoint sets add up (what lets clusters keep them
+    up to date).
+    """
+    A = next_state.shape[0]
+    size = 64
+    front = np.empty(size, dtype=np.int64)
+    nxt = np.empty(size, dtype=np.int64)
+    for s in range(set_ptr.shape[0] - 1):
+        m = set_ptr[s + 1] - set_ptr[s]
+        if m * A > size:
+            size = 2 * m * A
+            front, nxt = np.empty(size, dtype=np.int64), np.empty(size, dtype=np.int64)
+        for q in range(m):
+            front[q] = set_idx[set_ptr[s] + q]
+        for depth in range(horizon):
+            m2 = 0
+            for q in range(m):
+                h = front[q]
+                for a in range(A):
+                    j = next_state[a, h]
+                    if j >= 0:
+                        if m2 == size:
+                            size *= 2
+                            grown = np.empty(size, dtype=np.int64)
+                            grown[:m2] = nxt[:m2]
+                            nxt = grown
+                        nxt[m2] = j
+                        m2 += 1
+            if m2 == 0:
+                break
+            if front.shape[0] < m2:
+                front = np.empty(nxt.shape[0], dtype=np.int64)
+            for q in range(m2):
+                out[s, depth, emission[nxt[q]]] += 1
+                front[q] = nxt[q]
+            m = m2
+
+
+@njit(cache=True)
+def features_from_depth_counts(counts, gamma, out_sf, out_depth):
+    """Successor features and depths reached from per-depth counts (see :func:`set_depth_counts`).
+
+    The same floating-point operations in the same order as
+    :func:`set_successor_features`, so the results are identical.
+    """
+    m, horizon, n_obs = counts.shape
+    for s in range(m):
+        weight = 1.0
+        out_depth[s] = 0
+        for depth in range(horizon):
+            m2 = 0
+            for o in range(n_obs):
+                m2 += counts[s, depth, o]
+            if m2 == 0:
+                break
+            for o in range(n_obs):
+                out_sf[s, o] += weight * float(counts[s, depth, o]) / m2
+            out_depth[s] = depth + 1
+            weight *= gamma
+
+
+@njit(cache=True)
+def add_new_descendants(new_states, parent, parent_action, next_state, emission, cluster_of, skip, valid,
+                        counts):
+    """Add each new state to the per-depth counts of the clusters of its ancestors.
+
+    A new state ``w`` lies at depth ``d`` below its ``d``-th ancestor along
+    links that still exist (in-degree is at most one); for ``d`` up to the
+    horizon (``counts.shape[1]``) and ancestors in a cluster whose counts are
+    ``valid`` and that are not in ``skip`` (a sorted array of states whose
+    counts are added whole, because they joined a cluster after ``w`` was
+    created), ``counts[cluster, d - 1, emission[w]] += 1``.
+    """
+    horizon = counts.shape[1]
+    for q in range(new_states.shape[0]):
+        w = new_states[q]
+        o = emission[w]
+        x = w
+        for d in range(horizon):
+            p = parent[x]
+            if p < 0 or next_state[parent_action[x], p] != x:
+                break
+            c = cluster_of[p]
+            if c >= 0 and valid[c] and not _contains(skip, p):
+                counts[c, d, o] += 1
+            x = p
+
+
+@njit(cache=True)
+def _contains(sorted_values, x):
+    i = np.searchsorted(sorted_values, x)
+    return i < sorted_values.shape[0] and sorted_values[i] == x

@@ -228,17 +228,49 @@ class TwoLevelMemory(Estimator):
         n = self.memory_.n_states
         self.clusters_.grow(n)
         k = self.clusters_.n_clusters
-        t2 = level2_transitions(self.memory_._next, n, self.clusters_.assignment, k)
+        own = getattr(self.merger_, "level2_transitions", None)  # a merger that knows level 2 (fold)
+        t2 = own(self.memory_, self.clusters_) if own is not None else None
+        self._t2 = t2 = t2 if t2 is not None else level2_transitions(self.memory_._next, n, self.clusters_.assignment, k)
+        self._joined_since_t2 = []
         cluster_obs = self.clusters_.cluster_emission(self.memory_.emission)
         order = np.argsort(cluster_obs, kind="stable")
         em_idx = order[cluster_obs[order] >= 0].astype(np.int64)
         em_ptr = np.zeros(self.n_obs + 1, dtype=np.int64)
         em_ptr[1:] = np.cumsum(np.bincount(cluster_obs[cluster_obs >= 0], minlength=self.n_obs))
-        self._level2 = Level2(k, *t2, self.clusters_.assignment, cluster_obs, em_ptr, em_idx)
+        self._level2 = Level2(k, *t2[:3], self.clusters_.assignment, cluster_obs, em_ptr, em_idx)
         if self._k != k:  # beliefs over the old clusters are dropped
             self._anchored, self._filtered = new_belief(k), new_belief(k)
             self._scratch = new_scratch(k, self.n_obs)
             self._k = k
+
+    def _refresh_level2(self) -> None:
+        """The periodic level-2 refresh: T2 gains the links of the states that joined clusters online
+        since it was last computed (the same matrix as :meth:`_set_level2`, without a pass over level 1)."""
+        from ._agent_kernels import level2_add_links
+
+        if self._joined_since_t2 is None:  # a replaced link may have removed counted links (or a load)
+            self._set_level2()
+            return
+        if not self._joined_since_t2:
+            return
+        joined = np.concatenate(self._joined_since_t2)
+        cluster_of, nxt = self.clusters_.assignment, self.memory_._next
+        parent, act = self._parent[joined], self._parent_action[joined]
+        linked = parent >= 0
+        linked[linked] = (nxt[act[linked], parent[linked]] == joined[linked]) & (cluster_of[parent[linked]] >= 0)
+        src, acts, dst = [parent[linked]], [act[linked]], [joined[linked]]
+        for a in range(self.n_actions):
+            w = nxt[a, joined]
+            keep = w >= 0
+            keep[keep] = (cluster_of[w[keep]] >= 0) & ~np.isin(w[keep], joined)
+            src.append(joined[keep]); acts.append(np.full(int(keep.sum()), a, dtype=np.int64)); dst.append(w[keep])
+        src, acts, dst = np.concatenate(src), np.concatenate(acts), np.concatenate(dst)
+        k = self.clusters_.n_clusters
+        indptr, indices, _, counts, first = self._t2
+        self._t2 = t2 = level2_add_links(indptr, indices, counts, first, k, src, acts * k + cluster_of[src],
+                                         cluster_of[dst])
+        self._joined_since_t2 = []
+        self._level2 = self._level2._replace(t2_ptr=t2[0], t2_idx=t2[1], t2_val=t2[2])
 
     def _grow_lineage(self, capacity: int) -> None:
         """Parent (state, action) of every level-1 state at its creation (-1: the start state)."""
@@ -248,27 +280,51 @@ class TwoLevelMemory(Estimator):
             self._parent = np.concatenate([self._parent, extra])
             self._parent_action = np.concatenate([self._parent_action, extra])
 
-    def _note_changes(self, actions, out, g0, g1, n_before) -> None:
-        """After steps ``g0..g1``: record the parents of new level-1 states and invalidate the
-        cached per-cluster features (see :meth:`~hmmmerge.clusters.Clusters.cache`) of clusters
-        whose states joined online or whose level-1 neighbourhood gained a link."""
+    def _note_changes(self, steps, out, g0, g1, n_before) -> None:
+        """After steps ``g0..g1``: record the parents of new level-1 states and bring the per-depth
+        counts that the clusters keep (see :meth:`~hmmmerge.clusters.Clusters.depth_counts`) up to date.
+
+        A new state adds to the counts of its ancestors' clusters; a state that
+        joined a cluster online adds its whole breadth-first counts; a replaced
+        link (Algorithm 1 replaces ``T(h, a)`` when it predicted another colour)
+        removes a subtree, so the clusters upstream of it are counted again later.
+        """
         from ._agent_kernels import stale_clusters
+        from ._successor_kernels import add_new_descendants
 
         states = out.state[g0:g1]
         fresh = np.flatnonzero(states >= n_before)
         created = fresh[np.unique(states[fresh], return_index=True)[1]] + g0  # the step creating each new state
-        acts = actions[created]
+        acts = steps.actions[created]
         parents = np.where(acts >= 0, out.state[np.maximum(created - 1, 0)], -1)
         self._parent[out.state[created]] = parents
         self._parent_action[out.state[created]] = acts
         k = self.clusters_.n_clusters
         if k == 0:
             return
-        flags = np.zeros(k, dtype=bool)
-        flags[self.clusters_.assignment[states[out.joined[g0:g1]]]] = True
-        stale_clusters(parents[parents >= 0], self._parent, self._parent_action, self.memory_._next,
-                       self.clusters_.assignment, int(self.horizon), flags)
-        self.clusters_.invalidate(np.flatnonzero(flags))
+        cluster_of = self.clusters_.assignment
+        joined = states[out.joined[g0:g1]]
+        nxt = self.memory_._next
+        g = np.arange(g0, g1)
+        replaced = g[(steps.actions[g0:g1] >= 0) & (out.l1[g0:g1] >= 0) & (out.l1[g0:g1] != steps.obs[g0:g1])]
+        if len(replaced):
+            self._joined_since_t2 = None
+        elif self._joined_since_t2 is not None and len(joined):
+            self._joined_since_t2.append(joined)
+        for key, (valid, counts) in list(self.clusters_._caches.items()):
+            add_new_descendants(out.state[created], self._parent, self._parent_action, nxt, self.memory_._emission,
+                                cluster_of, np.sort(joined), valid, counts)
+            owners = cluster_of[joined]
+            ok = valid[owners]
+            if ok.any():
+                from .merging import _set_counts
+
+                np.add.at(counts, owners[ok], _set_counts(self.memory_, [[u] for u in joined[ok]], counts.shape[1]))
+        if len(replaced):
+            flags = np.zeros(k, dtype=bool)
+            stale_clusters(out.state[replaced - 1], self._parent, self._parent_action, nxt, cluster_of,
+                           int(self.horizon), flags)
+            self.clusters_.invalidate(np.flatnonzero(flags))
 
     def sleep(self) -> list[dict]:
         """Run the merger's sleep now (partition the unclustered level-1 states, merge).
@@ -296,6 +352,10 @@ class TwoLevelMemory(Estimator):
         :func:`~hmmmerge.evaluate.weighted_purity` computes them."""
         from .evaluate import cluster_top_counts
 
+        own = getattr(self.merger_, "purity", None)  # a merger that keeps label counts per cluster (fold)
+        got = own(self.memory_, self.clusters_) if own is not None else None
+        if got is not None:
+            return got
         n = self.memory_.n_states
         assignment = self.clusters_.assignment[:n]
         connected = assignment >= 0
@@ -304,7 +364,14 @@ class TwoLevelMemory(Estimator):
             return float("nan"), float("nan")
         if not connected.any():
             return float("nan"), float("nan")
-        sizes, top = cluster_top_counts(assignment[connected], labels)  # one pass for both (weighted_purity)
+        a = assignment[connected]
+        n_labels = int(labels.max()) + 1
+        k = self.clusters_.n_clusters
+        if k * n_labels <= 20_000_000:  # ids are 0..k-1 and labels >= 0: one counting pass, no sort
+            sizes = np.bincount(a, minlength=k)
+            top = np.bincount(a * n_labels + labels, minlength=k * n_labels).reshape(k, n_labels).max(axis=1)
+        else:
+            sizes, top = cluster_top_counts(a, labels)  # one pass for both (weighted_purity)
         out = []
         for smallest in (1, 2):
             keep = sizes >= smallest
@@ -384,7 +451,7 @@ class TwoLevelMemory(Estimator):
                 n_before = mem.n_states
                 agent_steps(steps, g, stop, level1, level2, self._anchored, self._filtered, self._fo,
                             self._scratch, out, bool(self.online_connect))
-                self._note_changes(steps.actions, out, g, stop, n_before)
+                self._note_changes(steps, out, g, stop, n_before)
                 self.steps_ += stop - g
                 if place is not None and place(mem, self.clusters_, out.state[g:stop], self.rng_):
                     self.clusters_.grow(mem.capacity)
@@ -392,7 +459,7 @@ class TwoLevelMemory(Estimator):
                 g = stop
                 if self.steps_ >= next_refresh:
                     self.clusters_.grow(mem.capacity)
-                    self._set_level2()
+                    self._refresh_level2()
                     next_refresh += refresh
                 if self.steps_ >= next_sleep:
                     self.sleep_pending_ = True
@@ -626,6 +693,7 @@ class TwoLevelMemory(Estimator):
             raise ValueError(f"{src}: stored level-2 transitions do not match the clusters")
         agent._level2 = agent._level2._replace(t2_ptr=t2[0].astype(np.int64), t2_idx=t2[1].astype(np.int64),
                                                t2_val=t2[2].astype(np.float64))
+        agent._joined_since_t2 = None  # the states joined since that refresh are not stored: recount at the next
         return agent
 
 

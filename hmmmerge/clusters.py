@@ -99,52 +99,66 @@ class Clusters:
         self._rep[a[rows]] = rows
 
     # ------------------------------------------------------------ per-cluster caches
-    def cache(self, key, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(valid, values, depth)``: per-cluster values kept across changes, under ``key``.
+    def depth_counts(self, key, horizon: int, n_obs: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(valid, counts)``: per-cluster counts kept across changes, under ``key``.
 
-        ``values`` is (n_clusters, width) float, ``depth`` (n_clusters,) int; a
-        row is trusted only where ``valid``.  Every change of a cluster's members
-        (here, or through :meth:`invalidate` for changes this object cannot see,
-        e.g. of level 1 around its states) clears its flag, and renumbering keeps
-        rows with their clusters; a merged cluster is invalid.  This is how
-        successor features are recomputed only for clusters that changed.
+        ``counts`` is (n_clusters, horizon, n_obs) int: what
+        :func:`~hmmmerge._successor_kernels.set_depth_counts` gives for each
+        cluster's states (observations per breadth-first depth); a row is trusted
+        only where ``valid``.  A change of a cluster's members here clears its flag
+        (the caller may compute the new row and set it again), as does
+        :meth:`invalidate` for changes this object cannot see; renumbering keeps
+        rows with their clusters, and merged clusters add their rows (counts of
+        disjoint sets add up).  This is how successor features are kept up to date
+        without recomputing them from all the states of a cluster.  ``None`` if
+        the table would need more than ``max_bytes`` (then nothing is kept).
 
         >>> cl = Clusters(np.array([0, 1, 2]))
-        >>> valid, values, _ = cl.cache("f", 2); valid[:] = True; values[:, 0] = [10, 11, 12]
-        >>> cl.merge([(0, 1)]); valid, values, _ = cl.cache("f", 2)
-        >>> valid.tolist(), float(values[1, 0])   # clusters 0+1 merged into new 0 (invalid); old 2 is now 1
-        ([False, True], 12.0)
+        >>> valid, counts = cl.depth_counts("f", 1, 2); valid[:] = True; counts[:, 0, 0] = [10, 11, 12]
+        >>> cl.merge([(0, 1)]); valid, counts = cl.depth_counts("f", 1, 2)
+        >>> valid.tolist(), counts[:, 0, 0].tolist()   # clusters 0+1 merged into new 0; old 2 is now 1
+        ([True, True], [21, 12])
         """
+        shape = (int(horizon), int(n_obs))
+        if 8 * max(self._k, 1) * shape[0] * shape[1] > self.max_cache_bytes:
+            self._caches.pop(key, None)
+            return None
         entry = self._caches.get(key)
-        if entry is None or entry[1].shape[1] != width:
-            entry = (np.zeros(self._k, dtype=bool), np.zeros((self._k, width)), np.zeros(self._k, dtype=np.int64))
+        if entry is None or entry[1].shape[1:] != shape:
+            entry = (np.zeros(self._k, dtype=bool), np.zeros((self._k, *shape), dtype=np.int64))
             self._caches[key] = entry
         return entry
+
+    #: the largest per-cluster count table :meth:`depth_counts` keeps (bytes)
+    max_cache_bytes = 1 << 28
 
     def invalidate(self, cluster_ids) -> None:
         """Mark the cached values of ``cluster_ids`` stale (ids < 0 are ignored).
 
-        >>> cl = Clusters(np.array([0, 1])); valid, _, _ = cl.cache("f", 1); valid[:] = True
-        >>> cl.invalidate([1, -1]); cl.cache("f", 1)[0].tolist()
+        >>> cl = Clusters(np.array([0, 1])); valid, _ = cl.depth_counts("f", 1, 1); valid[:] = True
+        >>> cl.invalidate([1, -1]); cl.depth_counts("f", 1, 1)[0].tolist()
         [True, False]
         """
         ids = np.asarray(cluster_ids, dtype=np.int64)
         ids = ids[ids >= 0]
-        for valid, _, _ in self._caches.values():
+        for valid, _ in self._caches.values():
             valid[ids] = False
 
     def _remap_caches(self, new_of_old: np.ndarray, k_new: int) -> None:
-        """Carry cache rows to renumbered clusters (``new_of_old[c]`` < 0: gone); merged rows become invalid."""
+        """Carry cache rows to renumbered clusters (``new_of_old[c]`` < 0: gone); merged rows add up."""
         live = np.flatnonzero(new_of_old >= 0)
         target = new_of_old[live]
-        merged = np.bincount(target, minlength=k_new) > 1
-        for key, (valid, values, depth) in list(self._caches.items()):
-            v = np.zeros(k_new, dtype=bool)
-            x = np.zeros((k_new, values.shape[1]))
-            d = np.zeros(k_new, dtype=np.int64)
-            v[target], x[target], d[target] = valid[live], values[live], depth[live]
-            v[merged] = False
-            self._caches[key] = (v, x, d)
+        for key, (valid, counts) in list(self._caches.items()):
+            x = np.zeros((k_new, *counts.shape[1:]), dtype=np.int64)
+            hits = np.bincount(target, minlength=k_new)
+            if hits.max(initial=0) <= 1:  # a renumbering: rows move
+                v = np.zeros(k_new, dtype=bool)
+                v[target], x[target] = valid[live], counts[live]
+            else:
+                v = hits > 0  # new clusters start invalid
+                np.logical_and.at(v, target, valid[live])
+                np.add.at(x, target, counts[live])
+            self._caches[key] = (v, x)
 
     # ------------------------------------------------------------ changes
     def grow(self, n_states: int) -> None:
@@ -239,6 +253,21 @@ class Clusters:
         self._compact()
         return int(self.assignment[states[0]])
 
+    def relabel(self, new_of_old) -> None:
+        """Give cluster ``c`` the id ``new_of_old[c]`` (ids ``0..k'-1``, all used; equal ids merge clusters).
+
+        Like :meth:`merge` with the new numbering given: one pass over the states, cached counts move
+        with their clusters (merged ones add up).
+
+        >>> cl = Clusters(np.array([0, 1, 2, -1])); cl.relabel([1, 0, 1]); cl.assignment.tolist(), cl.n_clusters
+        ([1, 0, 1, -1], 2)
+        """
+        m = np.asarray(new_of_old, dtype=np.int64)
+        k_new = int(m.max()) + 1 if m.size else 0
+        if m.shape != (self._k,) or (m.size and m.min() < 0) or np.bincount(m, minlength=k_new).min(initial=1) == 0:
+            raise ValueError(f"new_of_old must map the {self._k} cluster ids onto 0..k'-1, each used")
+        self._compact(m)
+
     def compact(self) -> None:
         """Renumber clusters ``0..k-1`` after the assignment was edited directly (empty ids vanish).
 
@@ -262,20 +291,18 @@ class Clusters:
 
     def _compact(self, ids=None) -> None:
         """Renumber clusters ``0..k-1`` keeping their order; ``ids`` optionally maps old ids first."""
+        from ._cluster_kernels import renumber
+
         a = self.assignment
-        mask = a >= 0
-        before = a[mask]
-        old = before if ids is None else ids[before]
-        k = int(old.max()) + 1 if old.size else 0
-        used = np.bincount(old, minlength=k) > 0
-        new_id = np.cumsum(used) - 1
-        a[mask] = new_id[old]
         k_before = getattr(self, "_k", 0)
-        self._k = int(used.sum())
+        top = max(int(a.max(initial=-1)) + 1, k_before)
+        roots = np.arange(top, dtype=np.int64) if ids is None else np.asarray(ids, dtype=np.int64)
+        present, new_id, k = renumber(a, roots)
+        self._k = int(k)
         if k_before:
-            present = np.bincount(before, minlength=k_before)[:k_before] > 0
-            roots = np.arange(k_before) if ids is None else np.asarray(ids[:k_before], dtype=np.int64)
-            new_of_old = np.where(present, new_id[np.minimum(roots, max(k - 1, 0))] if k else -1, -1)
+            present = np.concatenate([present, np.zeros(max(k_before - len(present), 0), dtype=bool)])[:k_before]
+            new_of_old = np.full(k_before, -1, dtype=np.int64)
+            new_of_old[present] = new_id[roots[:k_before][present]]
             self._remap_caches(new_of_old, self._k)
             rep = np.zeros(self._k, dtype=np.int64)
             live = np.flatnonzero(new_of_old >= 0)

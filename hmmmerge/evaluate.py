@@ -512,6 +512,10 @@ def weighted_purity(assignment, labels, *, include_singletons: bool = False) -> 
     return float(top[keep].sum() / sizes[keep].sum())
 
 
+#: largest (clusters x labels) table counted densely (160 MB of int64); larger ones are counted by sorting
+_DENSE_CELLS = 20_000_000
+
+
 def _present_top_counts(a: np.ndarray, lab: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Size and top label count of each cluster present in ``a`` (sorted ids), and those ids.
 
@@ -523,7 +527,7 @@ def _present_top_counts(a: np.ndarray, lab: np.ndarray) -> tuple[np.ndarray, np.
     k, n_labels = len(ids), int(lc.max()) + 1 if lc.size else 1
     ac, lc = ac.astype(np.int64).ravel(), lc.astype(np.int64).ravel()
     sizes = np.bincount(ac, minlength=k)
-    if k * n_labels <= 20_000_000:  # dense table: one O(n) pass
+    if k * n_labels <= _DENSE_CELLS:  # dense table: one O(n) pass
         table = np.bincount(ac * n_labels + lc, minlength=k * n_labels).reshape(k, n_labels)
         return sizes, table.max(axis=1), ids
     pairs, counts = np.unique(ac * n_labels + lc, return_counts=True)
@@ -544,6 +548,12 @@ def cluster_top_counts(assignment: np.ndarray, labels: np.ndarray) -> tuple[np.n
     keep = assignment >= 0
     a, lab = assignment[keep], labels[keep]
     k = int(a.max()) + 1 if a.size else 0
+    if a.size and lab.min() >= 0 and k * (int(lab.max()) + 1) <= _DENSE_CELLS:
+        # ids and labels index a dense table directly: no sort (the agent calls this at every sleep)
+        n_labels = int(lab.max()) + 1
+        a = a.astype(np.int64)
+        table = np.bincount(a * n_labels + lab.astype(np.int64), minlength=k * n_labels).reshape(k, n_labels)
+        return np.bincount(a, minlength=k).astype(np.int64), table.max(axis=1).astype(np.int64)
     sizes, top = np.zeros(k, dtype=np.int64), np.zeros(k, dtype=np.int64)
     if a.size:
         s, t, ids = _present_top_counts(a, lab)

@@ -89,6 +89,7 @@ Examples
 from __future__ import annotations
 
 import math
+import weakref
 
 import numpy as np
 
@@ -96,12 +97,11 @@ from ._validation import check_int
 
 __all__ = ["FoldMerger", "default_min_evidence"]
 
-# journal operations (undone in reverse order) and their tuple lengths
-_PLACE, _ROOT, _UNION, _DELTA, _RED, _CONFLICT = range(6)
-_OP_LEN = (2, 2, 2, 5, 2, 1)
 _STATS = ("merges", "promotions", "undos", "conflicts")
 _ARRAYS = ("parent", "action", "colour", "uf", "uf_time", "just", "red", "has_row", "delta", "dchild", "reds",
            "journal", "conflicts", "decisions", "stats", "cid", "pending")
+_NODE_ARRAYS = ("parent", "action", "colour", "uf", "uf_time", "just", "red", "has_row", "delta", "dchild",
+                "cid", "stamp", "reds", "links", "first")
 
 
 def default_min_evidence(n_obs: int, risk: float = 1e-3) -> int:
@@ -121,6 +121,13 @@ def default_min_evidence(n_obs: int, risk: float = 1e-3) -> int:
     return max(3, math.ceil(math.log(1 / risk) / math.log(n_obs) - 1e-9))
 
 
+def _grown(a: np.ndarray, size: int, fill) -> np.ndarray:
+    """``a`` extended along its first axis to ``size`` rows of ``fill``."""
+    out = np.full((size,) + a.shape[1:], fill, dtype=a.dtype)
+    out[:len(a)] = a
+    return out
+
+
 class FoldMerger:
     """Evidence-driven folding of level-1 states into a deterministic level 2.
 
@@ -137,6 +144,8 @@ class FoldMerger:
 
     Nodes are level-1 states shifted by one; node 0 is the virtual start state
     whose one action (index ``n_actions``) leads to the first observation.
+    The state lives in flat arrays worked on by the numba kernels of
+    :mod:`hmmmerge._fold_kernels`.
 
     Examples
     --------
@@ -156,29 +165,41 @@ class FoldMerger:
         self._A = None
 
     # ------------------------------------------------------------ set-up
-    def _init(self, n_obs: int, n_actions: int) -> None:
+    def _init(self, n_obs: int, n_actions: int, capacity: int = 1024) -> None:
+        from ._fold_kernels import LINKS_OK, N_SC, FoldState
+
         self._A = int(n_actions)
         self._n_obs = int(n_obs)
         self._k = default_min_evidence(n_obs) if self.min_evidence is None else self.min_evidence
-        # per node (node 0 = virtual start, node h + 1 = level-1 state h)
-        self._parent = [-1]        # parent node of the level-1 state (0 for a first observation)
-        self._action = [-1]        # action that led to it (n_actions for a first observation)
-        self._colour = [-1]
-        self._uf = [0]             # union-find parent (-1: not placed); roots are blocks
-        self._uf_time = [-1]       # journal index of the operation that attached the node
-        self._just = [-1]          # placement: the level-1 child whose transition it followed; -1 fold
-        self._delta = [[-1] * (n_actions + 1)]    # per root: successor node per action
-        self._dchild = [[-1] * (n_actions + 1)]   # per root: a level-1 node that gave that successor
-        self._red = [True]
-        self._reds_by_colour: dict[int, list[int]] = {}
-        self._journal: list[tuple] = []
-        self._conflicts: list[tuple[int, int]] = []   # (node, parent node) placed against a transition
-        self._settled = 0                              # conflicts before this index have no merge to undo
-        self._decisions: list[int] = []               # journal index at which each fold decision began
-        self.stats = {"merges": 0, "promotions": 0, "undos": 0, "conflicts": 0}
-        self._cid: dict[int, int] = {}   # root node -> cluster id, as last written
+        A1 = self._A + 1
+        cap = max(int(capacity), 16)
+
+        def full(fill, dtype=np.int64, shape=()):
+            return np.full((cap,) + shape, fill, dtype=dtype)
+
+        self._st = FoldState(parent=full(-1), action=full(-1), colour=full(-1), uf=full(-1), uf_time=full(-1),
+                             just=full(-1), red=full(False, bool), has_row=full(False, bool),
+                             delta=full(-1, shape=(A1,)), dchild=full(-1, shape=(A1,)), cid=full(-1),
+                             stamp=full(0), links=full(0, shape=(A1,)), first=full(-1, shape=(A1,)), journal=np.full((4 * cap, 5), -1, dtype=np.int64), reds=full(-1),
+                             conflicts=np.full((16, 2), -1, dtype=np.int64), decisions=np.full(16, -1, np.int64),
+                             sc=np.zeros(N_SC, dtype=np.int64))
+        st = self._st
+        # node 0: the virtual start state, a red root with a transition row
+        st.parent[0], st.uf[0], st.red[0], st.has_row[0] = -1, 0, True, True
+        st.sc[LINKS_OK] = 1
+        self._n = 1                       # nodes recorded or reserved (level-1 states + 1)
+        self._undos = 0
         self._last = -1                   # the level-1 state of the last step seen by place()
         self._pending: list[int] = []     # nodes unplaced by an undo, placed again at the next sleep
+        # cluster ids: _croot[c] is a node of cluster c's block as last written (ids grow with place());
+        # _written identifies the Clusters object written to; _dirty: blocks changed in another way
+        self._croot = np.zeros(0, dtype=np.int64)
+        self._written = None
+        self._dirty = True
+        # label counts per cluster id (for purity), kept while the ids are current
+        self._tab = np.zeros((0, 0), dtype=np.int64)
+        self._tab_ok = False
+        self._unlabelled = False
 
     def _check(self, memory) -> None:
         if self._A is None:
@@ -187,71 +208,66 @@ class FoldMerger:
             raise ValueError(f"the memory has {memory.n_obs} observations / {memory.n_actions} actions; "
                              f"this merger was fed {self._n_obs} / {self._A}")
 
+    def _room(self, nodes: int = 0, journal: int = 0, conflicts: int = 0, decisions: int = 0) -> None:
+        """Grow the arrays so that ``nodes`` nodes fit and the lists can take the given extra entries."""
+        from ._fold_kernels import JLEN, NCONF, NDEC
+
+        st = self._st
+        new = {}
+        cap = len(st.parent)
+        if nodes > cap:
+            size = max(nodes, 2 * cap)
+            for name in _NODE_ARRAYS:
+                a = getattr(st, name)
+                new[name] = _grown(a, size, False if a.dtype == bool else (0 if name in ("stamp", "links") else -1))
+        for name, idx, extra in (("journal", JLEN, journal), ("conflicts", NCONF, conflicts),
+                                 ("decisions", NDEC, decisions)):
+            a = getattr(st, name)
+            need = int(st.sc[idx]) + extra
+            if need > len(a):
+                new[name] = _grown(a, max(need, 2 * len(a)), -1)
+        if new:
+            self._st = st._replace(**new)
+        self._n = max(self._n, nodes)
+
     @property
     def n_recorded(self) -> int:
-        return 0 if self._A is None else len(self._parent) - 1
+        return 0 if self._A is None else self._n - 1
 
     @property
     def n_red(self) -> int:
-        return 0 if self._A is None else sum(len(v) for v in self._reds_by_colour.values())
+        from ._fold_kernels import NRED
+
+        return 0 if self._A is None else int(self._st.sc[NRED])
 
     @property
     def evidence_minimum(self) -> int | None:
         """The evidence minimum in use (known once the alphabet sizes are)."""
         return None if self._A is None else self._k
 
-    # ------------------------------------------------------------ union-find
-    def _find(self, x: int) -> int:
-        uf = self._uf
-        while uf[x] != x:
-            x = uf[x]
-        return x
+    @property
+    def stats(self) -> dict:
+        """Counters: ``merges``, ``promotions``, ``undos``, ``conflicts`` (all zero before any data)."""
+        from ._fold_kernels import CONFLICTS, MERGES, PROMOTIONS
 
-    def _log(self, *op) -> None:
-        self._journal.append(op)
-
-    def _rollback(self, t: int, unplaced: list | None = None) -> None:
-        """Undo journal entries from index ``t`` on (latest first)."""
-        j = self._journal
-        while len(j) > t:
-            op = j.pop()
-            kind = op[0]
-            if kind == _PLACE:
-                self._uf[op[1]] = -1
-                if unplaced is not None:
-                    unplaced.append(op[1])
-            elif kind == _ROOT:
-                x = op[1]
-                self._uf[x] = -1
-                self._delta[x] = None
-                self._dchild[x] = None
-                if unplaced is not None:
-                    unplaced.append(x)
-            elif kind == _UNION:
-                self._uf[op[1]] = op[1]
-            elif kind == _DELTA:
-                _, x, a, old, oldc = op
-                self._delta[x][a] = old
-                self._dchild[x][a] = oldc
-            elif kind == _RED:
-                x = op[1]
-                self._red[x] = False
-                self._reds_by_colour[self._colour[x]].pop()
-            elif kind == _CONFLICT:
-                self._conflicts.pop()
-                self._settled = min(self._settled, len(self._conflicts))
-        while self._decisions and self._decisions[-1] >= t:
-            self._decisions.pop()
+        if self._A is None:
+            return dict.fromkeys(_STATS, 0)
+        sc = self._st.sc
+        return {"merges": int(sc[MERGES]), "promotions": int(sc[PROMOTIONS]), "undos": self._undos,
+                "conflicts": int(sc[CONFLICTS])}
 
     # ------------------------------------------------------------ experience
-    def _grow(self, n: int) -> None:
-        grow = n + 1 - len(self._parent)
-        if grow > 0:
-            for lst, v in ((self._parent, -1), (self._action, -1), (self._colour, -1), (self._uf, -1),
-                           (self._uf_time, -1), (self._just, -1), (self._red, False)):
-                lst.extend([v] * grow)
-            self._delta.extend([None] * grow)
-            self._dchild.extend([None] * grow)
+    def _place_all(self, nodes) -> None:
+        """Place recorded nodes in order (parents first)."""
+        from ._fold_kernels import place_nodes
+
+        nodes = np.asarray(nodes, dtype=np.int64)
+        if not len(nodes):
+            return
+        self._room(journal=2 * len(nodes), conflicts=len(nodes))
+        self._dirty = True
+        if place_nodes(self._st, nodes) >= 0:
+            raise ValueError("level-1 states must be placed after their parents")
 
     def observe(self, memory, states, actions=None) -> None:
         """Record the level-1 states of experienced steps and place the new ones.
@@ -274,24 +290,25 @@ class FoldMerger:
         A = self._A
         nxt = memory.next_state
         emission = memory.emission
-        self._grow(memory.n_states)
+        self._room(nodes=memory.n_states + 1)
+        st = self._st
+        new = []
         for e, row in enumerate(states):
             row = np.asarray(row, dtype=np.int64).tolist()
             acts = None if actions is None else np.asarray(actions[e], dtype=np.int64).tolist()
             prev = -1
             for t, h in enumerate(row):
                 node = h + 1
-                if self._parent[node] < 0 and node > 0 and h >= 0:
+                if st.parent[node] < 0 and node > 0 and h >= 0:
                     if t == 0:
                         pnode, a = 0, A
                     else:
                         a = acts[t] if acts is not None else _link_action(nxt, prev, h)
                         pnode = prev + 1
-                    self._parent[node] = pnode
-                    self._action[node] = a
-                    self._colour[node] = int(emission[h])
-                    self._place(node)
+                    st.parent[node], st.action[node], st.colour[node] = pnode, a, int(emission[h])
+                    new.append(node)
                 prev = h
+        self._place_all(new)
 
     def observe_tree(self, memory) -> None:
         """Record every state of a deterministic ``memory`` from its links (a prefix tree) and place it.
@@ -309,216 +326,58 @@ class FoldMerger:
         action = np.full(n, -1, dtype=np.int64)
         nxt = memory.next_state
         for a in range(self._A):
-            src = np.flatnonzero(nxt[a] >= start)
+            src = np.flatnonzero(nxt[a] >= 0)
             if ((parent[nxt[a, src]] != -2)).any():
                 raise ValueError("a level-1 state has two incoming links: not a prefix tree")
             parent[nxt[a, src]] = src
             action[nxt[a, src]] = a
-        self._grow(n)
-        for h in range(start, n):
-            if parent[h] == -2:
-                if h != memory.start_state:
-                    raise ValueError(f"level-1 state {h} has no incoming link (a replaced link?): "
-                                     "use observe() with the step stream")
-                pnode, a = 0, self._A
-            else:
-                pnode, a = int(parent[h]) + 1, int(action[h])
-            node = h + 1
-            self._parent[node], self._action[node] = pnode, a
-            self._colour[node] = int(memory.emission[h])
-            self._place(node)
-
-    def _place(self, node: int) -> None:
-        """Put a recorded, unplaced node into the block its parent's transition leads to."""
-        pnode = self._parent[node]
-        if self._uf[pnode] < 0:
-            raise ValueError("level-1 states must be placed after their parents")
-        p = self._find(pnode)
-        a = self._action[node]
-        q = self._delta[p][a]
-        t = len(self._journal)
-        if q >= 0:
-            q = self._find(q)
-            if self._colour[q] == self._colour[node]:
-                self._uf[node] = q
-                self._uf_time[node] = t
-                self._just[node] = self._dchild[p][a]
-                self._log(_PLACE, node)
-                return
-            # the transition says another colour: a contradiction, resolved at the next sleep
-            self._make_root(node, t)
-            self._conflicts.append((node, self._dchild[p][a]))
-            self._log(_CONFLICT)
-            self.stats["conflicts"] += 1
-            return
-        self._make_root(node, t)
-        self._set_delta(p, a, node, node)
-
-    def _make_root(self, node: int, t: int) -> None:
-        self._uf[node] = node
-        self._uf_time[node] = t
-        self._just[node] = -1
-        self._delta[node] = [-1] * (self._A + 1)
-        self._dchild[node] = [-1] * (self._A + 1)
-        self._log(_ROOT, node)
-
-    def _set_delta(self, x: int, a: int, target: int, child: int) -> None:
-        self._log(_DELTA, x, a, self._delta[x][a], self._dchild[x][a])
-        self._delta[x][a] = target
-        self._dchild[x][a] = child
-
-    def _set_red(self, x: int) -> None:
-        self._red[x] = True
-        self._reds_by_colour.setdefault(self._colour[x], []).append(x)
-        self._log(_RED, x)
+        self._room(nodes=n + 1)
+        h = np.arange(start, n)
+        orphan = h[parent[start:] == -2]
+        if len(orphan) and (orphan != memory.start_state).any():
+            bad = int(orphan[orphan != memory.start_state][0])
+            raise ValueError(f"level-1 state {bad} has no incoming link (a replaced link?): "
+                             "use observe() with the step stream")
+        st = self._st
+        top = parent[start:] == -2
+        st.parent[h + 1] = np.where(top, 0, parent[start:] + 1)
+        st.action[h + 1] = np.where(top, self._A, action[start:])
+        st.colour[h + 1] = memory.emission[start:n]
+        self._place_all(h + 1)
 
     # ------------------------------------------------------------ folding
-    def _fold(self, r: int, b: int) -> int:
-        """Merge block ``b`` into ``r`` and, recursively, their successors; return the evidence or -1 (clash).
-
-        The evidence is the number of distinct blocks other than ``r`` that
-        blocks of ``b``'s side were compared with and agreed: agreements with
-        one block again (a self-loop at a wall, paths that met) add nothing.
-
-        Changes are journaled; the caller rolls back a refused or tentative fold.
-        """
-        compared: set[int] = set()
-        stack = [(r, b)]
-        A1 = self._A + 1
-        colour, delta, dchild, uf, red = self._colour, self._delta, self._dchild, self._uf, self._red
-        uf_time, just, journal = self._uf_time, self._just, self._journal
-        while stack:
-            x, y = stack.pop()
-            while uf[x] != x:
-                x = uf[x]
-            while uf[y] != y:
-                y = uf[y]
-            if x == y:
-                continue
-            if colour[x] != colour[y]:
-                return -1
-            if red[y] and not red[x]:
-                x, y = y, x
-            compared.add(x)
-            uf[y] = x
-            uf_time[y] = len(journal)
-            just[y] = -1
-            journal.append((_UNION, y))
-            dx, dy, cx = delta[x], delta[y], dchild[x]
-            for a in range(A1):
-                ty = dy[a]
-                if ty < 0:
-                    continue
-                tx = dx[a]
-                if tx < 0:
-                    journal.append((_DELTA, x, a, -1, cx[a]))
-                    dx[a] = ty
-                    cx[a] = dchild[y][a]
-                else:
-                    stack.append((tx, ty))
-        return len(compared) - 1
-
-    def _blues(self) -> list[int]:
-        """Non-red blocks that a red block leads to, in a fixed order."""
-        out, seen = [], set()
-        for reds in self._reds_by_colour.values():
-            for r in reds:
-                for t in self._delta[r]:
-                    if t >= 0:
-                        t = self._find(t)
-                        if not self._red[t] and t not in seen:
-                            seen.add(t)
-                            out.append(t)
-        if self._delta[0] is not None:
-            for t in self._delta[0]:
-                if t >= 0:
-                    t = self._find(t)
-                    if not self._red[t] and t not in seen:
-                        seen.add(t)
-                        out.append(t)
-        out.sort()
-        return out
-
     def _blue_fringe(self) -> None:
-        """Promote, then merge (most evidence first) until every blue block waits for evidence.
+        """Promote, then merge (most evidence first) until every blue block waits for evidence
+        (:func:`hmmmerge._fold_kernels.blue_fringe`)."""
+        from ._fold_kernels import NEED_ROOM, NROOTS, blue_fringe
 
-        A blue block is merged into the consistent red block of its colour with
-        most evidence, and only if that evidence leads the runner-up's by at
-        least ``min_evidence`` (the pair with the largest lead goes first).
-        Clashes are cached for the sleep (a clash stays a clash as the
-        automaton grows); evidence counts are recomputed after every change.
-        """
-        clashes: set[tuple[int, int]] = set()
-        cache: dict[tuple[int, int], tuple[int, int]] = {}
-        epoch = 0
         while True:
-            k = self._attainable_minimum()
-            blues = self._blues()
-            if not blues:
+            roots = int(self._st.sc[NROOTS])
+            self._room(journal=(roots + 1) * (2 * self._A + 6) + 64, decisions=roots + 2)
+            if blue_fringe(self._st, self._k) != NEED_ROOM:
                 return
-            best, best_pair, promoted = -1, None, False
-            for b in blues:
-                consistent, ev_b, r_b, runner_up = 0, -1, -1, 0
-                for r in self._reds_by_colour.get(self._colour[b], ()):
-                    if (b, r) in clashes:
-                        continue
-                    got = cache.get((b, r))
-                    if got is not None and got[0] == epoch:
-                        ev = got[1]
-                    else:
-                        mark = len(self._journal)
-                        ev = self._fold(r, b)
-                        self._rollback(mark)
-                        if ev < 0:
-                            clashes.add((b, r))
-                        else:
-                            cache[(b, r)] = (epoch, ev)
-                    if ev >= 0:
-                        consistent += 1
-                        if ev > ev_b:
-                            runner_up = max(runner_up, ev_b)
-                            ev_b, r_b = ev, r
-                        else:
-                            runner_up = max(runner_up, ev)
-                lead = ev_b - runner_up
-                if consistent and lead > best:
-                    best, best_pair = lead, (r_b, b)
-                if not consistent:
-                    self._set_red(b)
-                    self.stats["promotions"] += 1
-                    promoted = True
-            epoch += 1
-            if promoted:
-                continue
-            if best < k:
-                return
-            mark = len(self._journal)
-            self._decisions.append(mark)
-            if self._fold(*best_pair) < 0:   # cannot happen after a complete tentative fold; kept safe
-                self._rollback(mark)
-                clashes.add(best_pair[::-1])
-            else:
-                self.stats["merges"] += 1
-
-    def _attainable_minimum(self) -> int:
-        """``min_evidence``, lowered (not below 2) to what an automaton of ``n_red`` blocks can show.
-
-        Evidence counts distinct blocks other than the red candidate, so with
-        ``n_red`` red blocks about ``n_red - 1`` agreements is all that a
-        world with few distinguishable states (an aliased loop) can ever give.
-        """
-        return max(min(self._k, self.n_red - 1), min(self._k, 2))
 
     # ------------------------------------------------------------ undo
+    def _find(self, x: int) -> int:
+        uf = self._st.uf
+        while uf[x] != x:
+            x = int(uf[x])
+        return x
+
     def _decision_of(self, t: int) -> int:
         """The journal index of the fold decision containing journal entry ``t``."""
-        import bisect
+        dec = self._decisions_array()
+        return int(dec[np.searchsorted(dec, t, side="right") - 1])
 
-        i = bisect.bisect_right(self._decisions, t) - 1
-        return self._decisions[i]
+    def _decisions_array(self) -> np.ndarray:
+        from ._fold_kernels import NDEC
+
+        return self._st.decisions[:int(self._st.sc[NDEC])]
 
     def _responsible(self, u: int, w: int) -> int:
         """Latest fold decision (journal index) that made nodes ``u`` and ``w`` share a block; -1 if none."""
+        st = self._st
+        uf, just, parent, uf_time = st.uf, st.just, st.parent, st.uf_time
         latest = -1
         pending = [(u, w)]
         seen = set()
@@ -531,32 +390,32 @@ class FoldMerger:
             x = u
             while True:
                 path_u[x] = len(path_u)
-                if self._uf[x] == x:
+                if uf[x] == x:
                     break
-                x = self._uf[x]
+                x = int(uf[x])
             # walk w up to the first common ancestor
             edges = []
             y = w
             while y not in path_u:
                 edges.append(y)
-                y = self._uf[y]
+                y = int(uf[y])
             x = u
             while x != y:
                 edges.append(x)
-                x = self._uf[x]
+                x = int(uf[x])
             for z in edges:
-                just = self._just[z]
-                if just < 0:       # a fold union (or a conflict root, which joins nothing)
-                    latest = max(latest, self._decision_of(self._uf_time[z]))
-                else:              # placed by following the transition that ``just`` created
-                    pending.append((self._parent[z], self._parent[just]))
-                    pending.append((just, self._uf[z]))
+                j = int(just[z])
+                if j < 0:          # a fold union (or a conflict root, which joins nothing)
+                    latest = max(latest, self._decision_of(int(uf_time[z])))
+                else:              # placed by following the transition that ``j`` created
+                    pending.append((int(parent[z]), int(parent[j])))
+                    pending.append((j, int(uf[z])))
         return latest
 
     @property
     def decisions(self) -> list[int]:
         """The merge decisions in force, as journal positions (oldest first)."""
-        return list(self._decisions) if self._A is not None else []
+        return self._decisions_array().tolist() if self._A is not None else []
 
     def contradicted_merge(self) -> int:
         """The latest merge decision behind a contradicted transition placed since the last sleep; -1 if none.
@@ -564,10 +423,14 @@ class FoldMerger:
         >>> FoldMerger().contradicted_merge()
         -1
         """
+        from ._fold_kernels import NCONF, SETTLED
+
         t = -1
         if self._A is not None:
-            for node, child in self._conflicts[self._settled:]:
-                t = max(t, self._responsible(self._parent[node], self._parent[child]))
+            st = self._st
+            parent = st.parent
+            for node, child in st.conflicts[int(st.sc[SETTLED]):int(st.sc[NCONF])].tolist():
+                t = max(t, self._responsible(int(parent[node]), int(parent[child])))
         return t
 
     def undo(self, decision: int) -> list[int]:
@@ -577,32 +440,41 @@ class FoldMerger:
         before the merge; returns the level-1 states that became unplaced (to
         be placed again: the next :meth:`sleep` does it).
         """
+        from ._fold_kernels import JLEN, LINKS_OK, rollback
+
         if decision not in self.decisions:
             raise ValueError(f"{decision!r} is not a merge decision in force")
-        unplaced: list[int] = []
-        self._rollback(decision, unplaced)
-        self.stats["undos"] += 1
+        buf = np.empty(int(self._st.sc[JLEN]) - decision, dtype=np.int64)
+        m = rollback(self._st, decision, buf)
+        self._st.sc[LINKS_OK] = 0       # per-block link counts are recounted when next needed
+        unplaced = buf[:m].tolist()
+        self._undos += 1
+        self._dirty = True
         self._pending.extend(unplaced)
         return sorted(x - 1 for x in unplaced)
 
     def _place_pending(self) -> None:
-        pending = sorted(set(x for x in self._pending if self._uf[x] < 0))
+        uf = self._st.uf
+        pending = sorted(set(x for x in self._pending if uf[x] < 0))
         self._pending = []
-        for node in pending:
-            self._place(node)
+        self._place_all(pending)
 
     def _resolve_conflicts(self) -> int:
         """Roll back the decisions behind contradicted transitions and place again; returns rounds used."""
+        from ._fold_kernels import NCONF, SETTLED
+
         rounds = 0
-        while len(self._conflicts) > self._settled and rounds < self.max_undo_rounds:
+        sc = self._st.sc
+        while sc[NCONF] > sc[SETTLED] and rounds < self.max_undo_rounds:
             rounds += 1
             t = self.contradicted_merge()
             if t < 0:      # no merge is behind them (not with deterministic data): their new blocks stay
-                self._settled = len(self._conflicts)
+                sc[SETTLED] = sc[NCONF]
                 break
             self.undo(t)
             self._place_pending()
             self._blue_fringe()
+            sc = self._st.sc
         return rounds
 
     # ------------------------------------------------------------ sleep
@@ -626,12 +498,13 @@ class FoldMerger:
         self._check(memory)
         if self.n_recorded < memory.n_states:
             self.observe_tree(memory)
-        before = dict(self.stats)
+        before = self.stats
         self._place_pending()
         rounds = self._resolve_conflicts()
         self._blue_fringe()
         self.write_clusters(clusters, memory.n_states)
-        report = {k: self.stats[k] - before[k] for k in ("merges", "promotions", "undos")}
+        after = self.stats
+        report = {k: after[k] - before[k] for k in ("merges", "promotions", "undos")}
         report.update(undo_rounds=rounds, red=self.n_red, clusters=clusters.n_clusters)
         return [report]
 
@@ -653,39 +526,118 @@ class FoldMerger:
         >>> fold.place(mem, cl, states)   # the same path: nothing new
         False
         """
+        from ._fold_kernels import place_steps
+
         self._check(memory)
         states = np.asarray(states, dtype=np.int64)
         if not len(states):
             return False
-        nxt = memory.next_state
-        emission = memory.emission
-        start = memory.start_state
-        self._grow(memory.n_states)
+        self._room(nodes=memory.n_states + 1, journal=2 * len(states), conflicts=len(states))
         clusters.grow(memory.n_states)
-        assignment = clusters.assignment
-        A = self._A
-        added = False
-        prev = self._last
-        for h in states.tolist():
-            node = h + 1
-            if self._parent[node] < 0:
-                if h == start:   # only a first observation creates the start state
-                    pnode, a = 0, A
-                else:
-                    pnode, a = prev + 1, _link_action(nxt, prev, h)
-                self._parent[node], self._action[node] = pnode, a
-                self._colour[node] = int(emission[h])
-                self._place(node)
-                root = self._find(node)
-                if root == node:
-                    assignment[h] = -1
-                    self._cid[node] = int(clusters.add_clusters([[h]])[0])
-                    added = True
-                else:
-                    assignment[h] = self._cid[root]
-            prev = h
-        self._last = prev
-        return bool(added)
+        k0 = clusters.n_clusters
+        new_roots = np.empty(len(states), dtype=np.int64)
+        labels = memory.labels
+        if self._tab_ok:
+            self._tab_room(k0 + len(states), int(labels[states].max()) + 1, memory.n_states)
+        flags = np.array([self._unlabelled, self._tab_ok], dtype=np.int64)
+        m, last, status = place_steps(self._st, states, self._last, memory.start_state, memory.next_state,
+                                      memory.emission, clusters.assignment, k0, new_roots, labels, self._tab, flags)
+        self._unlabelled = bool(flags[0])
+        if status:
+            self._tab_ok = False
+        if status > 0:
+            h = int(states[status - 1])
+            prev = int(states[status - 2]) if status > 1 else self._last
+            raise ValueError(f"no level-1 link {prev} -> {h}: pass the actions of the steps")
+        if status < 0:
+            raise ValueError("level-1 states must be placed after their parents")
+        self._last = int(last)
+        if m:
+            roots = new_roots[:m]
+            clusters.add_clusters(roots[:, None])
+            self._croot = np.concatenate([self._croot, roots + 1])
+        return bool(m)
+
+    # ------------------------------------------------------------ level 2
+    def _current(self, clusters, n_states: int) -> bool:
+        """Whether ``clusters`` holds exactly the blocks as last written plus what place() added."""
+        return (not self._dirty and self._written is not None and self._written() is clusters
+                and self._n - 1 == n_states and clusters.n_clusters == len(self._croot))
+
+    def level2_transitions(self, memory, clusters):
+        """Level-2 transitions as the agent computes them from level 1
+        (:func:`hmmmerge._agent_kernels.level2_transitions`: stacked CSR, row ``a * k + c``, with link
+        counts and first source states) in O(clusters x actions), or None when that would not be
+        exact (a contradicted transition in force, blocks changed outside :meth:`place` since they were
+        written).
+
+        Every level-1 link ``i -a-> j`` then joins the block of ``i`` to the block its transition
+        ``a`` leads to, so each row has one entry, 1.0; the blocks keep their link counts.
+
+        >>> from hmmmerge.episodic import EpisodicMemory
+        >>> from hmmmerge.clusters import Clusters
+        >>> mem = EpisodicMemory(2, 1); fold = FoldMerger(); cl = Clusters(n_states=0)
+        >>> fold.place(mem, cl, [mem.observe(o, -1 if t == 0 else 0) for t, o in enumerate([0, 1])])
+        True
+        >>> _ = fold.sleep(mem, cl); [x.tolist() for x in fold.level2_transitions(mem, cl)]
+        [[0, 1, 1], [1], [1.0], [1], [0]]
+        """
+        from ._fold_kernels import LINKS_OK, NCONF, count_links, level2_rows
+
+        if self._A is None or self._st.sc[NCONF] or not self._current(clusters, memory.n_states):
+            return None
+        if not self._st.sc[LINKS_OK]:
+            count_links(self._st, self._n)
+        return level2_rows(self._st, self._croot, clusters.n_clusters, self._A)
+
+    def _tab_room(self, rows: int, cols: int, n_states: int) -> None:
+        """Grow the label table; drop it (purity from scratch) when it would outgrow the level-1 states."""
+        r, c = self._tab.shape
+        if rows <= r and cols <= c:
+            return
+        rows, cols = max(rows, 2 * r), max(cols, c)
+        if rows * cols > 4 * n_states + 4096:
+            self._tab_ok = False
+            return
+        self._tab = _grown(self._tab, rows, 0)
+        if cols > c:
+            self._tab = np.concatenate([self._tab, np.zeros((rows, cols - c), dtype=np.int64)], axis=1)
+
+    def purity(self, memory, clusters):
+        """Weighted purity of the clusters with and without singletons (NaN without true labels), from
+        label counts kept per cluster; None when ``clusters`` is not as written here (see
+        :func:`hmmmerge.evaluate.weighted_purity`).
+
+        >>> from hmmmerge.episodic import EpisodicMemory
+        >>> from hmmmerge.clusters import Clusters
+        >>> mem = EpisodicMemory(2, 1); fold = FoldMerger(); cl = Clusters(n_states=0)
+        >>> fold.place(mem, cl, [mem.observe(o, -1 if t == 0 else 0, label=t % 2) for t, o in enumerate([0, 1])])
+        True
+        >>> _ = fold.sleep(mem, cl); fold.purity(mem, cl)
+        (1.0, nan)
+        """
+        from ._fold_kernels import label_table
+
+        n = memory.n_states
+        if self._A is None or n == 0 or not self._current(clusters, n):
+            return None
+        k = clusters.n_clusters
+        if not self._tab_ok:
+            labels = memory.labels
+            cols = max(int(labels.max()) + 1, 1)
+            if k * cols > 4 * n + 4096:
+                return None
+            self._tab, self._unlabelled = label_table(clusters.assignment, labels, n, k, cols)
+            self._tab_ok = True
+        if self._unlabelled:
+            return float("nan"), float("nan")
+        tab = self._tab[:k]
+        sizes, top = tab.sum(axis=1), tab.max(axis=1)
+        out = []
+        for smallest in (1, 2):
+            keep = sizes >= smallest
+            out.append(float(top[keep].sum() / sizes[keep].sum()) if keep.any() else float("nan"))
+        return out[0], out[1]
 
     # ------------------------------------------------------------ files
     def state_dict(self) -> dict:
@@ -696,37 +648,33 @@ class FoldMerger:
         >>> fold = FoldMerger(); fold.observe_tree(mem); sorted(fold.state_dict())[:3]
         ['fold_action', 'fold_cid', 'fold_colour']
         """
+        from ._fold_kernels import JLEN, NCONF, NDEC, NRED, SETTLED
+
         if self._A is None:
             return {}
-        A1 = self._A + 1
-        has_row = np.array([d is not None for d in self._delta], dtype=bool)
-        delta = np.full((len(self._delta), A1), -1, dtype=np.int64)
-        dchild = np.full((len(self._delta), A1), -1, dtype=np.int64)
-        rows = np.flatnonzero(has_row)
-        if len(rows):
-            delta[rows] = [self._delta[i] for i in rows]
-            dchild[rows] = [self._dchild[i] for i in rows]
-        journal = np.full((len(self._journal), 5), -1, dtype=np.int64)
-        for i, op in enumerate(self._journal):
-            journal[i, :len(op)] = op
-        reds = [(c, x) for c, xs in self._reds_by_colour.items() for x in xs]
-        cid = sorted(self._cid.items())
+        st, n, sc = self._st, self._n, self._st.sc
+        has_row = st.has_row[:n].copy()
+        delta = np.where(has_row[:, None], st.delta[:n], -1)
+        dchild = np.where(has_row[:, None], st.dchild[:n], -1)
+        reds = st.reds[:int(sc[NRED])]
+        roots = np.flatnonzero((st.cid[:n] >= 0) & (st.uf[:n] == np.arange(n)))
+        cid = np.column_stack([roots, st.cid[roots]])
         return {
-            "fold_sizes": np.array([self._n_obs, self._A, self._k, self._last, self._settled], dtype=np.int64),
-            "fold_parent": np.asarray(self._parent, dtype=np.int64),
-            "fold_action": np.asarray(self._action, dtype=np.int64),
-            "fold_colour": np.asarray(self._colour, dtype=np.int64),
-            "fold_uf": np.asarray(self._uf, dtype=np.int64),
-            "fold_uf_time": np.asarray(self._uf_time, dtype=np.int64),
-            "fold_just": np.asarray(self._just, dtype=np.int64),
-            "fold_red": np.asarray(self._red, dtype=bool),
+            "fold_sizes": np.array([self._n_obs, self._A, self._k, self._last, int(sc[SETTLED])], dtype=np.int64),
+            "fold_parent": st.parent[:n].copy(),
+            "fold_action": st.action[:n].copy(),
+            "fold_colour": st.colour[:n].copy(),
+            "fold_uf": st.uf[:n].copy(),
+            "fold_uf_time": st.uf_time[:n].copy(),
+            "fold_just": st.just[:n].copy(),
+            "fold_red": st.red[:n].copy(),
             "fold_has_row": has_row, "fold_delta": delta, "fold_dchild": dchild,
-            "fold_reds": np.array(reds, dtype=np.int64).reshape(-1, 2),
-            "fold_journal": journal,
-            "fold_conflicts": np.array(self._conflicts, dtype=np.int64).reshape(-1, 2),
-            "fold_decisions": np.asarray(self._decisions, dtype=np.int64),
+            "fold_reds": np.column_stack([st.colour[reds], reds]).astype(np.int64).reshape(-1, 2),
+            "fold_journal": st.journal[:int(sc[JLEN])].copy(),
+            "fold_conflicts": st.conflicts[:int(sc[NCONF])].copy(),
+            "fold_decisions": st.decisions[:int(sc[NDEC])].copy(),
             "fold_stats": np.array([self.stats[k] for k in _STATS], dtype=np.int64),
-            "fold_cid": np.array(cid, dtype=np.int64).reshape(-1, 2),
+            "fold_cid": np.asarray(cid, dtype=np.int64).reshape(-1, 2),
             "fold_pending": np.asarray(self._pending, dtype=np.int64),
         }
 
@@ -739,6 +687,8 @@ class FoldMerger:
         >>> back = FoldMerger(); back.load_state_dict(fold.state_dict()); back.block_of(2).tolist()
         [1, 2]
         """
+        from ._fold_kernels import CONFLICTS, JLEN, LINKS_OK, MERGES, NCONF, NDEC, NRED, NROOTS, PROMOTIONS, SETTLED
+
         if "fold_sizes" not in d:
             self._A = None
             return
@@ -749,25 +699,37 @@ class FoldMerger:
             raise ValueError(f"{source}: fold merger arrays are missing or malformed ({e})") from None
         n = len(arrays["parent"])
         if any(len(arrays[name]) != n for name in ("action", "colour", "uf", "uf_time", "just", "red", "has_row",
-                                                  "delta", "dchild")) or arrays["delta"].shape[1:] != (A + 1,):
+                                                  "delta", "dchild")) or arrays["delta"].shape[1:] != (A + 1,) \
+                or arrays["journal"].shape[1:] != (5,) or n < 1:
             raise ValueError(f"{source}: fold merger arrays have inconsistent shapes")
-        self._init(n_obs, A)
-        self._k, self._last, self._settled = k, last, settled
-        for name in ("parent", "action", "colour", "uf", "uf_time", "just"):
-            setattr(self, f"_{name}", arrays[name].astype(np.int64).tolist())
-        self._red = arrays["red"].astype(bool).tolist()
-        has = arrays["has_row"].astype(bool)
-        self._delta = [row if ok else None for row, ok in zip(arrays["delta"].tolist(), has)]
-        self._dchild = [row if ok else None for row, ok in zip(arrays["dchild"].tolist(), has)]
-        self._reds_by_colour = {}
-        for c, x in arrays["reds"].tolist():
-            self._reds_by_colour.setdefault(c, []).append(x)
-        self._journal = [tuple(row[:_OP_LEN[row[0]]]) for row in arrays["journal"].tolist()]
-        self._conflicts = [tuple(row) for row in arrays["conflicts"].tolist()]
-        self._decisions = arrays["decisions"].tolist()
-        self.stats = dict(zip(_STATS, arrays["stats"].tolist()))
-        self._cid = {r: c for r, c in arrays["cid"].tolist()}
-        self._pending = arrays["pending"].tolist()
+        self._init(n_obs, A, capacity=n)
+        self._k, self._last = k, last
+        self._room(nodes=n, journal=len(arrays["journal"]), conflicts=len(arrays["conflicts"]),
+                   decisions=len(arrays["decisions"]))
+        st = self._st
+        for name in ("parent", "action", "colour", "uf", "uf_time", "just", "delta", "dchild"):
+            getattr(st, name)[:n] = arrays[name].astype(np.int64)
+        st.red[:n] = arrays["red"].astype(bool)
+        st.has_row[:n] = arrays["has_row"].astype(bool)
+        reds = arrays["reds"].astype(np.int64).reshape(-1, 2)[:, 1]
+        st.reds[:len(reds)] = reds
+        journal, conflicts = arrays["journal"].astype(np.int64), arrays["conflicts"].astype(np.int64)
+        decisions = arrays["decisions"].astype(np.int64)
+        st.journal[:len(journal)] = journal
+        st.conflicts[:len(conflicts)] = conflicts.reshape(-1, 2)
+        st.decisions[:len(decisions)] = decisions
+        stats = dict(zip(_STATS, arrays["stats"].tolist()))
+        cid = arrays["cid"].astype(np.int64).reshape(-1, 2)
+        st.cid[cid[:, 0]] = cid[:, 1]
+        uf = st.uf[:n]
+        st.sc[:] = 0
+        st.sc[[JLEN, NRED, NCONF, SETTLED, NDEC]] = (len(journal), len(reds), len(conflicts), settled, len(decisions))
+        st.sc[[MERGES, PROMOTIONS, CONFLICTS]] = stats["merges"], stats["promotions"], stats["conflicts"]
+        st.sc[NROOTS] = int((uf == np.arange(n)).sum()) - 1   # node 0 is not a block
+        st.sc[LINKS_OK] = 0
+        self._undos = stats["undos"]
+        self._pending = arrays["pending"].astype(np.int64).tolist()
+        self._dirty = True
 
     def block_of(self, n_states: int) -> np.ndarray:
         """The block (root node) of each of the first ``n_states`` level-1 states; -1 if not placed.
@@ -777,25 +739,20 @@ class FoldMerger:
         >>> fold = FoldMerger(); fold.observe_tree(mem); fold.block_of(2).tolist()
         [1, 2]
         """
-        if self._A is None:
-            return np.full(n_states, -1, dtype=np.int64)
-        uf = np.asarray(self._uf, dtype=np.int64)
-        m = min(n_states, len(uf) - 1)
-        nodes = np.arange(1, m + 1)
-        root = uf[nodes]
-        placed = root >= 0
-        root = np.where(placed, root, 0)
-        while True:
-            up = uf[root]
-            if np.array_equal(up, root):
-                break
-            root = up
+        from ._fold_kernels import roots_of
+
         out = np.full(n_states, -1, dtype=np.int64)
-        out[:m] = np.where(placed, root, -1)
+        if self._A is None:
+            return out
+        m = min(n_states, self._n - 1)
+        out[:m] = roots_of(self._st.uf, m)
         return out
 
     def write_clusters(self, clusters, n_states: int) -> None:
         """Set ``clusters`` to the blocks: cluster ids in order of their root node.
+
+        When ``clusters`` holds what was last written here plus what :meth:`place`
+        added, only cluster ids are renumbered (one pass, :meth:`Clusters.relabel`).
 
         >>> from hmmmerge.clusters import Clusters
         >>> from hmmmerge.episodic import EpisodicMemory
@@ -804,14 +761,29 @@ class FoldMerger:
         >>> fold.write_clusters(cl, 2); cl.assignment.tolist()
         [0, 1]
         """
+        from ._fold_kernels import find_all, merge_rows
+
         clusters.grow(n_states)
-        roots = self.block_of(n_states)
-        clusters.assignment[:] = -1
-        clusters.assignment[:n_states] = roots
-        clusters.compact()
-        blocks, first = np.unique(roots, return_index=True)
-        ids = clusters.assignment[:n_states][first]
-        self._cid = dict(zip(blocks[blocks >= 0].tolist(), ids[blocks >= 0].tolist()))
+        if self._A is not None and self._current(clusters, n_states):
+            roots = find_all(self._st.uf, self._croot)
+            blocks = np.unique(roots)
+            new_of_old = np.searchsorted(blocks, roots)
+            clusters.relabel(new_of_old)
+            if self._tab_ok:
+                self._tab = merge_rows(self._tab[:len(roots)], new_of_old, len(blocks))
+        else:
+            self._tab_ok = False
+            roots = self.block_of(n_states)
+            clusters.assignment[:] = -1
+            clusters.assignment[:n_states] = roots
+            clusters.compact()
+            blocks = np.unique(roots)
+            blocks = blocks[blocks >= 0]
+        if self._A is not None:
+            self._st.cid[blocks] = np.arange(len(blocks))
+            self._croot = blocks
+            self._written = weakref.ref(clusters)
+            self._dirty = self._n - 1 != n_states
 
 
 def _link_action(next_state: np.ndarray, prev: int, h: int) -> int:

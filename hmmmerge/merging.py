@@ -154,9 +154,28 @@ class SFMerger(NoMerger):
         return reports
 
     @property
-    def feature_key(self) -> tuple:
-        """What :meth:`features` depends on (the key of the per-cluster cache)."""
-        return ("sf", self.gamma, self.horizon)
+    def count_horizon(self) -> int:
+        """Breadth-first depths whose counts :meth:`features_from_counts` needs (the per-cluster cache)."""
+        return self.horizon
+
+    def features_from_counts(self, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`features` of sets from their per-depth observation counts (identical results).
+
+        >>> from hmmmerge import Environment
+        >>> from hmmmerge._successor_kernels import set_depth_counts
+        >>> env = Environment.from_arrays([[1, 2, 0]], [0, 1, 2])
+        >>> counts = np.zeros((1, 3, 3), dtype=np.int64)
+        >>> set_depth_counts(env.next_state, env.obs, np.array([0, 1]), np.array([0]), 3, counts)
+        >>> sf, depth = SFMerger(gamma=0.5, horizon=3, min_depth=1).features_from_counts(counts)
+        >>> sf.tolist(), depth.tolist()
+        ([[0.25, 1.0, 0.5]], [3])
+        """
+        from ._successor_kernels import features_from_depth_counts
+
+        sf = np.zeros((counts.shape[0], counts.shape[2]))
+        depth = np.zeros(counts.shape[0], dtype=np.int64)
+        features_from_depth_counts(counts, float(self.gamma), sf, depth)
+        return sf, depth
 
     def features(self, memory, sets) -> tuple[np.ndarray, np.ndarray]:
         """Successor features and BFS depths of the initial ``sets`` (Algorithm 2).
@@ -213,8 +232,13 @@ class RandomMerger(SFMerger):
                          merge_iterations=merge_iterations)
 
     @property
-    def feature_key(self) -> tuple:
-        return ("depth", self.min_depth)
+    def count_horizon(self) -> int:
+        return self.min_depth
+
+    def features_from_counts(self, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Zeros and the depth reached (capped at ``min_depth``), like :meth:`features`."""
+        reached = counts.sum(axis=2) > 0
+        return np.zeros((counts.shape[0], counts.shape[2])), reached.sum(axis=1)
 
     def features(self, memory, sets) -> tuple[np.ndarray, np.ndarray]:
         """Only eligibility matters here: the BFS stops at ``min_depth`` (features are zeros).
@@ -239,23 +263,25 @@ class RandomMerger(SFMerger):
         return np.arange(n), rng.integers(0, k, size=n)
 
 
-def cluster_sets(assignment: np.ndarray, cluster_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def cluster_sets(assignment: np.ndarray, cluster_ids: np.ndarray, states=None) -> tuple[np.ndarray, np.ndarray]:
     """CSR ``(ptr, idx)`` of the member states of ``cluster_ids`` (in that order).
+
+    ``states`` (increasing), if given, are the only states looked at (e.g. those of
+    the clusters' colour); by default all of ``assignment``.
 
     >>> ptr, idx = cluster_sets(np.array([1, 0, 1, -1, 2]), np.array([1, 2]))
     >>> ptr.tolist(), idx.tolist()   # cluster 1 holds states 0, 2; cluster 2 holds state 4
     ([0, 2, 3], [0, 2, 4])
     """
+    from ._cluster_kernels import member_lists
+
+    assignment = np.ascontiguousarray(assignment, dtype=np.int64)
+    cluster_ids = np.asarray(cluster_ids, dtype=np.int64)
+    states = np.arange(len(assignment)) if states is None else np.asarray(states, dtype=np.int64)
     k = int(assignment.max()) + 1 if assignment.size else 0
-    pos = np.full(max(k, 1), -1, dtype=np.int64)
+    pos = np.full(max(k, int(cluster_ids.max(initial=-1)) + 1, 1), -1, dtype=np.int64)
     pos[cluster_ids] = np.arange(len(cluster_ids))
-    member = np.flatnonzero(assignment >= 0)
-    member = member[pos[assignment[member]] >= 0]
-    order = np.argsort(pos[assignment[member]], kind="stable")
-    idx = member[order]
-    ptr = np.zeros(len(cluster_ids) + 1, dtype=np.int64)
-    ptr[1:] = np.cumsum(np.bincount(pos[assignment[idx]], minlength=len(cluster_ids)))
-    return ptr, idx
+    return member_lists(states, assignment, pos, len(cluster_ids))
 
 
 def merge_iteration(memory, clusters, merger, seed=0) -> dict:
@@ -286,7 +312,7 @@ def merge_iteration(memory, clusters, merger, seed=0) -> dict:
         return report
     colour = int(rng.choice(memory.n_obs, p=weights / weights.sum()))
     ids = np.flatnonzero(colour_of == colour)
-    ptr, idx = cluster_sets(clusters.assignment[:n], ids)
+    ptr, idx = cluster_sets(clusters.assignment[:n], ids, memory.states_emitting(colour))
     sf, depth = _cluster_features(memory, clusters, merger, ids, ptr, idx)
     eligible = rng.permutation(np.flatnonzero(depth >= merger.min_depth))
     half = len(eligible) // 2
@@ -300,7 +326,7 @@ def merge_iteration(memory, clusters, merger, seed=0) -> dict:
     before = clusters.n_clusters
     if merger.split_contradictions:
         members = {int(c): idx[ptr[i]:ptr[i + 1]] for i, c in enumerate(ids)}
-        merge_with_split(memory, clusters, pairs, members)
+        merge_with_split(memory, clusters, pairs, members, count_horizon=merger.count_horizon)
     else:
         clusters.merge(pairs)
     report["merges"] = before - clusters.n_clusters
@@ -308,23 +334,38 @@ def merge_iteration(memory, clusters, merger, seed=0) -> dict:
 
 
 def _cluster_features(memory, clusters, merger, ids, ptr, idx):
-    """``merger.features`` of clusters ``ids`` (members: CSR ``ptr``/``idx``), recomputed only where stale.
+    """``merger.features`` of clusters ``ids`` (members: CSR ``ptr``/``idx``), from kept per-depth counts.
 
-    The features of a cluster depend only on its states and level 1 around
-    them, so a row stays valid until :class:`~hmmmerge.clusters.Clusters` (or
-    the agent, for changes of level 1) invalidates it.
+    The per-depth observation counts of a cluster (see
+    :meth:`~hmmmerge.clusters.Clusters.depth_counts`) are kept up to date as its
+    states and level 1 around them change; only rows marked stale are counted
+    again from the cluster's states.  Without a kept table (too large), every
+    cluster of ``ids`` is counted afresh.
     """
-    import scipy.sparse as sp
-
-    n = memory.n_states
-    valid, values, depths = clusters.cache(merger.feature_key, memory.n_obs)
+    horizon = merger.count_horizon
+    kept = clusters.depth_counts(("depth-counts", horizon), horizon, memory.n_obs)
+    if kept is None:
+        return merger.features_from_counts(_set_counts(memory, [idx[ptr[r]:ptr[r + 1]] for r in range(len(ids))],
+                                                       horizon))
+    valid, counts = kept
     rows = np.flatnonzero(~valid[ids])
     if len(rows):
-        need = ids[rows]
-        sets = sp.csr_matrix((np.ones(len(idx)), idx, ptr), shape=(len(ids), n))[rows]
-        values[need], depths[need] = merger.features(memory, sets)
-        valid[need] = True
-    return values[ids], depths[ids]
+        counts[ids[rows]] = _set_counts(memory, [idx[ptr[r]:ptr[r + 1]] for r in rows], horizon)
+        valid[ids[rows]] = True
+    return merger.features_from_counts(counts[ids])
+
+
+def _set_counts(memory, state_sets, horizon):
+    """Per-depth counts (see :func:`~hmmmerge._successor_kernels.set_depth_counts`) of a list of state sets."""
+    from ._successor_kernels import set_depth_counts
+
+    nxt, emission, _ = memory.kernel_arrays()
+    ptr = np.zeros(len(state_sets) + 1, dtype=np.int64)
+    ptr[1:] = np.cumsum([len(x) for x in state_sets])
+    idx = np.concatenate(state_sets).astype(np.int64) if state_sets else np.zeros(0, dtype=np.int64)
+    out = np.zeros((len(state_sets), horizon, memory.n_obs), dtype=np.int64)
+    set_depth_counts(nxt, emission, ptr, idx, horizon, out)
+    return out
 
 
 def split_by_next_observation(memory, states: np.ndarray) -> np.ndarray:
@@ -354,7 +395,7 @@ def split_by_next_observation(memory, states: np.ndarray) -> np.ndarray:
     return agree
 
 
-def merge_with_split(memory, clusters, pairs, members: dict | None = None) -> None:
+def merge_with_split(memory, clusters, pairs, members: dict | None = None, count_horizon: int | None = None) -> None:
     """Apply merge pairs ``(probe, candidate)`` in order, splitting off contradictions.
 
     For each pair, the states of both clusters are pooled; those that agree
@@ -362,7 +403,11 @@ def merge_with_split(memory, clusters, pairs, members: dict | None = None) -> No
     form the probe, the others stay in the candidate.  A candidate left empty
     disappears, and later pairs naming it refer to the probe that absorbed it.
     Cluster ids are renumbered once at the end.  ``members`` may give the
-    states of clusters already known (cluster id -> state indices).
+    states of clusters already known (cluster id -> state indices).  With
+    ``count_horizon``, the per-depth counts that ``clusters`` keeps for that
+    horizon (:meth:`~hmmmerge.clusters.Clusters.depth_counts`) are updated
+    rather than dropped: a pooled pair's counts are the sum of its two
+    clusters' counts, so only the split-off states are counted.
 
     >>> from hmmmerge.clusters import Clusters
     >>> from hmmmerge.episodic import EpisodicMemory
@@ -387,6 +432,16 @@ def merge_with_split(memory, clusters, pairs, members: dict | None = None) -> No
             c = absorbed[c]
         return c
 
+    kept = None
+    if count_horizon is not None:
+        kept = clusters.depth_counts(("depth-counts", count_horizon), count_horizon, memory.n_obs)
+    rows: dict[int, np.ndarray | None] = {}
+
+    def counts_of(c):
+        if c not in rows:
+            rows[c] = kept[1][c].copy() if kept is not None and kept[0][c] else None
+        return rows[c]
+
     touched = set()
     for probe, cand in np.asarray(pairs, dtype=np.int64).reshape(-1, 2).tolist():
         probe, cand = resolve(probe), resolve(cand)
@@ -398,6 +453,17 @@ def merge_with_split(memory, clusters, pairs, members: dict | None = None) -> No
         touched.update((probe, cand))
         if not len(members[cand]):
             absorbed[cand] = probe
+        x, y = counts_of(probe), counts_of(cand)
+        if x is not None and y is not None:
+            rows[cand] = _set_counts(memory, [members[cand]], count_horizon)[0]
+            rows[probe] = x + y - rows[cand]
+        else:
+            rows[probe] = rows[cand] = None
     for c in sorted(touched):
         clusters.assign(members[c], c)
+    if kept is not None:
+        valid, counts = kept
+        for c in touched:
+            if rows[c] is not None and len(members[c]):
+                counts[c], valid[c] = rows[c], True
     clusters.compact_assigned()

@@ -182,6 +182,28 @@ def test_weighted_purity_against_loop(seed):
         )
 
 
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("spread", ["dense", "sparse ids"])
+def test_cluster_top_counts_against_loop(seed, spread):
+    """Sizes and top label counts per cluster id, by the dense table and by the sorting fallback."""
+    from hmmmerge.evaluate import cluster_top_counts
+
+    rng = np.random.default_rng(seed)
+    n = 300
+    assignment = rng.integers(-1, 30, size=n)
+    labels = rng.integers(0, 6, size=n)
+    if spread == "sparse ids":  # ids x labels beyond the dense table: counted by sorting
+        assignment = np.where(assignment >= 0, assignment * 10**4, -1)
+        labels = labels * 10**3
+    sizes, top = cluster_top_counts(assignment, labels)
+    k = int(assignment.max()) + 1
+    assert sizes.shape == top.shape == (k,) and sizes.dtype == top.dtype == np.int64
+    for c in set(assignment.tolist()) - {-1}:
+        members = labels[assignment == c].tolist()
+        assert sizes[c] == len(members) and top[c] == max(members.count(x) for x in set(members))
+    assert sizes.sum() == (assignment >= 0).sum() and top.sum() <= sizes.sum()
+
+
 def test_purity_edge_cases():
     assert np.isnan(weighted_purity([-1, -1], [0, 1]))
     assert np.isnan(weighted_purity([0, 1, 2], [0, 1, 2]))  # only singletons, skipped

@@ -88,9 +88,10 @@ def _same_agent(a, b):
         assert np.array_equal(x, y)
 
 
-@pytest.mark.parametrize("merge", ["sf", "random", "none"])
+@pytest.mark.parametrize("merge", ["sf", "random", "none", "fold"])
 def test_incremental_equals_full_recomputation(merge, monkeypatch, tmp_path):
-    """Cached per-cluster features give exactly the run that recomputes them all, across save/load too."""
+    """Kept per-cluster counts and T2 updated by the new links give exactly the run that recomputes
+    features and T2 from all of level 1 each time, across save/load too."""
     import hmmmerge.merging as merging
     from hmmmerge import gridworld, random_walk
     from hmmmerge.agent import TwoLevelMemory
@@ -104,8 +105,47 @@ def test_incremental_equals_full_recomputation(merge, monkeypatch, tmp_path):
         resumed = TwoLevelMemory.load(tmp_path / "mid.npz").partial_fit(traj[90:])
         with monkeypatch.context() as m:
             m.setattr(merging, "_cluster_features", _full_features)
+            m.setattr(TwoLevelMemory, "_refresh_level2", TwoLevelMemory._set_level2)
             full = TwoLevelMemory(10, 4, merge=merge, seed=seed).fit(traj)
         _same_agent(fast, full)
         _same_agent(resumed, full)
         for name in full.last_predictions_:
             assert np.array_equal(fast.last_predictions_[name], full.last_predictions_[name][90:])
+
+
+def _noisy_walk(env, episodes, rng, noise):
+    from hmmmerge import random_walk
+
+    traj = random_walk(env, episodes, 50, seed=rng)
+    flip = rng.random(traj.obs.shape) < noise
+    traj.obs[flip] = rng.integers(0, env.n_obs, int(flip.sum()))
+    return traj
+
+
+@pytest.mark.parametrize("merge,noise", [("sf", 0.0), ("random", 0.0), ("sf", 0.05)])
+def test_kept_counts_and_t2_match_a_recount_after_every_block(merge, noise):
+    """After every chunk of experience (new states, online joins, replaced links with noise, sleeps,
+    merges with splits), each valid kept row equals a fresh count of its cluster's states, and T2 equals
+    :func:`level2_transitions` on level 1 (column order included)."""
+    from hmmmerge import gridworld
+    from hmmmerge._agent_kernels import level2_transitions
+    from hmmmerge.agent import TwoLevelMemory
+    from hmmmerge.merging import _set_counts
+
+    env, rng = gridworld(seed=2), np.random.default_rng(7)
+    agent = TwoLevelMemory(10, 4, merge=merge, seed=3, sleep_every=137, refresh_every=61)
+    checked = refreshed = 0
+    for _ in range(12):
+        agent.partial_fit(_noisy_walk(env, 10, rng, noise))
+        n, cl = agent.memory_.n_states, agent.clusters_
+        for valid, counts in cl._caches.values():
+            ids = np.flatnonzero(valid)
+            ref = _set_counts(agent.memory_, [np.flatnonzero(cl.assignment[:n] == c) for c in ids], counts.shape[1])
+            assert np.array_equal(ref, counts[ids])
+            checked += len(ids)
+        refreshed += bool(agent._joined_since_t2)  # a refresh by the joined states' links (None: full)
+        agent._refresh_level2()
+        full = level2_transitions(agent.memory_._next, n, cl.assignment, cl.n_clusters)
+        for x, y in zip(full, agent._t2):
+            assert np.array_equal(x, y)
+    assert checked > 500 and (refreshed > 5 or noise)

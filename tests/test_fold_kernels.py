@@ -1,0 +1,158 @@
+"""The numba kernels of the fold merger against the pure-Python reference, and its O(level 2) shortcuts
+(level-2 transitions, purity, cluster renumbering) against the agent's from-scratch computations."""
+
+import importlib.util
+import os
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import hmmmerge.agent as agent_module
+from hmmmerge import Environment, random_walk
+from hmmmerge._agent_kernels import level2_transitions
+from hmmmerge.agent import TwoLevelMemory
+from hmmmerge.clusters import Clusters
+from hmmmerge.evaluate import weighted_purity
+from hmmmerge.reproduce.beyond import bench_walks, bench_world
+
+
+
+def _reference():
+    """The pure-Python merger of ``tests/fold_reference.py`` (loaded by path: the tests are not a package)."""
+    path = os.path.join(os.path.dirname(__file__), "fold_reference.py")
+    spec = importlib.util.spec_from_file_location("fold_reference", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.FoldMerger
+
+
+Reference = _reference()
+
+
+def fit(env, traj, reference=False, **params):
+    """An agent with ``merge="fold"`` fitted to ``traj``; with ``reference``, the pure-Python merger."""
+    modes = dict(agent_module.MERGE_MODES)
+    if reference:
+        modes["fold"] = lambda agent, **extra: Reference(**extra)
+    old = agent_module.MERGE_MODES
+    agent_module.MERGE_MODES = modes
+    try:
+        return TwoLevelMemory(env.n_obs, env.n_actions, merge="fold", seed=0, **params).fit(traj)
+    finally:
+        agent_module.MERGE_MODES = old
+
+
+def assert_same_run(a, b):
+    """Same history, clusters and counters; the same predictions over the episodes of ``a``'s last call."""
+    ha, hb = a.history(), b.history()
+    assert all(np.array_equal(ha[k], hb[k], equal_nan=True) for k in ha)
+    for k in a.last_predictions_:
+        tail = len(a.last_predictions_[k])
+        np.testing.assert_array_equal(a.last_predictions_[k], b.last_predictions_[k][-tail:])
+    n = a.memory_.n_states
+    np.testing.assert_array_equal(a.clusters_.assignment[:n], b.clusters_.assignment[:n])
+    assert a.merger_.stats == b.merger_.stats
+
+
+CASES = {
+    "paper-undo": dict(world="grid", colouring=0, seed=0, episodes=300),   # one contradiction, one undo
+    "grid4": dict(world="grid", colours=4, colouring=1, seed=1, episodes=120),
+    "maze": dict(world="maze", colouring=0, seed=0, episodes=120),
+    "noise": dict(world="grid", colouring=0, seed=0, noise=0.05, episodes=80),   # undos everywhere
+    "slip": dict(world="maze", colouring=1, seed=1, slip=0.1, episodes=80),
+    "no-start": dict(world="grid", colouring=1, seed=1, start="random", episodes=50),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_kernels_reproduce_the_python_reference(name):
+    config = CASES[name]
+    env = bench_world(config)
+    traj, _ = bench_walks(env, config)
+    new, ref = fit(env, traj), fit(env, traj, reference=True)
+    assert_same_run(new, ref)
+    got, want = new.merger_.state_dict(), ref.merger_.state_dict()
+    assert sorted(got) == sorted(want)
+    for key in set(want) - {"fold_reds", "fold_cid"}:
+        np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+    # red blocks: the same per colour, in the same order (the reference groups them by colour)
+    for c in np.unique(want["fold_reds"][:, 0]):
+        np.testing.assert_array_equal(got["fold_reds"][got["fold_reds"][:, 0] == c],
+                                      want["fold_reds"][want["fold_reds"][:, 0] == c])
+    # cluster ids of the current blocks
+    roots = got["fold_cid"][:, 0]
+    assert dict(map(tuple, want["fold_cid"][np.isin(want["fold_cid"][:, 0], roots)].tolist())) == \
+        dict(map(tuple, got["fold_cid"].tolist()))
+
+
+def test_a_file_written_by_the_reference_resumes_with_the_kernels(tmp_path):
+    config = dict(world="grid", colouring=2, seed=3, episodes=160)
+    env = bench_world(config)
+    traj, _ = bench_walks(env, config)
+    first = type(traj)(traj.obs[:70], traj.actions[:70], traj.states[:70])
+    rest = type(traj)(traj.obs[70:], traj.actions[70:], traj.states[70:])
+    whole = fit(env, traj, reference=True)
+    path = os.path.join(tmp_path, "agent.npz")
+    fit(env, first, reference=True).save(path)
+    back = TwoLevelMemory.load(path)
+    assert type(back.merger_).__module__ == "hmmmerge.fold"
+    assert_same_run(back.partial_fit(rest), whole)
+
+
+# ---------------------------------------------------------------- shortcuts vs from scratch
+@st.composite
+def small_worlds(draw):
+    n = draw(st.integers(2, 8))
+    n_actions = draw(st.integers(1, 3))
+    n_obs = draw(st.integers(1, 4))
+    nxt = np.array(draw(st.lists(st.lists(st.integers(0, n - 1), min_size=n, max_size=n),
+                                 min_size=n_actions, max_size=n_actions)))
+    obs = np.array(draw(st.lists(st.integers(0, n_obs - 1), min_size=n, max_size=n)))
+    return Environment.from_arrays(nxt, obs, start=0)
+
+
+@settings(max_examples=30, deadline=None)
+@given(env=small_worlds(), seed=st.integers(0, 1000), k=st.integers(0, 4), noise=st.booleans())
+def test_level2_and_purity_shortcuts_equal_the_computation_from_scratch(env, seed, k, noise):
+    traj = random_walk(env, 24, 8, seed=seed)
+    if noise:   # contradictions: the shortcuts must step aside or stay exact
+        rng = np.random.default_rng(seed)
+        flip = rng.random(traj.obs.shape) < 0.1
+        traj = type(traj)(np.where(flip, rng.integers(0, env.n_obs, traj.obs.shape), traj.obs), traj.actions,
+                          traj.states)
+    agent = TwoLevelMemory(env.n_obs, env.n_actions, merge="fold", merge_params={"min_evidence": k},
+                           sleep_every=23, refresh_every=5, seed=seed)
+    used = 0
+    for e in range(0, 24, 3):
+        agent.partial_fit(type(traj)(traj.obs[e:e + 3], traj.actions[e:e + 3], traj.states[e:e + 3]))
+        mem, cl, fold = agent.memory_, agent.clusters_, agent.merger_
+        n, k_ = mem.n_states, cl.n_clusters
+        fast = fold.level2_transitions(mem, cl)
+        if fast is not None:
+            used += 1
+            want = level2_transitions(mem._next, n, cl.assignment, k_)
+            for x, y in zip(fast, want):
+                np.testing.assert_array_equal(x, y)
+        pure = fold.purity(mem, cl)
+        if pure is not None:
+            a, lab = cl.assignment[:n], mem.labels
+            want = (weighted_purity(a, lab, include_singletons=True), weighted_purity(a, lab, include_singletons=False))
+            np.testing.assert_array_equal(pure, want)
+    assert noise or used > 0
+
+
+def test_relabel_renumbers_merges_and_keeps_counts_with_their_clusters():
+    cl = Clusters(np.array([0, 1, 2, 3, -1, 2]))
+    valid, counts = cl.depth_counts("f", 1, 1)
+    valid[:] = True
+    counts[:, 0, 0] = [10, 11, 12, 13]
+    cl.relabel([0, 1, 1, 2])                    # clusters 1 and 2 merge, 3 becomes 2
+    assert cl.assignment.tolist() == [0, 1, 1, 2, -1, 1] and cl.n_clusters == 3
+    valid, counts = cl.depth_counts("f", 1, 1)
+    assert valid.tolist() == [True, True, True] and counts[:, 0, 0].tolist() == [10, 23, 13]
+    assert cl.cluster_emission(np.array([5, 6, 6, 7, 9, 6])).tolist() == [5, 6, 7]
+    for bad in ([0, 1], [0, 2, 2], [0, -1, 1]):
+        with pytest.raises(ValueError, match="new_of_old"):
+            cl.relabel(bad)
