@@ -503,6 +503,8 @@ class StatisticalFoldMerger:
                 old = min(g[0], g[1]) if cap else g[0]
             g[0] += llr
             g[1] = max(g[1], llr)
+            if g[0] < -tau:        # one block of r's side refutes it: its futures disagree beyond noise
+                return None
             total += (min(g[0], g[1]) if cap else g[0]) - old
             if total < -3 * tau:   # refuted beyond what agreements could plausibly repay
                 return None
