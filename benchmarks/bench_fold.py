@@ -261,12 +261,12 @@ def targets(section, rows, learner) -> list[str]:
         elif section == "noise":
             cl, ws = _mean(runs, "clusters"), d.get("n_world_states", np.nan)
             own = _mean(runs, "heldout_own")
+            if d["world"].endswith("no noise"):
+                lines.append(f"- {d['world']}: held-out {held:.4f} (noise-aware emissions {_fmt(own, '.4f')}) vs EM "
+                             f"{em:.4f} -- no target (the price on clean data); clusters {cl:.0f} ({ws} cells)")
+                continue
             extra = "" if np.isnan(own) else (f" (noise-aware emissions {own:.4f}, gap {own - em:+.4f}: "
                                               f"{ok(own >= em - 0.02)})")
-            if d["world"].endswith("no noise"):
-                lines.append(f"- {d['world']}: held-out {held:.4f}{extra} vs EM {em:.4f} -- no target (the price on "
-                             f"clean data); clusters {cl:.0f} ({ws} cells)")
-                continue
             lines.append(f"- {d['world']}: held-out {held:.4f} vs EM {em:.4f} (gap {held - em:+.4f}) within 0.02: "
                          f"{ok(held >= em - 0.02)}{extra}; clusters {cl:.0f} <= 2 x {ws}: {ok(cl <= 2 * ws)}; "
                          f"worst run {min(x['heldout'] for x in runs):.4f}")
