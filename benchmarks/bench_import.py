@@ -24,11 +24,12 @@ cache).  The outputs of both checkouts, minus ``wall_s``, are compared.  Floors
 in the same run: the bare interpreter, ``import numpy``, ``import numba``, and
 "numba floor": ``import numba`` plus the first call of one trivial cached
 kernel (what any process running a numba kernel pays before doing any work).
-A breakdown per checkout runs the command once more in-process with timers
+A breakdown per checkout runs the command once more with CPU timers
 around the phases (benchmark-only wrappers; exclusive times): interpreter
 start and exit, imports, numba load (first call of each kernel: numba's
 target set-up and the cached machine code), learner (``partial_fit``),
-held-out scoring, JSON, and the rest (argument parsing, world, summary).
+held-out scoring, JSON, cycle collections (Python's ``gc``, wherever they
+fall) and the rest (argument parsing, world, summary).
 
 Peers: the interpreter doing nothing, ``import numpy`` and ``import
 networkx`` (what building any world needs), and "eager": every public name
@@ -91,10 +92,10 @@ def console_script() -> list[str] | None:
 
 PAPER_RUN = ["run", "--episodes", "1000", "--size", "10", "--merge", "sf", "--json"]
 
-#: in-process breakdown of one paper run: exclusive seconds per phase, printed as JSON (benchmark-only wrappers)
+#: in-process breakdown of one paper run: exclusive CPU seconds per phase, printed as JSON (benchmark-only wrappers)
 BREAKDOWN = r"""
 import time
-T0 = time.perf_counter()
+T0 = time.process_time()
 import sys, json, functools
 acc, stack = {}, []
 
@@ -103,12 +104,12 @@ def timed(phase, f):
     def g(*a, **k):
         if phase == "imports" and stack and stack[-1] == "numba load":
             return f(*a, **k)  # numba's own imports at its first call count as numba load
-        t = time.perf_counter()
+        t = time.process_time()
         stack.append(phase)
         try:
             return f(*a, **k)
         finally:
-            dt = time.perf_counter() - t
+            dt = time.process_time() - t
             stack.pop()
             acc[phase] = acc.get(phase, 0.0) + dt
             if stack:
@@ -135,11 +136,25 @@ def loading(name, import_):
     return module
 
 boot._find_and_load = timed("imports", loading)
+gc_start = []
+
+def collecting(phase, info):  # cycle collections, taken out of the phase they interrupt
+    if phase == "start":
+        gc_start.append(time.process_time())
+        return
+    dt = time.process_time() - gc_start.pop()
+    acc["cycle collection"] = acc.get("cycle collection", 0.0) + dt
+    if stack:
+        acc[stack[-1]] = acc.get(stack[-1], 0.0) - dt
+
+import gc
+gc.callbacks.append(collecting)
 from hmmmerge.cli import main
 import contextlib, io
+sys.argv = ["hmmmerge", *sys.argv[1:]]  # main() as the program runs it
 with contextlib.redirect_stdout(io.StringIO()):
-    main(sys.argv[1:])
-total = time.perf_counter() - T0
+    main()
+total = time.process_time() - T0
 acc["other (parsing, world, summary)"] = total - sum(acc.values())
 print(json.dumps({"in_process": total, **acc}))
 """
@@ -210,12 +225,12 @@ def paper_run(roots: dict, rounds: int) -> None:
               f"wall ratio {names[-1]} / {names[0]}: {best[names[-1]] / best[names[0]]:.2f}")
     rows = {}
     for name, root in roots.items():
-        wall, _, text = timed_run([sys.executable, "-c", BREAKDOWN, *PAPER_RUN], root)
+        _, cpu, text = timed_run([sys.executable, "-c", BREAKDOWN, *PAPER_RUN], root)
         phases = json.loads(text)
-        phases = {"python start + exit": wall - phases.pop("in_process"), **phases}
+        phases = {"python start + exit": cpu - phases.pop("in_process"), **phases}
         rows[name] = phases
     keys = list(dict.fromkeys(k for phases in rows.values() for k in phases))
-    print(f"\nbreakdown (one instrumented run each, wall s, exclusive){''.join(f'{n:>12}' for n in rows)}")
+    print(f"\nbreakdown (one instrumented run each, CPU s, exclusive){''.join(f'{n:>12}' for n in rows)}")
     for key in keys:
         print(f"{key:<56}" + "".join(f"{rows[n].get(key, 0.0):>12.3f}" for n in rows))
     print(f"{'total':<56}" + "".join(f"{sum(rows[n].values()):>12.3f}" for n in rows))
