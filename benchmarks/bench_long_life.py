@@ -77,19 +77,35 @@ def _pin() -> list[str]:
     return ["taskset", "-c", "0"] if shutil.which("taskset") else []
 
 
-def life(src: str, merge: str, episodes: int, block: int = 100, timeout: float | None = None) -> list[dict]:
-    """Per-block rows of one long life run by the checkout at ``src`` (in its own process)."""
+def life(src: str, merge: str, episodes: int, block: int = 100, timeout: float | None = None,
+         stream: str | None = None) -> list[dict]:
+    """Per-block rows of one long life run by the checkout at ``src`` (in its own process).
+
+    With ``stream``, every row is also appended to that JSON-lines file as it
+    arrives (a long life stopped early keeps what it measured; ``--from-files``
+    makes the tables from these files).
+    """
     cmd = [sys.executable, "-c", CHILD, merge, str(episodes), str(block)]
     rows = []
+    sink = open(stream, "w") if stream else None
     with tempfile.TemporaryDirectory() as cwd, subprocess.Popen(cmd, cwd=cwd, env=_env(src), text=True,
                                                                  stdout=subprocess.PIPE) as p:
         start = time.perf_counter()
         for line in p.stdout:
             rows.append(json.loads(line))
+            if sink:
+                sink.write(line)
+                sink.flush()
             if timeout and time.perf_counter() - start > timeout:
                 p.kill()
                 break
+    if sink:
+        sink.close()
     return rows
+
+
+def _stream_path(out: str, label: str) -> str:
+    return os.path.join(out, "life_" + label.replace(" ", "_").replace("(", "").replace(")", "") + ".jsonl")
 
 
 def process_time(src: str) -> float:
@@ -150,6 +166,8 @@ def main() -> int:
     parser.add_argument("--skip-process", action="store_true", help="skip the 1,000-episode process timing")
     parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
     parser.add_argument("--figure", default=os.path.join(ROOT, "docs", "long_life.png"))
+    parser.add_argument("--from-files", action="store_true",
+                        help="no new lives: tables and figure from the rows streamed to OUT/life_*.jsonl")
     args = parser.parse_args()
 
     os.makedirs(args.out, exist_ok=True)
@@ -160,9 +178,18 @@ def main() -> int:
             runs[f"{merge} (before)"] = (args.baseline_src, merge, args.baseline_episodes or args.episodes)
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(max(args.jobs, 1)) as pool:  # concurrent lives share the machine's load alike
-        futures = {label: pool.submit(life, *run) for label, run in runs.items()}
-        series = {label: f.result() for label, f in futures.items()}
+    if args.from_files:
+        series = {}
+        for label in runs:
+            path = _stream_path(args.out, label)
+            if os.path.exists(path):
+                with open(path) as f:
+                    series[label] = [json.loads(line) for line in f if line.strip()]
+    else:
+        with ThreadPoolExecutor(max(args.jobs, 1)) as pool:  # concurrent lives share the machine's load alike
+            futures = {label: pool.submit(life, *run, stream=_stream_path(args.out, label))
+                       for label, run in runs.items()}
+            series = {label: f.result() for label, f in futures.items()}
     with open(os.path.join(args.out, "long_life.csv"), "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["run", "episode", "seconds", "cpu_seconds", "n_states", "n_clusters", "l2_accuracy", "purity",
@@ -173,7 +200,7 @@ def main() -> int:
                             r["purity"], r["peak_rss_mb"]])
     figure({k: v for k, v in series.items()}, args.figure)
 
-    marks = [m for m in (1000, 2000, 5000, 10_000, 20_000, 50_000) if m < args.episodes]
+    marks = [m for m in (1000, 2000, 5000, 9500, 20_000, 50_000, 99_500) if m < args.episodes]
     print(f"{'run':16s} " + " ".join(f"{'cpu/100 @' + str(m):>13s}" for m in marks)
           + f" {'cpu s':>9s} {'wall s':>9s} {'l1 states':>10s} {'peak MB':>8s}")
     for label, rows in series.items():
@@ -182,7 +209,7 @@ def main() -> int:
               + f" {sum(r['cpu_seconds'] for r in rows):9.1f} {sum(r['seconds'] for r in rows):9.1f}"
               + f" {rows[-1]['n_states']:10d} {rows[-1]['peak_rss_mb']:8.0f}")
 
-    if not args.skip_process:
+    if not args.skip_process and not args.from_files:
         srcs = {"now": ROOT, **({"before": args.baseline_src} if args.baseline_src else {})}
         times = {k: [] for k in srcs}
         process_time(ROOT)  # warm the numba cache of both checkouts once

@@ -44,20 +44,20 @@ def renumber(assignment, roots):
 
 
 @njit(cache=True)
-def member_lists(assignment, position, m):
-    """CSR ``(ptr, idx)`` of the states of the clusters with ``position[c] >= 0``, grouped by
-    position and in increasing state order within a group."""
-    n = assignment.shape[0]
+def member_lists(states, assignment, position, m):
+    """CSR ``(ptr, idx)`` of those of ``states`` (increasing) whose cluster ``c`` has ``position[c] >= 0``,
+    grouped by position and in increasing state order within a group."""
     ptr = np.zeros(m + 1, dtype=np.int64)
-    for i in range(n):
-        c = assignment[i]
+    for q in range(states.shape[0]):
+        c = assignment[states[q]]
         if c >= 0 and position[c] >= 0:
             ptr[position[c] + 1] += 1
     for p in range(m):
         ptr[p + 1] += ptr[p]
     fill = ptr[:-1].copy()
     idx = np.empty(ptr[m], dtype=np.int64)
-    for i in range(n):
+    for q in range(states.shape[0]):
+        i = states[q]
         c = assignment[i]
         if c >= 0 and position[c] >= 0:
             idx[fill[position[c]]] = i

@@ -62,34 +62,43 @@ def set_depth_counts(next_state, emission, set_ptr, set_idx, horizon, out):
 
     ``out[s, l - 1, o]`` (int, added to) counts the states emitting ``o`` at depth
     ``l`` from set ``s``; :func:`features_from_depth_counts` turns these counts into
-    the successor features of :func:`set_successor_features`, bit for bit.  In
-    Algorithm 1's memory every state has at most one incoming link, so the sets of
-    two disjoint initial sets never share a state at one depth: the counts of a
-    union are the sums of the counts (what lets clusters keep them up to date).
+    the successor features of :func:`set_successor_features`, bit for bit.  Only
+    for Algorithm 1's memory, where every state has at most one incoming link
+    (from an older state; :meth:`~hmmmerge.episodic.EpisodicMemory.from_state_dict`
+    checks it): a state is then reached at one depth from at most one state of a
+    set, so no visited marks are needed (the work is the size of the sets, not of
+    level 1), and the counts of disjoint sets add up (what lets clusters keep them
+    up to date).
     """
-    A, N = next_state.shape
-    stamp = np.zeros(N, dtype=np.int64)
-    clock = 0
-    front = np.empty(N, dtype=np.int64)
-    nxt = np.empty(N, dtype=np.int64)
+    A = next_state.shape[0]
+    size = 64
+    front = np.empty(size, dtype=np.int64)
+    nxt = np.empty(size, dtype=np.int64)
     for s in range(set_ptr.shape[0] - 1):
-        m = 0
-        for k in range(set_ptr[s], set_ptr[s + 1]):
-            front[m] = set_idx[k]
-            m += 1
+        m = set_ptr[s + 1] - set_ptr[s]
+        if m * A > size:
+            size = 2 * m * A
+            front, nxt = np.empty(size, dtype=np.int64), np.empty(size, dtype=np.int64)
+        for q in range(m):
+            front[q] = set_idx[set_ptr[s] + q]
         for depth in range(horizon):
-            clock += 1
             m2 = 0
             for q in range(m):
                 h = front[q]
                 for a in range(A):
                     j = next_state[a, h]
-                    if j >= 0 and stamp[j] != clock:
-                        stamp[j] = clock
+                    if j >= 0:
+                        if m2 == size:
+                            size *= 2
+                            grown = np.empty(size, dtype=np.int64)
+                            grown[:m2] = nxt[:m2]
+                            nxt = grown
                         nxt[m2] = j
                         m2 += 1
             if m2 == 0:
                 break
+            if front.shape[0] < m2:
+                front = np.empty(nxt.shape[0], dtype=np.int64)
             for q in range(m2):
                 out[s, depth, emission[nxt[q]]] += 1
                 front[q] = nxt[q]
@@ -127,9 +136,9 @@ def add_new_descendants(new_states, parent, parent_action, next_state, emission,
     A new state ``w`` lies at depth ``d`` below its ``d``-th ancestor along
     links that still exist (in-degree is at most one); for ``d`` up to the
     horizon (``counts.shape[1]``) and ancestors in a cluster whose counts are
-    ``valid`` and that are not ``skip``-ped (states whose counts are added
-    whole, e.g. because they joined a cluster after ``w`` was created),
-    ``counts[cluster, d - 1, emission[w]] += 1``.
+    ``valid`` and that are not in ``skip`` (a sorted array of states whose
+    counts are added whole, because they joined a cluster after ``w`` was
+    created), ``counts[cluster, d - 1, emission[w]] += 1``.
     """
     horizon = counts.shape[1]
     for q in range(new_states.shape[0]):
@@ -141,6 +150,12 @@ def add_new_descendants(new_states, parent, parent_action, next_state, emission,
             if p < 0 or next_state[parent_action[x], p] != x:
                 break
             c = cluster_of[p]
-            if c >= 0 and valid[c] and not skip[p]:
+            if c >= 0 and valid[c] and not _contains(skip, p):
                 counts[c, d, o] += 1
             x = p
+
+
+@njit(cache=True)
+def _contains(sorted_values, x):
+    i = np.searchsorted(sorted_values, x)
+    return i < sorted_values.shape[0] and sorted_values[i] == x

@@ -248,8 +248,6 @@ class TwoLevelMemory(Estimator):
             return
         joined = np.concatenate(self._joined_since_t2)
         cluster_of, nxt = self.clusters_.assignment, self.memory_._next
-        is_joined = np.zeros(self.memory_.n_states, dtype=bool)
-        is_joined[joined] = True
         parent, act = self._parent[joined], self._parent_action[joined]
         linked = parent >= 0
         linked[linked] = (nxt[act[linked], parent[linked]] == joined[linked]) & (cluster_of[parent[linked]] >= 0)
@@ -257,7 +255,7 @@ class TwoLevelMemory(Estimator):
         for a in range(self.n_actions):
             w = nxt[a, joined]
             keep = w >= 0
-            keep[keep] = (cluster_of[w[keep]] >= 0) & ~is_joined[w[keep]]
+            keep[keep] = (cluster_of[w[keep]] >= 0) & ~np.isin(w[keep], joined)
             src.append(joined[keep]); acts.append(np.full(int(keep.sum()), a, dtype=np.int64)); dst.append(w[keep])
         src, acts, dst = np.concatenate(src), np.concatenate(acts), np.concatenate(dst)
         k = self.clusters_.n_clusters
@@ -307,10 +305,8 @@ class TwoLevelMemory(Estimator):
         elif self._joined_since_t2 is not None and len(joined):
             self._joined_since_t2.append(joined)
         for key, (valid, counts) in list(self.clusters_._caches.items()):
-            skip = np.zeros(self.memory_.n_states, dtype=bool)
-            skip[joined] = True
             add_new_descendants(out.state[created], self._parent, self._parent_action, nxt, self.memory_._emission,
-                                cluster_of, skip, valid, counts)
+                                cluster_of, np.sort(joined), valid, counts)
             owners = cluster_of[joined]
             ok = valid[owners]
             if ok.any():

@@ -21,16 +21,27 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The ``hmmmerge`` argument parser with every sub-command of ``COMMANDS``.
+
+    With ``command`` (what :func:`main` passes when the command line starts
+    with a sub-command's name), only that sub-command gets its options, and
+    only its module is imported: ``hmmmerge run`` does not load what
+    ``evaluate`` needs (the registry of every baseline).  The others stay
+    valid choices, without options.
 
     >>> args = build_parser().parse_args(["env", "--grid", "4x4", "--colours", "3"])
     >>> args.command, args.grid, args.colours, args.k
     ('env', (4, 4), 3, 3)
+    >>> build_parser("run").parse_args(["run", "--episodes", "5"]).episodes
+    5
     """
     parser = _Parser(prog="hmmmerge", description="Learn cognitive maps from experience.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name in COMMANDS:
+        if command is not None and name != command:
+            sub.add_parser(name)
+            continue
         importlib.import_module(f"hmmmerge.commands.{name}").add_parser(sub)
         sub.choices[name].add_argument(
             "--no-limits", action="store_true",
@@ -87,10 +98,10 @@ def main(argv=None) -> int:
     >>> main(["env", "--colours", "0"])   # bad input: one line on stderr, exit code 2
     2
     """
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv[0] if argv and argv[0] in COMMANDS else None)
     args = parser.parse_args(argv)
     from ._limits import no_limits
-    from .sweep import SweepError
 
     try:
         with no_limits(args.no_limits):
@@ -100,12 +111,20 @@ def main(argv=None) -> int:
     except BrokenPipeError:  # the reader closed stdout (e.g. `| head`): not an error
         _silence_stdout()
         return 0
-    except (ValueError, OSError, SweepError) as e:  # bad input, missing / unreadable file, a failed sweep run
-        return _error(args.command, e)
     except MemoryError:
         return _error(args.command, "out of memory; ask for less (smaller world, fewer episodes) or more memory")
     except KeyboardInterrupt:
         return _error(args.command, "interrupted", code=130)
+    except Exception as e:
+        if isinstance(e, (ValueError, OSError)) or _is_sweep_error(e):  # bad input, missing file, a failed sweep
+            return _error(args.command, e)
+        raise
+
+
+def _is_sweep_error(e: BaseException) -> bool:
+    """Whether ``e`` is a :class:`hmmmerge.sweep.SweepError` (only a command that loaded the sweep raises one)."""
+    sweep = sys.modules.get("hmmmerge.sweep")
+    return sweep is not None and isinstance(e, sweep.SweepError)
 
 
 def _error(command: str, e, code: int = 2) -> int:

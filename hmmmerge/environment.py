@@ -15,7 +15,6 @@ import ast
 import warnings
 from numbers import Integral
 
-import networkx as nx
 import numpy as np
 
 from .hmm import ActionHMM
@@ -59,6 +58,8 @@ class Environment:
     """
 
     def __init__(self, graph, start=None, n_obs: int | None = None):
+        import networkx as nx
+
         if not isinstance(graph, nx.Graph):
             raise TypeError(f"graph must be a networkx graph, got {type(graph).__name__}")
         if graph.number_of_nodes() == 0:
@@ -120,7 +121,7 @@ class Environment:
         g.graph["start"] = _graph_attribute_label(nodes[start_index])
         g.graph["n_obs"] = int(n_obs)
 
-        self.graph = g
+        self._graph = g
         self.nodes = nodes
         self.index = index
         self.obs = obs
@@ -129,6 +130,55 @@ class Environment:
         self.n_obs = int(n_obs)
         for arr in (self.obs, self.next_state):
             arr.flags.writeable = False
+
+    @classmethod
+    def _from_tables(cls, nodes: list, obs: np.ndarray, next_state: np.ndarray, start: int, n_obs: int,
+                     name: str) -> "Environment":
+        """An environment from checked tables, its graph built on first use of :attr:`graph`.
+
+        For builders that make valid tables themselves (:func:`~hmmmerge.worlds.gridworld`):
+        a run on them never imports networkx.  ``nodes`` are distinct labels,
+        ``obs`` (S) ints in ``0..n_obs-1``, ``next_state`` (A x S) state indices,
+        ``start`` an index.  The graph is the one ``Environment(graph)`` would hold
+        for a ``MultiDiGraph`` named ``name`` with the nodes in order and each
+        node's out-edges in action order.
+        """
+        env = cls.__new__(cls)
+        env._graph = None
+        env._graph_name = name
+        env.nodes = list(nodes)
+        env.index = {node: i for i, node in enumerate(env.nodes)}
+        env.obs = np.array(obs, dtype=np.int64)
+        env.next_state = np.array(next_state, dtype=np.int64)
+        env.start = int(start)
+        env.n_obs = int(n_obs)
+        for arr in (env.obs, env.next_state):
+            arr.flags.writeable = False
+        return env
+
+    @property
+    def graph(self):
+        """The world as a ``networkx.MultiDiGraph``: nodes carry ``obs``, edges ``action``; graph attributes
+        ``start`` (the start label, as text when it is a tuple) and ``n_obs``.
+
+        >>> from hmmmerge import gridworld
+        >>> g = gridworld(2, 2, n_colours=2, seed=0).graph
+        >>> g.graph, g.number_of_edges(), sorted(g.nodes[(1, 0)])
+        ({'name': 'gridworld 2x2', 'start': '(1, 0)', 'n_obs': 2}, 16, ['obs'])
+        """
+        if self._graph is None:
+            import networkx as nx
+
+            g = nx.MultiDiGraph(name=self._graph_name)
+            for node, o in zip(self.nodes, self.obs.tolist()):
+                g.add_node(node, obs=o)
+            for u, targets in zip(self.nodes, self.next_state.T.tolist()):
+                for a, v in enumerate(targets):
+                    g.add_edge(u, self.nodes[v], action=a)
+            g.graph["start"] = _graph_attribute_label(self.nodes[self.start])
+            g.graph["n_obs"] = self.n_obs
+            self._graph = g
+        return self._graph
 
     # ------------------------------------------------------------------ sizes
     @property
@@ -186,6 +236,8 @@ class Environment:
             raise ValueError("nodes holds a label twice; state labels must be distinct")
         if not _is_int(start) or not 0 <= start < n:
             raise ValueError(f"start={start!r} is not a state index in 0..{n - 1}")
+        import networkx as nx
+
         g = nx.MultiDiGraph()
         for i, label in enumerate(labels):
             g.add_node(label, obs=int(ob[i]))

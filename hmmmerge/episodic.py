@@ -105,6 +105,35 @@ class EpisodicMemory:
         """
         return self._next, self._emission, self.n_obs
 
+    def states_emitting(self, obs: int) -> np.ndarray:
+        """The states (increasing) that emit ``obs``; kept up to date as states are added.
+
+        >>> mem = EpisodicMemory(n_obs=2, n_actions=1)
+        >>> for o, a in [(0, -1), (1, 0), (0, 0)]:
+        ...     _ = mem.observe(o, a)
+        >>> mem.states_emitting(0).tolist(), mem.states_emitting(1).tolist()
+        ([0, 2], [1])
+        """
+        n = self.n_states
+        if getattr(self, "_by_obs_upto", 0) < n:
+            start = getattr(self, "_by_obs_upto", 0)
+            new = np.arange(start, n)
+            em = self._emission[start:n]
+            if start == 0:
+                self._by_obs = [np.zeros(0, dtype=np.int64) for _ in range(self.n_obs)]
+                self._by_obs_len = np.zeros(self.n_obs, dtype=np.int64)
+            for o in np.unique(em).tolist():
+                add = new[em == o]
+                have, size = self._by_obs_len[o], len(self._by_obs[o])
+                if have + len(add) > size:  # grow geometrically
+                    grown = np.empty(max(2 * size, have + len(add)), dtype=np.int64)
+                    grown[:have] = self._by_obs[o][:have]
+                    self._by_obs[o] = grown
+                self._by_obs[o][have:have + len(add)] = add
+                self._by_obs_len[o] = have + len(add)
+            self._by_obs_upto = n
+        return self._by_obs[obs][:self._by_obs_len[obs]] if n else np.zeros(0, dtype=np.int64)
+
     def reserve(self, extra: int) -> None:
         """Make room for ``extra`` more states (capacity at least doubles when it grows).
 
@@ -269,6 +298,11 @@ class EpisodicMemory:
         if n and (ns.max() >= n or ns.min() < -1 or em.min() < 0 or em.max() >= mem.n_obs
                   or scal[1] >= n or scal[2] >= n):
             raise ValueError(f"{source}: level-1 arrays hold out-of-range entries")
+        src = np.broadcast_to(np.arange(n), ns.shape)
+        linked = ns >= 0
+        if (ns[linked] <= src[linked]).any() or (np.bincount(ns[linked], minlength=n) > 1).any():
+            raise ValueError(f"{source}: level-1 links are not those of Algorithm 1 (each state has at most "
+                             "one incoming link, from an older state)")
         mem.reserve(n)
         mem._next[:, :n] = ns
         mem._emission[:n] = em

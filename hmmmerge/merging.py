@@ -263,8 +263,11 @@ class RandomMerger(SFMerger):
         return np.arange(n), rng.integers(0, k, size=n)
 
 
-def cluster_sets(assignment: np.ndarray, cluster_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def cluster_sets(assignment: np.ndarray, cluster_ids: np.ndarray, states=None) -> tuple[np.ndarray, np.ndarray]:
     """CSR ``(ptr, idx)`` of the member states of ``cluster_ids`` (in that order).
+
+    ``states`` (increasing), if given, are the only states looked at (e.g. those of
+    the clusters' colour); by default all of ``assignment``.
 
     >>> ptr, idx = cluster_sets(np.array([1, 0, 1, -1, 2]), np.array([1, 2]))
     >>> ptr.tolist(), idx.tolist()   # cluster 1 holds states 0, 2; cluster 2 holds state 4
@@ -274,10 +277,11 @@ def cluster_sets(assignment: np.ndarray, cluster_ids: np.ndarray) -> tuple[np.nd
 
     assignment = np.ascontiguousarray(assignment, dtype=np.int64)
     cluster_ids = np.asarray(cluster_ids, dtype=np.int64)
+    states = np.arange(len(assignment)) if states is None else np.asarray(states, dtype=np.int64)
     k = int(assignment.max()) + 1 if assignment.size else 0
     pos = np.full(max(k, int(cluster_ids.max(initial=-1)) + 1, 1), -1, dtype=np.int64)
     pos[cluster_ids] = np.arange(len(cluster_ids))
-    return member_lists(assignment, pos, len(cluster_ids))
+    return member_lists(states, assignment, pos, len(cluster_ids))
 
 
 def merge_iteration(memory, clusters, merger, seed=0) -> dict:
@@ -308,7 +312,7 @@ def merge_iteration(memory, clusters, merger, seed=0) -> dict:
         return report
     colour = int(rng.choice(memory.n_obs, p=weights / weights.sum()))
     ids = np.flatnonzero(colour_of == colour)
-    ptr, idx = cluster_sets(clusters.assignment[:n], ids)
+    ptr, idx = cluster_sets(clusters.assignment[:n], ids, memory.states_emitting(colour))
     sf, depth = _cluster_features(memory, clusters, merger, ids, ptr, idx)
     eligible = rng.permutation(np.flatnonzero(depth >= merger.min_depth))
     half = len(eligible) // 2

@@ -8,7 +8,6 @@ the bottom-left cell ``(rows - 1, 0)``, as in the paper.
 
 from __future__ import annotations
 
-import networkx as nx
 import numpy as np
 
 from ._validation import check_int
@@ -115,16 +114,12 @@ def gridworld(
     if start in blocked:
         raise ValueError(f"start cell {start!r} is an obstacle")
 
-    g = nx.MultiDiGraph(name=f"gridworld {rows}x{cols}")
-    for (r, c), colour in zip(cells, values.tolist()):
-        g.add_node((r, c), obs=colour)
-    open_cells = set(cells)
-    for r, c in cells:
-        for action, (dr, dc) in GRID_ACTIONS.items():
-            target = (r + dr, c + dc)
-            if target not in open_cells:
-                target = (r, c)
-            g.add_edge((r, c), target, action=action)
-    if start not in open_cells:
+    index = {cell: i for i, cell in enumerate(cells)}
+    if start not in index:
         raise ValueError(f"start node {start!r} is not in the graph")
-    return Environment(g, start=start, n_obs=n_colours)
+    next_state = np.empty((len(GRID_ACTIONS), len(cells)), dtype=np.int64)
+    for i, (r, c) in enumerate(cells):
+        for action, (dr, dc) in GRID_ACTIONS.items():
+            next_state[action, i] = index.get((r + dr, c + dc), i)  # a wall or the border: stay
+    # the graph (a networkx MultiDiGraph, nodes in row-major order) is built when env.graph is first used
+    return Environment._from_tables(cells, values, next_state, index[start], n_colours, f"gridworld {rows}x{cols}")

@@ -256,7 +256,7 @@ def test_cli_world_names_match_the_gallery():
 def loaded_after(code: str) -> set:
     out = subprocess.run([sys.executable, "-c", code + "\nimport sys; print(' '.join(sys.modules))"],
                          capture_output=True, text=True, check=True).stdout.split()
-    return {m.split(".")[0] for m in out} | {m for m in out if m.startswith("scipy.stats")}
+    return {m.split(".")[0] for m in out} | {m for m in out if m.startswith(("scipy.stats", "hmmmerge."))}
 
 
 HEAVY = {"numba", "pgmpy", "matplotlib", "dask", "scipy.stats", "gymnasium", "minigrid"}
@@ -272,6 +272,15 @@ def test_light_imports(code, allowed):
     assert (loaded_after(code) & HEAVY) == allowed
     if code == "import hmmmerge":
         assert not {"numpy", "networkx", "scipy"} & loaded_after(code)
+
+
+def test_paper_run_loads_only_what_it_uses():
+    """`hmmmerge run` on a grid needs numba and scipy.sparse, not networkx nor the other commands' modules."""
+    loaded = loaded_after("import contextlib, io\nfrom hmmmerge.cli import main\n"
+                          "with contextlib.redirect_stdout(io.StringIO()):\n"
+                          "    main(['run', '--episodes', '3', '--eval-episodes', '2', '--json'])")
+    assert loaded & HEAVY == {"numba"}
+    assert not {"networkx", "hmmmerge.baselines", "hmmmerge.sweep", "hmmmerge.commands.evaluate"} & loaded
 
 
 def test_lazy_names_resolve():

@@ -130,3 +130,21 @@ def test_bad_inputs():
         mem.observe_trajectories(Trajectories([[0, 1]], [[-1, 7]]))
     with pytest.raises(TypeError):
         mem.observe_trajectories(np.zeros((2, 2)))
+
+
+def test_state_dict_with_links_algorithm_1_cannot_make_is_refused():
+    """Two incoming links, or a link back to an older state, cannot come from Algorithm 1 (the kept
+    per-depth counts rely on it): loading such arrays names the problem."""
+    from hmmmerge.episodic import EpisodicMemory
+
+    mem = EpisodicMemory(2, 2)
+    for o, a in [(0, -1), (1, 0), (0, 1)]:
+        mem.observe(o, a)
+    good = mem.state_dict()
+    assert EpisodicMemory.from_state_dict(good).n_states == 3
+    for a, h, target in [(1, 0, 1), (0, 2, 0)]:  # state 1 gets a second parent; state 2 links back to 0
+        bad = dict(good)
+        bad["l1_next_state"] = good["l1_next_state"].copy()
+        bad["l1_next_state"][a, h] = target
+        with pytest.raises(ValueError, match="Algorithm 1"):
+            EpisodicMemory.from_state_dict(bad, source="x.npz")

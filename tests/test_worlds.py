@@ -175,3 +175,42 @@ def test_bad_seed():
         gridworld(seed=-1)
     with pytest.raises(TypeError, match="seed"):
         gridworld(seed="x")
+
+
+def _graph_as_built_by_networkx(rows, cols, env):
+    """The grid as a MultiDiGraph built edge by edge (the construction before the graph became lazy)."""
+    import networkx as nx
+
+    from hmmmerge import Environment
+
+    g = nx.MultiDiGraph(name=f"gridworld {rows}x{cols}")
+    for node, o in zip(env.nodes, env.obs.tolist()):
+        g.add_node(node, obs=o)
+    cells = set(env.nodes)
+    for r, c in env.nodes:
+        for action, (dr, dc) in MOVES.items():
+            target = (r + dr, c + dc)
+            g.add_edge((r, c), target if target in cells else (r, c), action=action)
+    return Environment(g, start=env.start_node, n_obs=env.n_obs)
+
+
+@pytest.mark.parametrize("kwargs", [
+    {},
+    {"rows": 4, "cols": 6, "n_colours": 3, "obstacles": [(1, 1), (2, 4), (0, 5)], "start": (3, 5)},
+    {"rows": 1, "cols": 5, "n_colours": 2, "colouring": "iid", "seed": 3},
+])
+def test_graph_is_the_one_networkx_builds(kwargs):
+    """gridworld builds its tables without networkx; env.graph, built on first use, is exactly the graph
+    (nodes, attributes, edge keys, out- and in-edge order) that Environment(graph) holds."""
+    env = gridworld(**kwargs)
+    assert env._graph is None  # no graph until asked for
+    ref = _graph_as_built_by_networkx(kwargs.get("rows", 10), kwargs.get("cols", 10), env)
+    g, h = env.graph, ref.graph
+    assert g.graph == h.graph and list(g.graph) == list(h.graph)
+    assert list(g.nodes(data=True)) == list(h.nodes(data=True))
+    assert list(g.edges(keys=True, data=True)) == list(h.edges(keys=True, data=True))
+    assert [list(g.pred[v]) for v in g] == [list(h.pred[v]) for v in h]
+    assert env.nodes == ref.nodes and env.index == ref.index and env.start == ref.start and env.n_obs == ref.n_obs
+    assert np.array_equal(env.obs, ref.obs) and np.array_equal(env.next_state, ref.next_state)
+    assert not env.obs.flags.writeable and not env.next_state.flags.writeable
+    assert repr(env) == repr(ref)
