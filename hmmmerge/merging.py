@@ -147,10 +147,14 @@ class SFMerger(NoMerger):
         """
         super().sleep(memory, clusters, rng)
         reports = []
+        # with splits, emptied clusters are only marked until the sleep ends: ids are renumbered once
+        emptied = np.zeros(clusters.n_clusters, dtype=bool) if self.split_contradictions else None
         for _ in range(self.merge_iterations):
-            reports.append(merge_iteration(memory, clusters, self, rng))
+            reports.append(merge_iteration(memory, clusters, self, rng, emptied=emptied))
             if reports[-1]["colour"] < 0:  # no colour has two clusters: nothing can merge any more, no draw made
                 break
+        if emptied is not None and emptied.any():
+            clusters.compact_assigned()
         return reports
 
     @property
@@ -284,11 +288,16 @@ def cluster_sets(assignment: np.ndarray, cluster_ids: np.ndarray, states=None) -
     return member_lists(states, assignment, pos, len(cluster_ids))
 
 
-def merge_iteration(memory, clusters, merger, seed=0) -> dict:
+def merge_iteration(memory, clusters, merger, seed=0, emptied=None) -> dict:
     """One merge iteration over ``clusters`` of ``memory`` (see the module docstring).
 
     Returns a small report: the colour chosen, numbers of eligible clusters,
-    probes and merges.
+    probes and merges.  ``emptied`` (a bool array over cluster ids, with
+    split merges only) defers the renumbering: clusters emptied by the merges
+    are marked there and ignored, and the caller calls
+    :meth:`~hmmmerge.clusters.Clusters.compact_assigned` once at the end (the
+    same result as renumbering after every iteration, since renumbering keeps
+    the order of the ids).
 
     >>> from hmmmerge import gridworld, random_walk
     >>> from hmmmerge.episodic import EpisodicMemory
@@ -306,6 +315,8 @@ def merge_iteration(memory, clusters, merger, seed=0) -> dict:
     n = memory.n_states
     clusters.grow(n)
     colour_of = clusters.cluster_emission(memory.emission)
+    if emptied is not None:
+        colour_of = np.where(emptied, -1, colour_of)
     counts = np.bincount(colour_of[colour_of >= 0], minlength=memory.n_obs)
     weights = np.maximum(counts - 1, 0).astype(float)
     if weights.sum() == 0:
@@ -326,7 +337,12 @@ def merge_iteration(memory, clusters, merger, seed=0) -> dict:
     before = clusters.n_clusters
     if merger.split_contradictions:
         members = {int(c): idx[ptr[i]:ptr[i + 1]] for i, c in enumerate(ids)}
-        merge_with_split(memory, clusters, pairs, members, count_horizon=merger.count_horizon)
+        gone = merge_with_split(memory, clusters, pairs, members, count_horizon=merger.count_horizon,
+                                compact=emptied is None)
+        if emptied is not None:
+            emptied[gone] = True
+            report["merges"] = len(gone)
+            return report
     else:
         clusters.merge(pairs)
     report["merges"] = before - clusters.n_clusters
@@ -395,7 +411,8 @@ def split_by_next_observation(memory, states: np.ndarray) -> np.ndarray:
     return agree
 
 
-def merge_with_split(memory, clusters, pairs, members: dict | None = None, count_horizon: int | None = None) -> None:
+def merge_with_split(memory, clusters, pairs, members: dict | None = None, count_horizon: int | None = None,
+                     compact: bool = True) -> list[int]:
     """Apply merge pairs ``(probe, candidate)`` in order, splitting off contradictions.
 
     For each pair, the states of both clusters are pooled; those that agree
@@ -407,7 +424,9 @@ def merge_with_split(memory, clusters, pairs, members: dict | None = None, count
     ``count_horizon``, the per-depth counts that ``clusters`` keeps for that
     horizon (:meth:`~hmmmerge.clusters.Clusters.depth_counts`) are updated
     rather than dropped: a pooled pair's counts are the sum of its two
-    clusters' counts, so only the split-off states are counted.
+    clusters' counts, so only the split-off states are counted.  Returns the
+    ids of the clusters left empty; with ``compact=False`` they stay (empty)
+    and the ids are not renumbered (see :func:`merge_iteration`).
 
     >>> from hmmmerge.clusters import Clusters
     >>> from hmmmerge.episodic import EpisodicMemory
@@ -415,7 +434,7 @@ def merge_with_split(memory, clusters, pairs, members: dict | None = None, count
     >>> for ep in ([0, 1], [0, 1], [1, 0]):
     ...     _ = [mem.observe(o, -1 if t == 0 else 0) for t, o in enumerate(ep)]
     >>> cl = Clusters(np.array([0, 1, 2, 3]))        # states: 0 -> 1 (obs 0 -> 1), 2 -> 3 (obs 1 -> 0)
-    >>> merge_with_split(mem, cl, [(1, 2)]); cl.n_clusters   # both emit 1, state 2 has a successor
+    >>> _ = merge_with_split(mem, cl, [(1, 2)]); cl.n_clusters   # both emit 1, state 2 has a successor
     3
     """
     assignment = clusters.assignment
@@ -466,4 +485,6 @@ def merge_with_split(memory, clusters, pairs, members: dict | None = None, count
         for c in touched:
             if rows[c] is not None and len(members[c]):
                 counts[c], valid[c] = rows[c], True
-    clusters.compact_assigned()
+    if compact:
+        clusters.compact_assigned()
+    return sorted(c for c in touched if not len(members[c]))
