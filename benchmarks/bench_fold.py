@@ -274,17 +274,17 @@ import numpy as np
 from hmmmerge import gridworld, random_walk
 import hmmmerge.agent as agent_module
 from hmmmerge.agent import TwoLevelMemory
-merge, episodes, reference = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+merge, episodes, reference, params = sys.argv[1], int(sys.argv[2]), sys.argv[3], json.loads(sys.argv[4])
 if reference:   # the pure-Python fold merger in this checkout's agent
     import importlib.util
     spec = importlib.util.spec_from_file_location("fold_reference", reference)
     module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)
     agent_module.MERGE_MODES["fold"] = lambda agent, **extra: module.FoldMerger(**extra)
 env = gridworld(seed=0)
-TwoLevelMemory(10, 4, merge=merge, seed=1).fit(random_walk(env, 30, seed=1))   # load the kernels
+TwoLevelMemory(10, 4, merge=merge, merge_params=params, seed=1).fit(random_walk(env, 30, seed=1))  # kernels
 traj = random_walk(env, episodes, 50, seed=0)
 t = time.perf_counter(); c = time.process_time()
-agent = TwoLevelMemory(10, 4, merge=merge, seed=0).fit(traj)
+agent = TwoLevelMemory(10, 4, merge=merge, merge_params=params, seed=0).fit(traj)
 wall, cpu = time.perf_counter() - t, time.process_time() - c
 h = agent.history()
 print(json.dumps({"wall_s": wall, "cpu_s": cpu, "l2_last50": float(h["l2_accuracy"][-50:].mean()),
@@ -333,21 +333,25 @@ def speed(out, learner, quick, repeats=3, before=BEFORE) -> list[str]:
     env = dict(os.environ, NUMBA_NUM_THREADS="1", OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     reference = os.path.join(REPO, "tests", "fold_reference.py")
     old_tree = _checkout(before, out) if before else None
-    rows = [(NAMES.get(learner, learner) + " (this checkout)", learner, "", None, here)]
-    if learner == "fold" and os.path.exists(reference):
-        rows.append(("fold, pure-Python merger (tests/fold_reference.py), this agent", "fold", reference, None, here))
-    if old_tree is not None:
-        rows.append((f"fold at {before} (before the kernels)", "fold", "", old_tree, before))
-    rows.append(("SF merges (this checkout)", "sf", "", None, here))
+    off = {"single_evidence": 10**6}   # the first version's merge rule: the same decisions as the reference
+    rows = [(NAMES.get(learner, learner) + " (this checkout)", learner, "", None, here, {})]
+    if learner == "fold":
+        rows.append(("fold, single_evidence off (this checkout)", "fold", "", None, here, off))
+        if os.path.exists(reference):
+            rows.append(("fold, pure-Python merger (tests/fold_reference.py), this agent", "fold", reference, None,
+                         here, {}))
+        if old_tree is not None:
+            rows.append((f"fold at {before} (before the kernels)", "fold", "", old_tree, before, {}))
+    rows.append(("SF merges (this checkout)", "sf", "", None, here, {}))
     results = {}
-    for label, merge, ref, tree, code in rows:
+    for label, merge, ref, tree, code, params in rows:
         for n in sizes:
             key = f"{label}:{n}"
             if cache.get(key, {}).get("code") != code:
                 best = None
                 for _ in range(repeats if n == sizes[0] else 1):
                     run_env = dict(env, PYTHONPATH=tree) if tree else env
-                    cmd = [sys.executable, "-c", SPEED_CHILD, merge, str(n), ref]
+                    cmd = [sys.executable, "-c", SPEED_CHILD, merge, str(n), ref, json.dumps(params)]
                     if hasattr(os, "sched_setaffinity") and _has_taskset():
                         cmd = ["taskset", "-c", "0"] + cmd
                     res = subprocess.run(cmd, capture_output=True, text=True, check=True, env=run_env,
@@ -367,14 +371,15 @@ def speed(out, learner, quick, repeats=3, before=BEFORE) -> list[str]:
                          f"{r['clusters']:,} | {r['l1_states']:,} | {r['l2_last50']:.4f} |")
     lines.append("")
     me = rows[0][0]
-    for label, merge, *_ in rows[1:]:
+    for label, merge, ref, tree, *_ in rows[1:]:
         for n in sizes:
             a, b = results[f"{me}:{n}"], results[f"{label}:{n}"]
-            same = ""
-            if merge == learner:
-                same = " (same results: accuracy curve and clusters)" if (a["l2_sum"], a["clusters"]) == \
-                    (b["l2_sum"], b["clusters"]) else " (DIFFERENT results)"
-            lines.append(f"- {n:,} episodes: {me} / {label}: CPU {a['cpu_s'] / b['cpu_s']:.3f}{same}")
+            lines.append(f"- {n:,} episodes: {me} / {label}: CPU {a['cpu_s'] / b['cpu_s']:.3f}")
+            if ref or tree:  # the same decisions as the kernels with the first version's rule
+                off = results[f"{rows[1][0]}:{n}"]
+                same = "same" if (off["l2_sum"], off["clusters"]) == (b["l2_sum"], b["clusters"]) else "DIFFERENT"
+                lines.append(f"- {n:,} episodes: {rows[1][0]} / {label}: CPU {off['cpu_s'] / b['cpu_s']:.3f} "
+                             f"({same} results: accuracy curve and clusters)")
     if learner == "fold" and not quick:
         one, ten = results[f"{me}:{sizes[0]}"]["cpu_s"], results[f"{me}:{sizes[1]}"]["cpu_s"]
         lines += ["", f"Targets: 1,000 episodes {one:.3f} s CPU <= 1 s: {'met' if one <= 1 else 'NOT met'}; "

@@ -156,7 +156,8 @@ def test_without_the_clash_the_merge_is_accepted_and_determinised():
 
 def test_evidence_minimum_holds_back_a_merge():
     mem, st, ac = _two_branches(last=4)
-    fold, cl = FoldMerger(min_evidence=4), Clusters(n_states=0)   # the fold shows 3 agreements
+    # the fold shows 3 agreements; r is the only red block of b's colour, so single_evidence must be high too
+    fold, cl = FoldMerger(min_evidence=4, single_evidence=4), Clusters(n_states=0)
     fold.observe(mem, st, ac)
     fold.sleep(mem, cl)
     assert cl.assignment[st[0][1]] != cl.assignment[st[1][1]]
@@ -180,7 +181,7 @@ def test_contradiction_undoes_the_merge_and_restores_c_exactly():
     fold, cl = FoldMerger(min_evidence=2), Clusters(n_states=0)
     fold.observe(mem, st, ac)
     # C just before the merge: the same memory with the merge held back
-    held = FoldMerger(min_evidence=99)
+    held = FoldMerger(min_evidence=99, single_evidence=99)
     held.observe(mem, st, ac)
     before = Clusters(n_states=0)
     held.sleep(mem, before)

@@ -1,6 +1,7 @@
 """The numba kernels of the fold merger against the pure-Python reference, and its O(level 2) shortcuts
 (level-2 transitions, purity, cluster renumbering) against the agent's from-scratch computations."""
 
+import contextlib
 import importlib.util
 import os
 
@@ -15,6 +16,7 @@ from hmmmerge._agent_kernels import level2_transitions
 from hmmmerge.agent import TwoLevelMemory
 from hmmmerge.clusters import Clusters
 from hmmmerge.evaluate import weighted_purity
+from hmmmerge.fold import FoldMerger
 from hmmmerge.reproduce.beyond import bench_walks, bench_world
 
 
@@ -31,17 +33,23 @@ def _reference():
 Reference = _reference()
 
 
-def fit(env, traj, reference=False, **params):
-    """An agent with ``merge="fold"`` fitted to ``traj``; with ``reference``, the pure-Python merger."""
-    modes = dict(agent_module.MERGE_MODES)
-    if reference:
-        modes["fold"] = lambda agent, **extra: Reference(**extra)
+@contextlib.contextmanager
+def merger(reference: bool):
+    """``merge="fold"`` builds the pure-Python merger (``reference``) or the kernels with the first
+    version's rule (``single_evidence`` off)."""
     old = agent_module.MERGE_MODES
-    agent_module.MERGE_MODES = modes
+    agent_module.MERGE_MODES = dict(old, fold=(lambda agent, **extra: Reference(**extra)) if reference else
+                                    (lambda agent, **extra: FoldMerger(**{"single_evidence": 10**6, **extra})))
     try:
-        return TwoLevelMemory(env.n_obs, env.n_actions, merge="fold", seed=0, **params).fit(traj)
+        yield
     finally:
         agent_module.MERGE_MODES = old
+
+
+def fit(env, traj, reference=False, **params):
+    """An agent with ``merge="fold"`` fitted to ``traj`` (see :func:`merger`)."""
+    with merger(reference):
+        return TwoLevelMemory(env.n_obs, env.n_actions, merge="fold", seed=0, **params).fit(traj)
 
 
 def assert_same_run(a, b):
@@ -96,9 +104,10 @@ def test_a_file_written_by_the_reference_resumes_with_the_kernels(tmp_path):
     whole = fit(env, traj, reference=True)
     path = os.path.join(tmp_path, "agent.npz")
     fit(env, first, reference=True).save(path)
-    back = TwoLevelMemory.load(path)
-    assert type(back.merger_).__module__ == "hmmmerge.fold"
-    assert_same_run(back.partial_fit(rest), whole)
+    with merger(reference=False):
+        back = TwoLevelMemory.load(path)
+        assert type(back.merger_).__module__ == "hmmmerge.fold"
+        assert_same_run(back.partial_fit(rest), whole)
 
 
 # ---------------------------------------------------------------- shortcuts vs from scratch
@@ -162,7 +171,6 @@ def test_single_evidence_merges_into_the_only_consistent_red_block():
     # root 9; actions 0 and 1 both lead to colour 1, then 2, 3, 4: the only pair of colour-1 blocks agrees on
     # three blocks, below min_evidence=4; single_evidence=3 accepts it (no other red block of colour 1)
     from hmmmerge.episodic import EpisodicMemory
-    from hmmmerge.fold import FoldMerger
 
     def run(**params):
         mem = EpisodicMemory(n_obs=10, n_actions=2)
@@ -173,6 +181,6 @@ def test_single_evidence_merges_into_the_only_consistent_red_block():
         fold.sleep(mem, cl)
         return cl.assignment[st[0][1]] == cl.assignment[st[1][1]]
 
-    assert not run() and not run(single_evidence=4) and run(single_evidence=3)
+    assert not run(single_evidence=4) and run(single_evidence=3) and run()   # default 2
     with pytest.raises(ValueError, match="single_evidence"):
         FoldMerger(single_evidence=-1)
