@@ -333,10 +333,8 @@ def speed(out, learner, quick, repeats=3, before=BEFORE) -> list[str]:
     env = dict(os.environ, NUMBA_NUM_THREADS="1", OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     reference = os.path.join(REPO, "tests", "fold_reference.py")
     old_tree = _checkout(before, out) if before else None
-    off = {"single_evidence": 10**6}   # the first version's merge rule: the same decisions as the reference
     rows = [(NAMES.get(learner, learner) + " (this checkout)", learner, "", None, here, {})]
     if learner == "fold":
-        rows.append(("fold, single_evidence off (this checkout)", "fold", "", None, here, off))
         if os.path.exists(reference):
             rows.append(("fold, pure-Python merger (tests/fold_reference.py), this agent", "fold", reference, None,
                          here, {}))
@@ -374,12 +372,11 @@ def speed(out, learner, quick, repeats=3, before=BEFORE) -> list[str]:
     for label, merge, ref, tree, *_ in rows[1:]:
         for n in sizes:
             a, b = results[f"{me}:{n}"], results[f"{label}:{n}"]
-            lines.append(f"- {n:,} episodes: {me} / {label}: CPU {a['cpu_s'] / b['cpu_s']:.3f}")
-            if ref or tree:  # the same decisions as the kernels with the first version's rule
-                off = results[f"{rows[1][0]}:{n}"]
-                same = "same" if (off["l2_sum"], off["clusters"]) == (b["l2_sum"], b["clusters"]) else "DIFFERENT"
-                lines.append(f"- {n:,} episodes: {rows[1][0]} / {label}: CPU {off['cpu_s'] / b['cpu_s']:.3f} "
-                             f"({same} results: accuracy curve and clusters)")
+            same = ""
+            if ref or tree:  # the same merger, other code: the same decisions
+                same = " (same" if (a["l2_sum"], a["clusters"]) == (b["l2_sum"], b["clusters"]) else " (DIFFERENT"
+                same += " results: accuracy curve and clusters)"
+            lines.append(f"- {n:,} episodes: {me} / {label}: CPU {a['cpu_s'] / b['cpu_s']:.3f}{same}")
     if learner == "fold" and not quick:
         one, ten = results[f"{me}:{sizes[0]}"]["cpu_s"], results[f"{me}:{sizes[1]}"]["cpu_s"]
         lines += ["", f"Targets: 1,000 episodes {one:.3f} s CPU <= 1 s: {'met' if one <= 1 else 'NOT met'}; "

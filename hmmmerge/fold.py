@@ -55,16 +55,17 @@ evidence leads every other consistent red block's by ``k``.
 ``min_evidence=None`` takes the smallest ``k >= 3`` with ``n_obs**-k <= 1e-3``
 (3 for 10 colours, 5 for 4 colours): a run makes a few hundred merge
 decisions, so chance merges are rare, and undo repairs the one that slips
-through.  A blue block that clashes with every red block of its colour but
-one is either that block's cell or a cell not yet in the automaton, which
-late in a walk is rare; ``single_evidence`` (default 2: a chance match
-``<= n_obs**-2``, 1% for 10 colours) then suffices.  Without it, blue blocks
-in rarely visited corners whose only candidate is a thinly explored red
-block wait for ``k`` agreements and keep whole subtrees of level 1 apart
-(measured with ``benchmarks/bench_fold.py --sections evidence``: on the
-paper's world clusters 192 -> 152 and episodes 100-200 0.862 -> 0.875 with
-every other target kept; ``single_evidence=1`` reaches 0.889 there but
-thrashes on the random graph, 0.96 online in one run).
+through.  ``single_evidence`` (off by default) adds a rule: a blue block that
+clashes with every red block of its colour but one is either that block's
+cell or a cell not yet in the automaton, so fewer agreements (``e``, chance
+``n_obs**-e``) could do.  It helps where blue blocks in rarely visited
+corners wait for a thinly explored red block (``bench_fold.py --sections
+evidence``: paper's world, 6 runs, ``e = 2``: 144 clusters instead of 211,
+episodes 100-200 0.872 instead of 0.858), but it is not stable: on the walk
+of ``--sections speed`` (``gridworld(seed=0)``, walk seed 0) ``e = 2`` lets a
+wrong merge pollute a red block, duplicates get promoted (917 promotions) and
+the run ends with 1,361 clusters and 0.970 online; ``e = 1`` thrashes on the
+random graph.  Hence not the default.
 
 Why it works, and where it does not.  With a common start and a
 deterministic world, a level-1 state's true position is a function of its
@@ -116,8 +117,6 @@ from ._validation import check_int
 __all__ = ["FoldMerger", "default_min_evidence"]
 
 _STATS = ("merges", "promotions", "undos", "conflicts")
-SINGLE_EVIDENCE = 2
-"""The default ``single_evidence`` (see the module docstring)."""
 _ARRAYS = ("parent", "action", "colour", "uf", "uf_time", "just", "red", "has_row", "delta", "dchild", "reds",
            "journal", "conflicts", "decisions", "stats", "cid", "pending")
 _NODE_ARRAYS = ("parent", "action", "colour", "uf", "uf_time", "just", "red", "has_row", "delta", "dchild",
@@ -155,8 +154,8 @@ class FoldMerger:
     ----------
     min_evidence : agreeing block pairs a merge needs (None: :func:`default_min_evidence`).
     max_undo_rounds : bound on roll-back-and-refold rounds per sleep.
-    single_evidence : evidence enough to merge a blue block into the only red block of its colour it
-        is consistent with (None: 2, see below; ``>= min_evidence``: no such rule, the first version).
+    single_evidence : if set, evidence enough to merge a blue block into the only red block of its
+        colour it is consistent with (None: no such rule; see the module docstring).
 
     Attributes
     ----------
@@ -195,7 +194,7 @@ class FoldMerger:
         self._A = int(n_actions)
         self._n_obs = int(n_obs)
         self._k = default_min_evidence(n_obs) if self.min_evidence is None else self.min_evidence
-        self._k_single = SINGLE_EVIDENCE if self.single_evidence is None else self.single_evidence
+        self._k_single = -1 if self.single_evidence is None else self.single_evidence
         A1 = self._A + 1
         cap = max(int(capacity), 16)
 

@@ -134,6 +134,6 @@ def test_single_evidence_merges_into_the_only_consistent_red_block():
         fold.sleep(mem, cl)
         return cl.assignment[st[0][1]] == cl.assignment[st[1][1]]
 
-    assert not run(single_evidence=4) and run(single_evidence=3) and run()   # default 2
+    assert not run() and not run(single_evidence=4) and run(single_evidence=3)
     with pytest.raises(ValueError, match="single_evidence"):
         FoldMerger(single_evidence=-1)
