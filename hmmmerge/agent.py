@@ -312,7 +312,7 @@ class TwoLevelMemory(Estimator):
             if ok.any():
                 from .merging import _set_counts
 
-                np.add.at(counts, owners[ok], _set_counts(self.memory_, [[u] for u in joined[ok]], counts.shape[1]))
+                _set_counts(self.memory_, [[u] for u in joined[ok]], counts.shape[1], out=counts, rows=owners[ok])
         if len(replaced):
             flags = np.zeros(k, dtype=bool)
             stale_clusters(out.state[replaced - 1], self._parent, self._parent_action, nxt, cluster_of,
