@@ -106,6 +106,7 @@ def test_incremental_equals_full_recomputation(merge, monkeypatch, tmp_path):
         with monkeypatch.context() as m:
             m.setattr(merging, "_cluster_features", _full_features)
             m.setattr(TwoLevelMemory, "_refresh_level2", TwoLevelMemory._set_level2)
+            m.setattr(TwoLevelMemory, "_level2_after_sleep", lambda self, *before: None)  # T2 counted afresh
             full = TwoLevelMemory(10, 4, merge=merge, seed=seed).fit(traj)
         _same_agent(fast, full)
         _same_agent(resumed, full)
@@ -126,7 +127,7 @@ def _noisy_walk(env, episodes, rng, noise):
 def test_kept_counts_and_t2_match_a_recount_after_every_block(merge, noise):
     """After every chunk of experience (new states, online joins, replaced links with noise, sleeps,
     merges with splits), each valid kept row equals a fresh count of its cluster's states, and T2 equals
-    :func:`level2_transitions` on level 1 (column order included)."""
+    :func:`level2_transitions` on level 1 (column order included), also right after every sleep."""
     from hmmmerge import gridworld
     from hmmmerge._agent_kernels import level2_transitions
     from hmmmerge.agent import TwoLevelMemory
@@ -134,6 +135,16 @@ def test_kept_counts_and_t2_match_a_recount_after_every_block(merge, noise):
 
     env, rng = gridworld(seed=2), np.random.default_rng(7)
     agent = TwoLevelMemory(10, 4, merge=merge, seed=3, sleep_every=137, refresh_every=61)
+    sleeps = []
+
+    def sleep_then_compare(self):
+        reports = TwoLevelMemory.sleep(self)
+        full = level2_transitions(self.memory_._next, self.memory_.n_states, self.clusters_.assignment,
+                                  self.clusters_.n_clusters)
+        sleeps.append(all(np.array_equal(x, y) for x, y in zip(full, self._t2)))
+        return reports
+
+    agent.sleep = sleep_then_compare.__get__(agent)
     checked = refreshed = 0
     for _ in range(12):
         agent.partial_fit(_noisy_walk(env, 10, rng, noise))
@@ -149,3 +160,4 @@ def test_kept_counts_and_t2_match_a_recount_after_every_block(merge, noise):
         for x, y in zip(full, agent._t2):
             assert np.array_equal(x, y)
     assert checked > 500 and (refreshed > 5 or noise)
+    assert len(sleeps) > 10 and all(sleeps)
