@@ -21,7 +21,13 @@ wrong; surprise smoothed with epsilon 1e-3):
 5b. ``slip`` -- a non-deterministic world: with probability 0.1 the move made
    is a random one (the agent records the move it chose).
 6. ``speed`` -- the learner alone on one core: 1,000 and 10,000 episodes of
-   the paper's world, SF merges side by side.
+   the paper's world; side by side the pure-Python fold merger
+   (``tests/fold_reference.py``) in this agent, the package at ``--before``
+   (default 0b8663b, the last commit without fold's kernels; ``git archive``)
+   and SF merges.
+7. ``evidence`` -- fold's ``min_evidence`` from 2 to 6 on the paper's world
+   (3 colourings x 2 seeds) and with 4 colours (3 runs): accuracy, clusters,
+   merges, undos, CPU time.
 
 Results are cached per run under ``--out`` (one atomic file each, see
 :mod:`hmmmerge.sweep`): an interrupted run resumes where it stopped.  They
@@ -31,7 +37,7 @@ section after changing code.  The
 tables go to ``OUT/bench_fold.md`` and stdout.
 
     python benchmarks/bench_fold.py [--quick] [--out DIR] [--learner fold] [--executor serial]
-        [--sections paper,grid4,gallery,noise,nostart,slip,speed]
+        [--sections paper,grid4,gallery,noise,nostart,slip,speed,evidence]
 
 ``--learner`` defaults to ``fold`` when the agent knows that merge mode, else
 ``sf`` (stated in the output).  ``--quick``: 1 seed, 300 episodes, fewer
@@ -51,6 +57,7 @@ import numpy as np
 
 from hmmmerge._io import atomic_write_text
 from hmmmerge.agent import MERGE_MODES
+from hmmmerge.fold import default_min_evidence
 from hmmmerge.reproduce.beyond import context_curve_run, offline_run, online_run
 from hmmmerge.sweep import Sweep, run_sweeps
 
@@ -58,7 +65,7 @@ VERSION = "1"
 """Results are keyed by configuration and this version, not by the code: delete ``OUT/runs`` (or a section's
 folder) to recompute after changing a learner."""
 GALLERY = ("maze", "torus", "two-rooms", "cscg-room", "aliased-loop", "random-graph")
-SECTIONS = ("paper", "grid4", "gallery", "noise", "nostart", "slip", "speed")
+SECTIONS = ("paper", "grid4", "gallery", "noise", "nostart", "slip", "speed", "evidence")
 NAMES = {"fold": "fold", "sf": "SF merges", "random": "random merges", "none": "no merges", "em": "EM (clone HMM)",
          "context": "context (order 4)", "first-order": "first order", "oracle": "oracle", "rpni": "RPNI (AALpy)",
          "alergia": "ALERGIA (AALpy)"}
@@ -264,51 +271,160 @@ SPEED_CHILD = """
 import json, sys, time
 import numpy as np
 from hmmmerge import gridworld, random_walk
+import hmmmerge.agent as agent_module
 from hmmmerge.agent import TwoLevelMemory
-merge, episodes = sys.argv[1], int(sys.argv[2])
+merge, episodes, reference = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+if reference:   # the pure-Python fold merger in this checkout's agent
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("fold_reference", reference)
+    module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)
+    agent_module.MERGE_MODES["fold"] = lambda agent, **extra: module.FoldMerger(**extra)
 env = gridworld(seed=0)
 TwoLevelMemory(10, 4, merge=merge, seed=1).fit(random_walk(env, 30, seed=1))   # load the kernels
 traj = random_walk(env, episodes, 50, seed=0)
 t = time.perf_counter(); c = time.process_time()
 agent = TwoLevelMemory(10, 4, merge=merge, seed=0).fit(traj)
 wall, cpu = time.perf_counter() - t, time.process_time() - c
-print(json.dumps({"wall_s": wall, "cpu_s": cpu, "l2_last50": float(agent.history()["l2_accuracy"][-50:].mean()),
-                  "clusters": int(agent.n_clusters_), "l1_states": int(agent.memory_.n_states)}))
+h = agent.history()
+print(json.dumps({"wall_s": wall, "cpu_s": cpu, "l2_last50": float(h["l2_accuracy"][-50:].mean()),
+                  "l2_sum": float(h["l2_accuracy"].sum()), "clusters": int(agent.n_clusters_),
+                  "l1_states": int(agent.memory_.n_states)}))
 """
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+BEFORE = "0b8663b"
+"""The commit before the fold merger's numba kernels and the O(level 2) sleeps (``--before``)."""
 
 
-def speed(out, learner, quick, repeats=3) -> list[str]:
-    """Wall and CPU time of one online run (child process pinned to one core, numba on one thread)."""
+def _git(*args, cwd=REPO) -> str | None:
+    try:
+        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def _checkout(rev: str, out: str) -> str | None:
+    """A plain copy of the package at ``rev`` (``git archive``) under ``out``; None without git or that commit."""
+    full = _git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
+    if full is None:
+        return None
+    root = os.path.join(out, "checkouts", full[:12])
+    if not os.path.isdir(os.path.join(root, "hmmmerge")):
+        tmp = root + ".part"
+        os.makedirs(tmp, exist_ok=True)
+        archive = subprocess.run(["git", "archive", full, "hmmmerge"], cwd=REPO, capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
+        os.replace(tmp, root)
+    return root
+
+
+def speed(out, learner, quick, repeats=3, before=BEFORE) -> list[str]:
+    """CPU and wall time of one online run on one core (child processes pinned with ``taskset``, numba on
+    one thread), side by side: this checkout, this checkout with the pure-Python fold merger
+    (``tests/fold_reference.py``), the package at commit ``before`` and SF merges.
+
+    Results are cached in ``OUT/runs/speed.json`` under the measured code's commit (a changed checkout is
+    measured again)."""
     path = os.path.join(out, "runs", "speed.json")
     cache = json.load(open(path)) if os.path.exists(path) else {}
     sizes = (300, 3000) if quick else (1000, 10000)
+    here = (_git("rev-parse", "HEAD") or "unknown")[:12] + ("+changes" if _git("status", "--porcelain", "hmmmerge") else "")
     env = dict(os.environ, NUMBA_NUM_THREADS="1", OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
-    for merge in dict.fromkeys((learner, "sf")):
+    reference = os.path.join(REPO, "tests", "fold_reference.py")
+    old_tree = _checkout(before, out) if before else None
+    rows = [(NAMES.get(learner, learner) + " (this checkout)", learner, "", None, here)]
+    if learner == "fold" and os.path.exists(reference):
+        rows.append(("fold, pure-Python merger (tests/fold_reference.py), this agent", "fold", reference, None, here))
+    if old_tree is not None:
+        rows.append((f"fold at {before} (before the kernels)", "fold", "", old_tree, before))
+    rows.append(("SF merges (this checkout)", "sf", "", None, here))
+    results = {}
+    for label, merge, ref, tree, code in rows:
         for n in sizes:
-            key = f"{merge}:{n}"
-            if key in cache:
-                continue
-            best = None
-            for _ in range(repeats if n == sizes[0] else 1):
-                cmd = [sys.executable, "-c", SPEED_CHILD, merge, str(n)]
-                if hasattr(os, "sched_setaffinity"):
-                    cmd = ["taskset", "-c", "0"] + cmd if _has_taskset() else cmd
-                res = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
-                r = json.loads(res.stdout.strip().splitlines()[-1])
-                best = r if best is None or r["wall_s"] < best["wall_s"] else best
-            cache[key] = best
-            atomic_write_text(path, json.dumps(cache, indent=1))
-    lines = ["| learner | episodes | wall s (best of runs) | CPU s | 10x episodes / 1x (wall) | clusters | "
+            key = f"{label}:{n}"
+            if cache.get(key, {}).get("code") != code:
+                best = None
+                for _ in range(repeats if n == sizes[0] else 1):
+                    run_env = dict(env, PYTHONPATH=tree) if tree else env
+                    cmd = [sys.executable, "-c", SPEED_CHILD, merge, str(n), ref]
+                    if hasattr(os, "sched_setaffinity") and _has_taskset():
+                        cmd = ["taskset", "-c", "0"] + cmd
+                    res = subprocess.run(cmd, capture_output=True, text=True, check=True, env=run_env,
+                                         cwd=tree or os.getcwd())
+                    r = json.loads(res.stdout.strip().splitlines()[-1])
+                    best = r if best is None or r["cpu_s"] < best["cpu_s"] else best
+                cache[key] = dict(best, code=code)
+                atomic_write_text(path, json.dumps(cache, indent=1))
+            results[key] = cache[key]
+    lines = ["| learner | episodes | CPU s (best of runs) | wall s | 10x episodes / 1x (CPU) | clusters | "
              "level-1 states | online acc., last 50 |", "|---|---|---|---|---|---|---|---|"]
-    for merge in dict.fromkeys((learner, "sf")):
-        base = cache[f"{merge}:{sizes[0]}"]["wall_s"]
+    for label, *_ in rows:
+        base = results[f"{label}:{sizes[0]}"]["cpu_s"]
         for n in sizes:
-            r = cache[f"{merge}:{n}"]
-            lines.append(f"| {NAMES.get(merge, merge)} | {n:,} | {r['wall_s']:.3f} | {r['cpu_s']:.3f} | "
-                         f"{r['wall_s'] / base:.1f} | {r['clusters']:,} | {r['l1_states']:,} | {r['l2_last50']:.4f} |")
-    a, b = cache[f"{learner}:{sizes[0]}"], cache[f"sf:{sizes[0]}"]
-    lines.append(f"\n{NAMES.get(learner)} / SF merges wall-time ratio at {sizes[0]:,} episodes: "
-                 f"{a['wall_s'] / b['wall_s']:.2f}")
+            r = results[f"{label}:{n}"]
+            lines.append(f"| {label} | {n:,} | {r['cpu_s']:.3f} | {r['wall_s']:.3f} | {r['cpu_s'] / base:.1f} | "
+                         f"{r['clusters']:,} | {r['l1_states']:,} | {r['l2_last50']:.4f} |")
+    lines.append("")
+    me = rows[0][0]
+    for label, merge, *_ in rows[1:]:
+        for n in sizes:
+            a, b = results[f"{me}:{n}"], results[f"{label}:{n}"]
+            same = ""
+            if merge == learner:
+                same = " (same results: accuracy curve and clusters)" if (a["l2_sum"], a["clusters"]) == \
+                    (b["l2_sum"], b["clusters"]) else " (DIFFERENT results)"
+            lines.append(f"- {n:,} episodes: {me} / {label}: CPU {a['cpu_s'] / b['cpu_s']:.3f}{same}")
+    if learner == "fold" and not quick:
+        one, ten = results[f"{me}:{sizes[0]}"]["cpu_s"], results[f"{me}:{sizes[1]}"]["cpu_s"]
+        lines += ["", f"Targets: 1,000 episodes {one:.3f} s CPU <= 1 s: {'met' if one <= 1 else 'NOT met'}; "
+                      f"10,000 episodes {ten / one:.1f}x <= 12x: {'met' if ten <= 12 * one else 'NOT met'}"]
+    return lines
+
+
+# --------------------------------------------------------------------------- evidence minimum
+def evidence_runs(quick: bool) -> list[dict]:
+    """Configurations of the ``evidence`` section: the paper's world (and 4 colours) for ``min_evidence`` 2..6."""
+    cols, seeds = ((0,), (0,)) if quick else ((0, 1, 2), (0, 1))
+    worlds = [{"world": "grid", "colouring": c, "seed": s} for c in cols for s in seeds]
+    worlds += [{"world": "grid", "colours": 4, "colouring": s, "seed": s} for s in ((0,) if quick else (0, 1, 2))]
+    return [dict(w, episodes=300 if quick else 1000, min_evidence=k) for w in worlds for k in range(2, 7)]
+
+
+def evidence_run(config: dict) -> dict:
+    """One online fold run with ``min_evidence`` set: curves' summaries, clusters, undos, CPU time."""
+    from hmmmerge.agent import TwoLevelMemory
+    from hmmmerge.reproduce.beyond import bench_walks, bench_world
+
+    env = bench_world(config)
+    train, _ = bench_walks(env, dict(config, eval_episodes=1))
+    agent = TwoLevelMemory(env.n_obs, env.n_actions, merge="fold", merge_params={"min_evidence": config["min_evidence"]},
+                           seed=[int(config["colouring"]), int(config["seed"]), 1])
+    c = time.process_time()
+    agent.fit(train)
+    cpu = time.process_time() - c
+    acc = agent.history()["l2_accuracy"]
+    purity, _ = agent._current_purity()
+    return {"last50": float(acc[-50:].mean()), "mid": float(acc[100:200].mean()), "clusters": agent.n_clusters_,
+            "purity": purity, "cpu_s": cpu, **agent.merger_.stats}
+
+
+def evidence(quick: bool) -> list[str]:
+    """The sensitivity table of ``min_evidence`` (runs in this process: about 1 s each)."""
+    configs = evidence_runs(quick)
+    results = [evidence_run(c) for c in configs]
+    lines = ["| world | min_evidence | runs | online acc., last 50 (mean / worst) | episodes 100-200 | clusters (mean) "
+             "| purity (min) | merges | undos (total) | CPU s per run |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for colours in (10, 4):
+        for k in range(2, 7):
+            rs = [r for c, r in zip(configs, results) if c.get("colours", 10) == colours and c["min_evidence"] == k]
+            if not rs:
+                continue
+            default = " (default)" if k == default_min_evidence(colours) else ""
+            lines.append(f"| 10x10, {colours} colours | {k}{default} | {len(rs)} | "
+                         f"{np.mean([r['last50'] for r in rs]):.4f} / {min(r['last50'] for r in rs):.4f} | "
+                         f"{np.mean([r['mid'] for r in rs]):.4f} | {np.mean([r['clusters'] for r in rs]):.1f} | "
+                         f"{min(r['purity'] for r in rs):.4f} | {np.mean([r['merges'] for r in rs]):.0f} | "
+                         f"{sum(r['undos'] for r in rs)} | {np.mean([r['cpu_s'] for r in rs]):.2f} |")
     return lines
 
 
@@ -326,6 +442,7 @@ def main(argv=None) -> int:
     p.add_argument("--learner", default=None, help="the merge mode under test (default fold if available, else sf)")
     p.add_argument("--executor", default="serial", help="serial (default), local[:N], dask://HOST:PORT")
     p.add_argument("--sections", default=",".join(SECTIONS), help="comma-separated subset of " + ", ".join(SECTIONS))
+    p.add_argument("--before", default=BEFORE, help=f"speed: the commit to compare with (default {BEFORE}; '' for none)")
     p.add_argument("--tables-only", action="store_true",
                    help="run nothing: tables of the runs already finished under --out (a partial run, or runs "
                         "made by another checkout)")
@@ -345,9 +462,13 @@ def main(argv=None) -> int:
         md += [f"`merge=\"fold\"` is not available in this checkout: the tables show `{learner}` in its place.", ""]
     summaries = {}
     for section in sections:
+        if section == "evidence":
+            if not args.tables_only:
+                md += ["## evidence minimum (fold, min_evidence 2..6)", ""] + evidence(args.quick) + [""]
+            continue
         if section == "speed":
             if not args.tables_only:
-                md += ["## speed (one core)", ""] + speed(args.out, learner, args.quick) + [""]
+                md += ["## speed (one core)", ""] + speed(args.out, learner, args.quick, before=args.before) + [""]
             continue
         on, off = sweeps_for(section, args.out, learner, args.quick)
         if args.tables_only:

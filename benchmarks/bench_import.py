@@ -1,9 +1,11 @@
-"""Start-up cost: ``import hmmmerge`` and ``hmmmerge --help``, beside their peers, in fresh processes.
+"""Start-up and whole-process cost: ``import hmmmerge``, ``hmmmerge --help`` and the 1,000-episode paper run.
 
-    python benchmarks/bench_import.py              # 15 rounds (about half a minute)
-    python benchmarks/bench_import.py --rounds 5
-    python benchmarks/bench_import.py --before /tmp/old   # also time another checkout's package (a folder
-                                                          # holding hmmmerge/, e.g. from `git archive REV hmmmerge`)
+    python benchmarks/bench_import.py              # 15 rounds of start-up probes, 5 paper runs (about 1 min)
+    python benchmarks/bench_import.py --rounds 5 --run-rounds 3
+    python benchmarks/bench_import.py --before /tmp/old   # also time another checkout side by side (a folder
+                                                          # holding hmmmerge/, e.g. `git worktree add --detach
+                                                          # /tmp/old REV` or `git archive REV | tar -x -C /tmp/old`)
+    python benchmarks/bench_import.py --skip-run   # start-up probes only
 
 Every probe runs in a new interpreter, interleaved round by round so that
 machine load hits all of them alike; the table shows medians.  Targets
@@ -14,6 +16,21 @@ machine load hits all of them alike; the table shows medians.  Targets
 * *process* rows: wall time of the whole process, start-up included, as a
   user waits for it.
 
+*Paper run* (issue 11's target, <= 0.7 s): ``hmmmerge run --episodes 1000
+--size 10 --merge sf --json`` as a whole process, pinned to one core with
+``taskset`` when present, best wall and CPU time of ``--run-rounds`` runs,
+alternating the checkouts (after one warm-up run each, which fills numba's
+cache).  The outputs of both checkouts, minus ``wall_s``, are compared.  Floors
+in the same run: the bare interpreter, ``import numpy``, ``import numba``, and
+"numba floor": ``import numba`` plus the first call of one trivial cached
+kernel (what any process running a numba kernel pays before doing any work).
+A breakdown per checkout runs the command once more with CPU timers
+around the phases (benchmark-only wrappers; exclusive times): interpreter
+start and exit, imports, numba load (first call of each kernel: numba's
+target set-up and the cached machine code), learner (``partial_fit``),
+held-out scoring, JSON, cycle collections (Python's ``gc``, wherever they
+fall) and the rest (argument parsing, world, summary).
+
 Peers: the interpreter doing nothing, ``import numpy`` and ``import
 networkx`` (what building any world needs), and "eager": every public name
 of ``hmmmerge`` touched at once, i.e. what ``import hmmmerge`` cost before
@@ -23,11 +40,14 @@ the names became lazy (numba kernels, scipy, networkx all loaded).
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -70,9 +90,157 @@ def console_script() -> list[str] | None:
     return [found] if found else None
 
 
+PAPER_RUN = ["run", "--episodes", "1000", "--size", "10", "--merge", "sf", "--json"]
+
+#: in-process breakdown of one paper run: exclusive CPU seconds per phase, printed as JSON (benchmark-only wrappers)
+BREAKDOWN = r"""
+import time
+T0 = time.process_time()
+import sys, json, functools
+acc, stack = {}, []
+
+def timed(phase, f):
+    @functools.wraps(f)
+    def g(*a, **k):
+        if phase == "imports" and stack and stack[-1] == "numba load":
+            return f(*a, **k)  # numba's own imports at its first call count as numba load
+        t = time.process_time()
+        stack.append(phase)
+        try:
+            return f(*a, **k)
+        finally:
+            dt = time.process_time() - t
+            stack.pop()
+            acc[phase] = acc.get(phase, 0.0) + dt
+            if stack:
+                acc[stack[-1]] = acc.get(stack[-1], 0.0) - dt
+    return g
+
+def patch(module, owner, name, phase):
+    target = getattr(module, owner) if owner else module
+    setattr(target, name, timed(phase, getattr(target, name)))
+
+PATCHES = {
+    "numba.core.dispatcher": ("Dispatcher", "_compile_for_args", "numba load"),
+    "hmmmerge.agent": ("TwoLevelMemory", "partial_fit", "learner"),
+    "hmmmerge.commands.run": (None, "_surprise", "scoring"),
+    "hmmmerge.cli": (None, "print_json", "JSON"),
+}
+boot = sys.modules["_frozen_importlib"]
+find_and_load = boot._find_and_load
+
+def loading(name, import_):
+    module = find_and_load(name, import_)
+    if name in PATCHES:
+        patch(module, *PATCHES[name])
+    return module
+
+boot._find_and_load = timed("imports", loading)
+gc_start = []
+
+def collecting(phase, info):  # cycle collections, taken out of the phase they interrupt
+    if phase == "start":
+        gc_start.append(time.process_time())
+        return
+    dt = time.process_time() - gc_start.pop()
+    acc["cycle collection"] = acc.get("cycle collection", 0.0) + dt
+    if stack:
+        acc[stack[-1]] = acc.get(stack[-1], 0.0) - dt
+
+import gc
+gc.callbacks.append(collecting)
+from hmmmerge.cli import main
+import contextlib, io
+sys.argv = ["hmmmerge", *sys.argv[1:]]  # main() as the program runs it
+with contextlib.redirect_stdout(io.StringIO()):
+    main()
+total = time.process_time() - T0
+acc["other (parsing, world, summary)"] = total - sum(acc.values())
+print(json.dumps({"in_process": total, **acc}))
+"""
+
+FLOOR_KERNEL = """
+import numba
+
+@numba.njit(cache=True)
+def total(a):
+    s = 0.0
+    for x in a:
+        s += x
+    return s
+"""
+
+
+def _pin() -> list[str]:
+    return ["taskset", "-c", "0"] if shutil.which("taskset") else []
+
+
+def timed_run(argv, root, cwd=None) -> tuple[float, float, str]:
+    """(wall, CPU) seconds and stdout of one process, pinned to one core when ``taskset`` exists."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t = time.perf_counter()
+    out = subprocess.run([*_pin(), *argv], capture_output=True, text=True, check=True, cwd=cwd or root,
+                         env=_env(root))
+    wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime), out.stdout
+
+
+def paper_run(roots: dict, rounds: int) -> None:
+    """The paper run of each checkout, side by side with the floors; then the breakdown of each."""
+    outputs = {}
+    for name, root in roots.items():  # warm-up: fills numba's cache of that checkout
+        out = json.loads(timed_run([sys.executable, "-m", "hmmmerge", *PAPER_RUN], root)[2])
+        out.pop("wall_s")
+        outputs[name] = out
+    with tempfile.TemporaryDirectory() as floor_dir:
+        Path(floor_dir, "floor_kernel.py").write_text(FLOOR_KERNEL)
+        probes = {
+            "python -c pass": [sys.executable, "-c", "pass"],
+            "import numpy": [sys.executable, "-c", "import numpy"],
+            "import numba": [sys.executable, "-c", "import numba"],
+            "numba floor (import + 1st cached call)": [
+                sys.executable, "-c", "import numpy, floor_kernel; floor_kernel.total(numpy.ones(3))"],
+        }
+        timed_run(probes["numba floor (import + 1st cached call)"], ROOT, cwd=floor_dir)  # compile once
+        runs = {f"paper run ({name})": ([sys.executable, "-m", "hmmmerge", *PAPER_RUN], root, None)
+                for name, root in roots.items()}
+        jobs = {**runs, **{name: (argv, ROOT, floor_dir) for name, argv in probes.items()}}
+        times = {name: [] for name in jobs}
+        for _ in range(rounds):
+            for name, (argv, root, cwd) in jobs.items():
+                times[name].append(timed_run(argv, root, cwd)[:2])
+    print(f"\npaper run `hmmmerge {' '.join(PAPER_RUN)}`, best of {rounds}, "
+          f"{'one core (taskset -c 0)' if _pin() else 'not pinned (no taskset)'}; load average "
+          f"{os.getloadavg()[0]:.1f}")
+    print(f"{'process':<44}{'wall s':>8}{'CPU s':>8}{'x target 0.7 s':>16}")
+    for name, ts in times.items():
+        wall, cpu = min(t[0] for t in ts), min(t[1] for t in ts)
+        print(f"{name:<44}{wall:>8.3f}{cpu:>8.3f}{wall / 0.7:>16.2f}")
+    if len(roots) > 1:
+        names = list(roots)
+        same = all(outputs[n] == outputs[names[0]] for n in names[1:])
+        best = {n: min(t[0] for t in times[f"paper run ({n})"]) for n in names}
+        print(f"outputs (minus wall_s) identical across checkouts: {'yes' if same else 'NO'}; "
+              f"wall ratio {names[-1]} / {names[0]}: {best[names[-1]] / best[names[0]]:.2f}")
+    rows = {}
+    for name, root in roots.items():
+        _, cpu, text = timed_run([sys.executable, "-c", BREAKDOWN, *PAPER_RUN], root)
+        phases = json.loads(text)
+        phases = {"python start + exit": cpu - phases.pop("in_process"), **phases}
+        rows[name] = phases
+    keys = list(dict.fromkeys(k for phases in rows.values() for k in phases))
+    print(f"\nbreakdown (one instrumented run each, CPU s, exclusive){''.join(f'{n:>12}' for n in rows)}")
+    for key in keys:
+        print(f"{key:<56}" + "".join(f"{rows[n].get(key, 0.0):>12.3f}" for n in rows))
+    print(f"{'total':<56}" + "".join(f"{sum(rows[n].values()):>12.3f}" for n in rows))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--run-rounds", type=int, default=5, help="paper runs per checkout (best of)")
+    parser.add_argument("--skip-run", action="store_true", help="skip the paper run")
     parser.add_argument("--before", type=Path, help="a folder holding another version's hmmmerge/ package")
     args = parser.parse_args()
     imports = {name: (code, ROOT) for name, code in IMPORTS.items()}
@@ -108,6 +276,8 @@ def main() -> None:
     base = med["python -c pass (interpreter, peer)"]
     for name in processes:
         print(f"{name:<44}{med[name]:>8.3f}{med[name] / base:>18.2f}")
+    if not args.skip_run:
+        paper_run({**({"before": args.before.resolve()} if args.before else {}), "now": ROOT}, args.run_rounds)
 
 
 if __name__ == "__main__":

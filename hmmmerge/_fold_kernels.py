@@ -342,14 +342,15 @@ def blues(st, out):
 
 
 @njit(cache=True)
-def blue_fringe(st, k):
+def blue_fringe(st, k, k_single):
     """Promote, then merge (most evidence first) until every blue block waits for evidence.
 
     A blue block is merged into the consistent red block of its colour with
     most evidence, and only if that evidence leads the runner-up's by at
     least the evidence minimum ``k`` (lowered to what ``n_red`` red blocks can
-    show: ``max(min(k, n_red - 1), min(k, 2))``); the pair with the largest
-    lead goes first.  Clashes are remembered within the call (a clash stays a
+    show: ``max(min(k, n_red - 1), min(k, 2))``), or if that red block is the
+    only consistent one and the evidence is at least ``k_single`` (``< 0``:
+    no such rule); the pair with the largest lead goes first.  Clashes are remembered within the call (a clash stays a
     clash as the automaton grows).  Returns 0 when done, ``NEED_ROOM`` (before
     a round, where stopping changes nothing) when the journal or the decision
     list could overflow in the next round.
@@ -399,7 +400,8 @@ def blue_fringe(st, k):
                 else:
                     runner_up = max(runner_up, ev)
             lead = ev_b - runner_up
-            if consistent > 0 and lead > best:
+            eligible = consistent > 0 and (lead >= kk or (consistent == 1 and 0 <= k_single <= ev_b))
+            if eligible and lead > best:
                 best, best_r, best_b = lead, r_b, b
             if consistent == 0:
                 st.red[b] = True
@@ -410,7 +412,7 @@ def blue_fringe(st, k):
                 promoted = True
         if promoted:
             continue
-        if best < kk:
+        if best < 0:
             return 0
         mark = st.sc[JLEN]
         st.decisions[st.sc[NDEC]] = mark

@@ -98,6 +98,8 @@ def main(argv=None) -> int:
     >>> main(["env", "--colours", "0"])   # bad input: one line on stderr, exit code 2
     2
     """
+    if argv is None:  # the program itself (console script, python -m hmmmerge), not a caller in-process
+        _program_collector()
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(argv[0] if argv and argv[0] in COMMANDS else None)
     args = parser.parse_args(argv)
@@ -119,6 +121,27 @@ def main(argv=None) -> int:
         if isinstance(e, (ValueError, OSError)) or _is_sweep_error(e):  # bad input, missing file, a failed sweep
             return _error(args.command, e)
         raise
+
+
+def _program_collector() -> None:
+    """Tune Python's cycle collector for one run of the program; results do not depend on it.
+
+    Imports (numba's above all) create some 120,000 long-lived objects, and the
+    default collector rescans them many times while they are created, then once
+    more at shutdown: together 0.3-0.8 s of the paper run on this machine.  So
+    the program (a) collects the youngest generation every 100,000 allocations
+    instead of every 700 (cycles are still collected, less often) and (b) freezes
+    every object at exit (``gc.freeze``), so the shutdown skips its collections;
+    frozen objects are never collected, which at exit only means their memory
+    goes back to the system with the process.  Output is flushed and the other
+    atexit handlers run as usual (this one runs last).  A caller of
+    :func:`main` in-process keeps its own collector settings.
+    """
+    import atexit
+    import gc
+
+    gc.set_threshold(100_000, 10, 10)
+    atexit.register(gc.freeze)
 
 
 def _is_sweep_error(e: BaseException) -> bool:

@@ -261,8 +261,8 @@ class Clusters:
     def relabel(self, new_of_old) -> None:
         """Give cluster ``c`` the id ``new_of_old[c]`` (ids ``0..k'-1``, all used; equal ids merge clusters).
 
-        Like :meth:`merge` with the new numbering given: one pass over the states, cached counts move
-        with their clusters (merged ones add up).
+        Like :meth:`merge` with the new numbering given; only the states of clusters whose id changes are
+        rewritten (after one comparison pass), cached counts move with their clusters (merged ones add up).
 
         >>> cl = Clusters(np.array([0, 1, 2, -1])); cl.relabel([1, 0, 1]); cl.assignment.tolist(), cl.n_clusters
         ([1, 0, 1, -1], 2)
@@ -271,7 +271,16 @@ class Clusters:
         k_new = int(m.max()) + 1 if m.size else 0
         if m.shape != (self._k,) or (m.size and m.min() < 0) or np.bincount(m, minlength=k_new).min(initial=1) == 0:
             raise ValueError(f"new_of_old must map the {self._k} cluster ids onto 0..k'-1, each used")
-        self._compact(m)
+        moved = np.flatnonzero(m != np.arange(self._k))
+        if len(moved):  # ids below the first one that moves stay: their (usually many) states are not touched
+            a = self.assignment
+            idx = np.flatnonzero(a >= moved[0])
+            a[idx] = m[a[idx]]
+        self._remap_caches(m, k_new)
+        rep = np.zeros(k_new, dtype=np.int64)
+        rep[m] = self._rep
+        self._rep = rep
+        self._k = k_new
 
     def compact(self) -> None:
         """Renumber clusters ``0..k-1`` after the assignment was edited directly (empty ids vanish).

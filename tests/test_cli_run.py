@@ -58,3 +58,27 @@ def test_bad_arguments(capsys):
         assert code == 2, argv
         err = capsys.readouterr().err.strip()
         assert err and "Traceback" not in err and len(err.splitlines()) == 1
+
+
+def test_collector_tuned_only_for_the_program(capsys):
+    """`python -m hmmmerge` tunes the cycle collector (larger young generation, frozen at exit) and prints the
+    same as `main` called in-process, which leaves the caller's collector as it was."""
+    import gc
+    import os
+    import subprocess
+    import sys
+
+    args = ["run", "--episodes", "5", "--eval-episodes", "3", "--json"]
+    before = gc.get_threshold(), gc.get_freeze_count()
+    assert main(args) == 0
+    assert (gc.get_threshold(), gc.get_freeze_count()) == before
+    inproc = json.loads(capsys.readouterr().out)
+    probe = ("import gc, sys\nfrom hmmmerge.cli import main\nsys.argv = ['hmmmerge', *sys.argv[1:]]\n"
+             "code = main()\nprint(gc.get_threshold()[0], file=sys.stderr)\nsys.exit(code)")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, check=True,
+                         cwd=root, env={**os.environ, "PYTHONPATH": root})
+    assert out.stderr.split()[-1] == "100000"
+    program = json.loads(out.stdout)
+    inproc.pop("wall_s"), program.pop("wall_s")
+    assert program == inproc

@@ -156,3 +156,23 @@ def test_relabel_renumbers_merges_and_keeps_counts_with_their_clusters():
     for bad in ([0, 1], [0, 2, 2], [0, -1, 1]):
         with pytest.raises(ValueError, match="new_of_old"):
             cl.relabel(bad)
+
+
+def test_single_evidence_merges_into_the_only_consistent_red_block():
+    # root 9; actions 0 and 1 both lead to colour 1, then 2, 3, 4: the only pair of colour-1 blocks agrees on
+    # three blocks, below min_evidence=4; single_evidence=3 accepts it (no other red block of colour 1)
+    from hmmmerge.episodic import EpisodicMemory
+    from hmmmerge.fold import FoldMerger
+
+    def run(**params):
+        mem = EpisodicMemory(n_obs=10, n_actions=2)
+        st = [[mem.observe(o, a) for o, a in path] for path in ([(9, -1), (1, 0), (2, 0), (3, 0), (4, 0)],
+                                                               [(9, -1), (1, 1), (2, 0), (3, 0), (4, 0)])]
+        fold, cl = FoldMerger(min_evidence=4, **params), Clusters(n_states=0)
+        fold.observe(mem, st, [[-1, 0, 0, 0, 0], [-1, 1, 0, 0, 0]])
+        fold.sleep(mem, cl)
+        return cl.assignment[st[0][1]] == cl.assignment[st[1][1]]
+
+    assert not run() and not run(single_evidence=4) and run(single_evidence=3)
+    with pytest.raises(ValueError, match="single_evidence"):
+        FoldMerger(single_evidence=-1)
