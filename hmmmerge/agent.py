@@ -246,14 +246,17 @@ class TwoLevelMemory(Estimator):
 
     def _level2_after_sleep(self, old, k_old, t2_old):
         """T2 (with counts and first sources) from T2 before a sleep and the states it moved; None
-        if a connected state lost its cluster (then T2 is counted afresh)."""
+        (count afresh) if a connected state lost its cluster, or if level 2 has more than one entry
+        per eight level-1 states (its update, which touches every entry, would cost more)."""
         from ._agent_kernels import level2_after_sleep, sleep_moves
 
         new = self.clusters_.assignment[:len(old)]
+        indptr, indices, _, counts, first = t2_old
+        if len(indices) > T2_UPDATE_MAX_ENTRIES_PER_STATE * len(old):  # a recount is cheaper
+            return None
         relabel, moved, ok = sleep_moves(old, new, k_old)
         if not ok:
             return None
-        indptr, indices, _, counts, first = t2_old
         return level2_after_sleep(indptr, indices, counts, first, k_old, self.clusters_.n_clusters, relabel, moved,
                                   old, np.ascontiguousarray(new), self.memory_._next, self._parent,
                                   self._parent_action)
@@ -713,6 +716,11 @@ class TwoLevelMemory(Estimator):
         agent._joined_since_t2 = None  # the states joined since that refresh are not stored: recount at the next
         return agent
 
+
+#: T2 is updated after a sleep (rather than counted afresh) while it has at most this many entries per
+#: level-1 state: the update touches every entry of T2, the recount every link of level 1 (at about 4x
+#: the cost per item); with merges T2 stays small, without them (merge="none") it grows like level 1.
+T2_UPDATE_MAX_ENTRIES_PER_STATE = 0.125
 
 _HISTORY_KEYS = (
     ["episode"]

@@ -96,6 +96,9 @@ def test_incremental_equals_full_recomputation(merge, monkeypatch, tmp_path):
     from hmmmerge import gridworld, random_walk
     from hmmmerge.agent import TwoLevelMemory
 
+    import hmmmerge.agent
+
+    monkeypatch.setattr(hmmmerge.agent, "T2_UPDATE_MAX_ENTRIES_PER_STATE", 1e9)  # always update T2 after sleeps
     env = gridworld(seed=1)
     for seed in (0, 1, 2):
         traj = random_walk(env, 200, seed=seed)
@@ -124,7 +127,7 @@ def _noisy_walk(env, episodes, rng, noise):
 
 
 @pytest.mark.parametrize("merge,noise", [("sf", 0.0), ("random", 0.0), ("sf", 0.05)])
-def test_kept_counts_and_t2_match_a_recount_after_every_block(merge, noise):
+def test_kept_counts_and_t2_match_a_recount_after_every_block(merge, noise, monkeypatch):
     """After every chunk of experience (new states, online joins, replaced links with noise, sleeps,
     merges with splits), each valid kept row equals a fresh count of its cluster's states, and T2 equals
     :func:`level2_transitions` on level 1 (column order included), also right after every sleep."""
@@ -133,6 +136,9 @@ def test_kept_counts_and_t2_match_a_recount_after_every_block(merge, noise):
     from hmmmerge.agent import TwoLevelMemory
     from hmmmerge.merging import _set_counts
 
+    import hmmmerge.agent
+
+    monkeypatch.setattr(hmmmerge.agent, "T2_UPDATE_MAX_ENTRIES_PER_STATE", 1e9)  # always update T2 after sleeps
     env, rng = gridworld(seed=2), np.random.default_rng(7)
     agent = TwoLevelMemory(10, 4, merge=merge, seed=3, sleep_every=137, refresh_every=61)
     sleeps = []
