@@ -246,8 +246,8 @@ class TwoLevelMemory(Estimator):
 
     def _level2_after_sleep(self, old, k_old, t2_old):
         """T2 (with counts and first sources) from T2 before a sleep and the states it moved; None
-        (count afresh) if a connected state lost its cluster, or if level 2 has more than one entry
-        per eight level-1 states (its update, which touches every entry, would cost more)."""
+        (count afresh) if a connected state lost its cluster, or where the update would cost more than
+        a recount (see :data:`T2_UPDATE_MAX_ENTRIES_PER_STATE`)."""
         from ._agent_kernels import level2_after_sleep, sleep_moves
 
         new = self.clusters_.assignment[:len(old)]
@@ -255,7 +255,7 @@ class TwoLevelMemory(Estimator):
         if len(indices) > T2_UPDATE_MAX_ENTRIES_PER_STATE * len(old):  # a recount is cheaper
             return None
         relabel, moved, ok = sleep_moves(old, new, k_old)
-        if not ok:
+        if not ok or len(moved) > T2_UPDATE_MAX_MOVED_SHARE * len(old):
             return None
         return level2_after_sleep(indptr, indices, counts, first, k_old, self.clusters_.n_clusters, relabel, moved,
                                   old, np.ascontiguousarray(new), self.memory_._next, self._parent,
@@ -718,9 +718,12 @@ class TwoLevelMemory(Estimator):
 
 
 #: T2 is updated after a sleep (rather than counted afresh) while it has at most this many entries per
-#: level-1 state: the update touches every entry of T2, the recount every link of level 1 (at about 4x
-#: the cost per item); with merges T2 stays small, without them (merge="none") it grows like level 1.
+#: level-1 state and the sleep moved at most this share of the states: the update touches every entry
+#: of T2 and, at several times the cost per item, every link of a moved state; the recount touches every
+#: link of level 1.  With SF merges T2 stays small and few states move; without merges
+#: (merge="none") T2 grows like level 1; random merges move whole large clusters.
 T2_UPDATE_MAX_ENTRIES_PER_STATE = 0.125
+T2_UPDATE_MAX_MOVED_SHARE = 0.05
 
 _HISTORY_KEYS = (
     ["episode"]
