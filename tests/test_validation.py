@@ -70,6 +70,9 @@ def test_trajectories_and_the_model_depend_on_no_world():
     assert set(g.successors("hmmmerge.trajectories")) == set()
     assert "hmmmerge.environment" not in nx.descendants(g, "hmmmerge.hmm")
     assert "hmmmerge.environment" not in nx.descendants(g, "hmmmerge.baselines.first_order")
+    import hmmmerge.rollouts
+    import hmmmerge.trajectories
+
     assert hmmmerge.rollouts.Trajectories is hmmmerge.trajectories.Trajectories is Trajectories
 
 
