@@ -26,8 +26,9 @@ wrong; surprise smoothed with epsilon 1e-3):
    (default 0b8663b, the last commit without fold's kernels; ``git archive``)
    and SF merges.
 7. ``evidence`` -- fold's ``min_evidence`` from 2 to 6 on the paper's world
-   (3 colourings x 2 seeds) and with 4 colours (3 runs): accuracy, clusters,
-   merges, undos, CPU time.
+   (3 colourings x 2 seeds) and with 4 colours (3 runs), and the optional
+   ``single_evidence`` rule (1, 2) there and on the random graph: accuracy,
+   clusters, merges, undos, CPU time.
 
 Results are cached per run under ``--out`` (one atomic file each, see
 :mod:`hmmmerge.sweep`): an interrupted run resumes where it stopped.  They
@@ -273,17 +274,17 @@ import numpy as np
 from hmmmerge import gridworld, random_walk
 import hmmmerge.agent as agent_module
 from hmmmerge.agent import TwoLevelMemory
-merge, episodes, reference = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+merge, episodes, reference, params = sys.argv[1], int(sys.argv[2]), sys.argv[3], json.loads(sys.argv[4])
 if reference:   # the pure-Python fold merger in this checkout's agent
     import importlib.util
     spec = importlib.util.spec_from_file_location("fold_reference", reference)
     module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)
     agent_module.MERGE_MODES["fold"] = lambda agent, **extra: module.FoldMerger(**extra)
 env = gridworld(seed=0)
-TwoLevelMemory(10, 4, merge=merge, seed=1).fit(random_walk(env, 30, seed=1))   # load the kernels
+TwoLevelMemory(10, 4, merge=merge, merge_params=params, seed=1).fit(random_walk(env, 30, seed=1))  # kernels
 traj = random_walk(env, episodes, 50, seed=0)
 t = time.perf_counter(); c = time.process_time()
-agent = TwoLevelMemory(10, 4, merge=merge, seed=0).fit(traj)
+agent = TwoLevelMemory(10, 4, merge=merge, merge_params=params, seed=0).fit(traj)
 wall, cpu = time.perf_counter() - t, time.process_time() - c
 h = agent.history()
 print(json.dumps({"wall_s": wall, "cpu_s": cpu, "l2_last50": float(h["l2_accuracy"][-50:].mean()),
@@ -332,21 +333,23 @@ def speed(out, learner, quick, repeats=3, before=BEFORE) -> list[str]:
     env = dict(os.environ, NUMBA_NUM_THREADS="1", OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     reference = os.path.join(REPO, "tests", "fold_reference.py")
     old_tree = _checkout(before, out) if before else None
-    rows = [(NAMES.get(learner, learner) + " (this checkout)", learner, "", None, here)]
-    if learner == "fold" and os.path.exists(reference):
-        rows.append(("fold, pure-Python merger (tests/fold_reference.py), this agent", "fold", reference, None, here))
-    if old_tree is not None:
-        rows.append((f"fold at {before} (before the kernels)", "fold", "", old_tree, before))
-    rows.append(("SF merges (this checkout)", "sf", "", None, here))
+    rows = [(NAMES.get(learner, learner) + " (this checkout)", learner, "", None, here, {})]
+    if learner == "fold":
+        if os.path.exists(reference):
+            rows.append(("fold, pure-Python merger (tests/fold_reference.py), this agent", "fold", reference, None,
+                         here, {}))
+        if old_tree is not None:
+            rows.append((f"fold at {before} (before the kernels)", "fold", "", old_tree, before, {}))
+    rows.append(("SF merges (this checkout)", "sf", "", None, here, {}))
     results = {}
-    for label, merge, ref, tree, code in rows:
+    for label, merge, ref, tree, code, params in rows:
         for n in sizes:
             key = f"{label}:{n}"
             if cache.get(key, {}).get("code") != code:
                 best = None
                 for _ in range(repeats if n == sizes[0] else 1):
                     run_env = dict(env, PYTHONPATH=tree) if tree else env
-                    cmd = [sys.executable, "-c", SPEED_CHILD, merge, str(n), ref]
+                    cmd = [sys.executable, "-c", SPEED_CHILD, merge, str(n), ref, json.dumps(params)]
                     if hasattr(os, "sched_setaffinity") and _has_taskset():
                         cmd = ["taskset", "-c", "0"] + cmd
                     res = subprocess.run(cmd, capture_output=True, text=True, check=True, env=run_env,
@@ -366,13 +369,13 @@ def speed(out, learner, quick, repeats=3, before=BEFORE) -> list[str]:
                          f"{r['clusters']:,} | {r['l1_states']:,} | {r['l2_last50']:.4f} |")
     lines.append("")
     me = rows[0][0]
-    for label, merge, *_ in rows[1:]:
+    for label, merge, ref, tree, *_ in rows[1:]:
         for n in sizes:
             a, b = results[f"{me}:{n}"], results[f"{label}:{n}"]
             same = ""
-            if merge == learner:
-                same = " (same results: accuracy curve and clusters)" if (a["l2_sum"], a["clusters"]) == \
-                    (b["l2_sum"], b["clusters"]) else " (DIFFERENT results)"
+            if ref or tree:  # the same merger, other code: the same decisions
+                same = " (same" if (a["l2_sum"], a["clusters"]) == (b["l2_sum"], b["clusters"]) else " (DIFFERENT"
+                same += " results: accuracy curve and clusters)"
             lines.append(f"- {n:,} episodes: {me} / {label}: CPU {a['cpu_s'] / b['cpu_s']:.3f}{same}")
     if learner == "fold" and not quick:
         one, ten = results[f"{me}:{sizes[0]}"]["cpu_s"], results[f"{me}:{sizes[1]}"]["cpu_s"]
@@ -383,21 +386,28 @@ def speed(out, learner, quick, repeats=3, before=BEFORE) -> list[str]:
 
 # --------------------------------------------------------------------------- evidence minimum
 def evidence_runs(quick: bool) -> list[dict]:
-    """Configurations of the ``evidence`` section: the paper's world (and 4 colours) for ``min_evidence`` 2..6."""
+    """Configurations of the ``evidence`` section: ``min_evidence`` 2..6 on the paper's world and with 4
+    colours; ``single_evidence`` 1 and 2 (at the default minimum) there and on the random graph."""
     cols, seeds = ((0,), (0,)) if quick else ((0, 1, 2), (0, 1))
-    worlds = [{"world": "grid", "colouring": c, "seed": s} for c in cols for s in seeds]
-    worlds += [{"world": "grid", "colours": 4, "colouring": s, "seed": s} for s in ((0,) if quick else (0, 1, 2))]
-    return [dict(w, episodes=300 if quick else 1000, min_evidence=k) for w in worlds for k in range(2, 7)]
+    runs = (0,) if quick else (0, 1, 2)
+    paper = [{"world": "grid", "colouring": c, "seed": s} for c in cols for s in seeds]
+    grid4 = [{"world": "grid", "colours": 4, "colouring": s, "seed": s} for s in runs]
+    graph = [{"world": "random-graph", "colouring": s, "seed": s} for s in runs]
+    out = [dict(w, min_evidence=k) for w in paper + grid4 for k in range(2, 7)]
+    out += [dict(w, single_evidence=e) for w in paper + grid4 + graph for e in (None, 1, 2)
+            if not (e is None and w["world"] == "grid")]
+    return [dict(c, episodes=300 if quick else 1000) for c in out]
 
 
 def evidence_run(config: dict) -> dict:
-    """One online fold run with ``min_evidence`` set: curves' summaries, clusters, undos, CPU time."""
+    """One online fold run with ``min_evidence`` / ``single_evidence`` set: accuracy, clusters, undos, CPU time."""
     from hmmmerge.agent import TwoLevelMemory
     from hmmmerge.reproduce.beyond import bench_walks, bench_world
 
     env = bench_world(config)
     train, _ = bench_walks(env, dict(config, eval_episodes=1))
-    agent = TwoLevelMemory(env.n_obs, env.n_actions, merge="fold", merge_params={"min_evidence": config["min_evidence"]},
+    params = {k: config[k] for k in ("min_evidence", "single_evidence") if config.get(k) is not None}
+    agent = TwoLevelMemory(env.n_obs, env.n_actions, merge="fold", merge_params=params,
                            seed=[int(config["colouring"]), int(config["seed"]), 1])
     c = time.process_time()
     agent.fit(train)
@@ -405,26 +415,29 @@ def evidence_run(config: dict) -> dict:
     acc = agent.history()["l2_accuracy"]
     purity, _ = agent._current_purity()
     return {"last50": float(acc[-50:].mean()), "mid": float(acc[100:200].mean()), "clusters": agent.n_clusters_,
-            "purity": purity, "cpu_s": cpu, **agent.merger_.stats}
+            "purity": purity, "cpu_s": cpu, "k": agent.merger_.evidence_minimum, **agent.merger_.stats}
 
 
 def evidence(quick: bool) -> list[str]:
-    """The sensitivity table of ``min_evidence`` (runs in this process: about 1 s each)."""
+    """The sensitivity table of ``min_evidence`` and ``single_evidence`` (runs in this process: about 1 s each)."""
     configs = evidence_runs(quick)
     results = [evidence_run(c) for c in configs]
-    lines = ["| world | min_evidence | runs | online acc., last 50 (mean / worst) | episodes 100-200 | clusters (mean) "
-             "| purity (min) | merges | undos (total) | CPU s per run |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for colours in (10, 4):
-        for k in range(2, 7):
-            rs = [r for c, r in zip(configs, results) if c.get("colours", 10) == colours and c["min_evidence"] == k]
-            if not rs:
-                continue
-            default = " (default)" if k == default_min_evidence(colours) else ""
-            lines.append(f"| 10x10, {colours} colours | {k}{default} | {len(rs)} | "
-                         f"{np.mean([r['last50'] for r in rs]):.4f} / {min(r['last50'] for r in rs):.4f} | "
-                         f"{np.mean([r['mid'] for r in rs]):.4f} | {np.mean([r['clusters'] for r in rs]):.1f} | "
-                         f"{min(r['purity'] for r in rs):.4f} | {np.mean([r['merges'] for r in rs]):.0f} | "
-                         f"{sum(r['undos'] for r in rs)} | {np.mean([r['cpu_s'] for r in rs]):.2f} |")
+    names = {"grid": "10x10, {} colours", "random-graph": "random graph, 60 states"}
+    groups = {}
+    for c, r in zip(configs, results):
+        world = names[c["world"]].format(c.get("colours", 10))
+        groups.setdefault((world, r["k"], c.get("single_evidence")), []).append(r)
+    lines = ["| world | min_evidence | single_evidence | runs | online acc., last 50 (mean / worst) | episodes 100-200 "
+             "| clusters (mean) | purity (min) | merges | undos (total) | CPU s per run |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for (world, k, single), rs in groups.items():
+        default = " (default)" if k == default_min_evidence(10 if "10 colours" in world or "graph" in world else 4) \
+            else ""
+        lines.append(f"| {world} | {k}{default} | {'-' if single is None else single} | {len(rs)} | "
+                     f"{np.mean([r['last50'] for r in rs]):.4f} / {min(r['last50'] for r in rs):.4f} | "
+                     f"{np.mean([r['mid'] for r in rs]):.4f} | {np.mean([r['clusters'] for r in rs]):.1f} | "
+                     f"{min(r['purity'] for r in rs):.4f} | {np.mean([r['merges'] for r in rs]):.0f} | "
+                     f"{sum(r['undos'] for r in rs)} | {np.mean([r['cpu_s'] for r in rs]):.2f} |")
     return lines
 
 

@@ -55,7 +55,17 @@ evidence leads every other consistent red block's by ``k``.
 ``min_evidence=None`` takes the smallest ``k >= 3`` with ``n_obs**-k <= 1e-3``
 (3 for 10 colours, 5 for 4 colours): a run makes a few hundred merge
 decisions, so chance merges are rare, and undo repairs the one that slips
-through.
+through.  ``single_evidence`` (off by default) adds a rule: a blue block that
+clashes with every red block of its colour but one is either that block's
+cell or a cell not yet in the automaton, so fewer agreements (``e``, chance
+``n_obs**-e``) could do.  It helps where blue blocks in rarely visited
+corners wait for a thinly explored red block (``bench_fold.py --sections
+evidence``: paper's world, 6 runs, ``e = 2``: 144 clusters instead of 211,
+episodes 100-200 0.872 instead of 0.858), but it is not stable: on the walk
+of ``--sections speed`` (``gridworld(seed=0)``, walk seed 0) ``e = 2`` lets a
+wrong merge pollute a red block, duplicates get promoted (917 promotions) and
+the run ends with 1,361 clusters and 0.970 online; ``e = 1`` thrashes on the
+random graph.  Hence not the default.
 
 Why it works, and where it does not.  With a common start and a
 deterministic world, a level-1 state's true position is a function of its
@@ -144,8 +154,8 @@ class FoldMerger:
     ----------
     min_evidence : agreeing block pairs a merge needs (None: :func:`default_min_evidence`).
     max_undo_rounds : bound on roll-back-and-refold rounds per sleep.
-    single_evidence : if set, a blue block consistent with only one red block of its colour is merged
-        into it with this much evidence (the lead rule still applies otherwise); None: no such rule.
+    single_evidence : if set, evidence enough to merge a blue block into the only red block of its
+        colour it is consistent with (None: no such rule; see the module docstring).
 
     Attributes
     ----------

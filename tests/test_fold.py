@@ -11,7 +11,9 @@ from hypothesis import strategies as st
 from hmmmerge import Environment, gridworld, random_walk
 from hmmmerge.agent import TwoLevelMemory
 from hmmmerge.clusters import Clusters, level2_hmm
+from hmmmerge._agent_kernels import level2_transitions
 from hmmmerge.episodic import EpisodicMemory
+from hmmmerge.evaluate import weighted_purity
 from hmmmerge.fold import FoldMerger, default_min_evidence
 from hmmmerge.gallery import torus
 
@@ -156,7 +158,8 @@ def test_without_the_clash_the_merge_is_accepted_and_determinised():
 
 def test_evidence_minimum_holds_back_a_merge():
     mem, st, ac = _two_branches(last=4)
-    fold, cl = FoldMerger(min_evidence=4), Clusters(n_states=0)   # the fold shows 3 agreements
+    # the fold shows 3 agreements; r is the only red block of b's colour, so single_evidence must be high too
+    fold, cl = FoldMerger(min_evidence=4, single_evidence=4), Clusters(n_states=0)
     fold.observe(mem, st, ac)
     fold.sleep(mem, cl)
     assert cl.assignment[st[0][1]] != cl.assignment[st[1][1]]
@@ -180,7 +183,7 @@ def test_contradiction_undoes_the_merge_and_restores_c_exactly():
     fold, cl = FoldMerger(min_evidence=2), Clusters(n_states=0)
     fold.observe(mem, st, ac)
     # C just before the merge: the same memory with the merge held back
-    held = FoldMerger(min_evidence=99)
+    held = FoldMerger(min_evidence=99, single_evidence=99)
     held.observe(mem, st, ac)
     before = Clusters(n_states=0)
     held.sleep(mem, before)
@@ -245,6 +248,37 @@ def test_after_any_sleep_every_state_is_in_one_cluster_and_level2_is_determinist
     check_invariants(agent.memory_, agent.clusters_, deterministic=False)
     agent.sleep()
     check_invariants(agent.memory_, agent.clusters_)
+
+
+# ---------------------------------------------------------------- O(level 2) shortcuts vs from scratch
+@settings(max_examples=30, deadline=None)
+@given(env=small_worlds(), seed=st.integers(0, 1000), k=st.integers(0, 4), noise=st.booleans())
+def test_level2_and_purity_shortcuts_equal_the_computation_from_scratch(env, seed, k, noise):
+    traj = random_walk(env, 24, 8, seed=seed)
+    if noise:   # contradictions: the shortcuts must step aside or stay exact
+        rng = np.random.default_rng(seed)
+        flip = rng.random(traj.obs.shape) < 0.1
+        traj = type(traj)(np.where(flip, rng.integers(0, env.n_obs, traj.obs.shape), traj.obs), traj.actions,
+                          traj.states)
+    agent = TwoLevelMemory(env.n_obs, env.n_actions, merge="fold", merge_params={"min_evidence": k},
+                           sleep_every=23, refresh_every=5, seed=seed)
+    used = 0
+    for e in range(0, 24, 3):
+        agent.partial_fit(type(traj)(traj.obs[e:e + 3], traj.actions[e:e + 3], traj.states[e:e + 3]))
+        mem, cl, fold = agent.memory_, agent.clusters_, agent.merger_
+        n, k_ = mem.n_states, cl.n_clusters
+        fast = fold.level2_transitions(mem, cl)
+        if fast is not None:
+            used += 1
+            want = level2_transitions(mem._next, n, cl.assignment, k_)
+            for x, y in zip(fast, want):
+                np.testing.assert_array_equal(x, y)
+        pure = fold.purity(mem, cl)
+        if pure is not None:
+            a, lab = cl.assignment[:n], mem.labels
+            want = (weighted_purity(a, lab, include_singletons=True), weighted_purity(a, lab, include_singletons=False))
+            np.testing.assert_array_equal(pure, want)
+    assert noise or used > 0
 
 
 # ---------------------------------------------------------------- the agent

@@ -1,22 +1,19 @@
-"""The numba kernels of the fold merger against the pure-Python reference, and its O(level 2) shortcuts
-(level-2 transitions, purity, cluster renumbering) against the agent's from-scratch computations."""
+"""The numba kernels of the fold merger against the pure-Python reference (decision for decision, and
+reading its files), Clusters.relabel, and the single_evidence rule.  The O(level 2) shortcuts
+(level-2 transitions, purity) are checked against a recount in ``test_fold.py``."""
 
+import contextlib
 import importlib.util
 import os
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 import hmmmerge.agent as agent_module
-from hmmmerge import Environment, random_walk
-from hmmmerge._agent_kernels import level2_transitions
 from hmmmerge.agent import TwoLevelMemory
 from hmmmerge.clusters import Clusters
-from hmmmerge.evaluate import weighted_purity
+from hmmmerge.fold import FoldMerger
 from hmmmerge.reproduce.beyond import bench_walks, bench_world
-
 
 
 def _reference():
@@ -31,17 +28,23 @@ def _reference():
 Reference = _reference()
 
 
-def fit(env, traj, reference=False, **params):
-    """An agent with ``merge="fold"`` fitted to ``traj``; with ``reference``, the pure-Python merger."""
-    modes = dict(agent_module.MERGE_MODES)
-    if reference:
-        modes["fold"] = lambda agent, **extra: Reference(**extra)
+@contextlib.contextmanager
+def merger(reference: bool):
+    """``merge="fold"`` builds the pure-Python merger (``reference``) or the kernels with the first
+    version's rule (``single_evidence`` off)."""
     old = agent_module.MERGE_MODES
-    agent_module.MERGE_MODES = modes
+    agent_module.MERGE_MODES = dict(old, fold=(lambda agent, **extra: Reference(**extra)) if reference else
+                                    (lambda agent, **extra: FoldMerger(**{"single_evidence": 10**6, **extra})))
     try:
-        return TwoLevelMemory(env.n_obs, env.n_actions, merge="fold", seed=0, **params).fit(traj)
+        yield
     finally:
         agent_module.MERGE_MODES = old
+
+
+def fit(env, traj, reference=False, **params):
+    """An agent with ``merge="fold"`` fitted to ``traj`` (see :func:`merger`)."""
+    with merger(reference):
+        return TwoLevelMemory(env.n_obs, env.n_actions, merge="fold", seed=0, **params).fit(traj)
 
 
 def assert_same_run(a, b):
@@ -96,51 +99,10 @@ def test_a_file_written_by_the_reference_resumes_with_the_kernels(tmp_path):
     whole = fit(env, traj, reference=True)
     path = os.path.join(tmp_path, "agent.npz")
     fit(env, first, reference=True).save(path)
-    back = TwoLevelMemory.load(path)
-    assert type(back.merger_).__module__ == "hmmmerge.fold"
-    assert_same_run(back.partial_fit(rest), whole)
-
-
-# ---------------------------------------------------------------- shortcuts vs from scratch
-@st.composite
-def small_worlds(draw):
-    n = draw(st.integers(2, 8))
-    n_actions = draw(st.integers(1, 3))
-    n_obs = draw(st.integers(1, 4))
-    nxt = np.array(draw(st.lists(st.lists(st.integers(0, n - 1), min_size=n, max_size=n),
-                                 min_size=n_actions, max_size=n_actions)))
-    obs = np.array(draw(st.lists(st.integers(0, n_obs - 1), min_size=n, max_size=n)))
-    return Environment.from_arrays(nxt, obs, start=0)
-
-
-@settings(max_examples=30, deadline=None)
-@given(env=small_worlds(), seed=st.integers(0, 1000), k=st.integers(0, 4), noise=st.booleans())
-def test_level2_and_purity_shortcuts_equal_the_computation_from_scratch(env, seed, k, noise):
-    traj = random_walk(env, 24, 8, seed=seed)
-    if noise:   # contradictions: the shortcuts must step aside or stay exact
-        rng = np.random.default_rng(seed)
-        flip = rng.random(traj.obs.shape) < 0.1
-        traj = type(traj)(np.where(flip, rng.integers(0, env.n_obs, traj.obs.shape), traj.obs), traj.actions,
-                          traj.states)
-    agent = TwoLevelMemory(env.n_obs, env.n_actions, merge="fold", merge_params={"min_evidence": k},
-                           sleep_every=23, refresh_every=5, seed=seed)
-    used = 0
-    for e in range(0, 24, 3):
-        agent.partial_fit(type(traj)(traj.obs[e:e + 3], traj.actions[e:e + 3], traj.states[e:e + 3]))
-        mem, cl, fold = agent.memory_, agent.clusters_, agent.merger_
-        n, k_ = mem.n_states, cl.n_clusters
-        fast = fold.level2_transitions(mem, cl)
-        if fast is not None:
-            used += 1
-            want = level2_transitions(mem._next, n, cl.assignment, k_)
-            for x, y in zip(fast, want):
-                np.testing.assert_array_equal(x, y)
-        pure = fold.purity(mem, cl)
-        if pure is not None:
-            a, lab = cl.assignment[:n], mem.labels
-            want = (weighted_purity(a, lab, include_singletons=True), weighted_purity(a, lab, include_singletons=False))
-            np.testing.assert_array_equal(pure, want)
-    assert noise or used > 0
+    with merger(reference=False):
+        back = TwoLevelMemory.load(path)
+        assert type(back.merger_).__module__ == "hmmmerge.fold"
+        assert_same_run(back.partial_fit(rest), whole)
 
 
 def test_relabel_renumbers_merges_and_keeps_counts_with_their_clusters():
@@ -162,7 +124,6 @@ def test_single_evidence_merges_into_the_only_consistent_red_block():
     # root 9; actions 0 and 1 both lead to colour 1, then 2, 3, 4: the only pair of colour-1 blocks agrees on
     # three blocks, below min_evidence=4; single_evidence=3 accepts it (no other red block of colour 1)
     from hmmmerge.episodic import EpisodicMemory
-    from hmmmerge.fold import FoldMerger
 
     def run(**params):
         mem = EpisodicMemory(n_obs=10, n_actions=2)
