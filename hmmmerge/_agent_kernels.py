@@ -410,3 +410,199 @@ def stale_clusters(starts, parent, parent_action, next_state, cluster_of, depth,
             if p < 0 or next_state[parent_action[x], p] != x:
                 break
             x = p
+
+
+@njit(cache=True)
+def sleep_moves(old, new, k_old):
+    """How a sleep changed C: ``(relabel, moved)``.
+
+    ``relabel[c]`` is the new cluster of one state of old cluster ``c`` (-1 if
+    it had none); a state is ``moved`` if it was unconnected and is connected
+    now, or if its new cluster is not ``relabel`` of its old one.  Every other
+    state kept its cluster up to the relabelling (whole clusters merged or
+    renumbered), so its links need no recount.  ``ok`` is False if a connected
+    state lost its cluster (then T2 is counted afresh).
+    """
+    relabel = np.full(max(k_old, 1), -2, dtype=np.int64)
+    for u in range(old.shape[0]):
+        c = old[u]
+        if c >= 0 and relabel[c] == -2:
+            relabel[c] = new[u]
+    count = 0
+    ok = True
+    for u in range(old.shape[0]):
+        c = old[u]
+        if c < 0:
+            if new[u] >= 0:
+                count += 1
+        elif new[u] < 0:
+            ok = False
+        elif new[u] != relabel[c]:
+            count += 1
+    moved = np.empty(count, dtype=np.int64)
+    q = 0
+    for u in range(old.shape[0]):
+        c = old[u]
+        if (c < 0 and new[u] >= 0) or (c >= 0 and new[u] >= 0 and new[u] != relabel[c]):
+            moved[q] = u
+            q += 1
+    for c in range(k_old):
+        if relabel[c] < 0:
+            relabel[c] = -1
+    return relabel, moved, ok
+
+
+@njit(cache=True)
+def level2_after_sleep(indptr, indices, counts, first, k_old, k_new, relabel, moved, old, new, next_state,
+                       parent, parent_action):
+    """T2 after a sleep from T2 before it (:func:`level2_transitions` output, consistent with C before).
+
+    Entries are relabelled (``relabel``, see :func:`sleep_moves`; entries that
+    land on one (row, column) add their counts and keep the smaller first
+    source), the links of ``moved`` states are taken out under their old
+    clusters and put back under their new ones; an entry that lost its first
+    source but kept links gets its first source from one ordered pass over the
+    states.  Equal to :func:`level2_transitions` on C after the sleep.
+    """
+    A = next_state.shape[0]
+    n_old_rows = indptr.shape[0] - 1
+    n = old.shape[0]
+    is_moved = np.zeros(n, dtype=np.bool_)
+    for q in range(moved.shape[0]):
+        is_moved[moved[q]] = True
+    cap = 16
+    while cap < 4 * (counts.shape[0] + 2 * A * moved.shape[0] + 8):
+        cap *= 2
+    table = np.full(cap, -1, dtype=np.int64)
+    size = cap // 2
+    e_row = np.empty(size, dtype=np.int64)
+    e_col = np.empty(size, dtype=np.int64)
+    e_cnt = np.zeros(size, dtype=np.int64)
+    e_first = np.empty(size, dtype=np.int64)
+    e_lost = np.zeros(size, dtype=np.bool_)
+    m = 0
+    for r in range(n_old_rows):  # relabel
+        a, c = r // max(k_old, 1), r % max(k_old, 1)
+        for p in range(indptr[r], indptr[r + 1]):
+            row, col = a * k_new + relabel[c], relabel[indices[p]]
+            e, m = _entry(table, e_row, e_col, e_cnt, e_first, m, row, col, first[p])
+            e_cnt[e] += counts[p]
+    for q in range(moved.shape[0]):  # take the moved states' links out (old clusters, relabelled)
+        u = moved[q]
+        p = parent[u]
+        if p >= 0 and next_state[parent_action[u], p] == u and old[p] >= 0 and old[u] >= 0:
+            m = _take_out(table, e_row, e_col, e_cnt, e_first, e_lost, m,
+                          parent_action[u] * k_new + relabel[old[p]], relabel[old[u]], p)
+        for a in range(A):
+            w = next_state[a, u]
+            if w >= 0 and not is_moved[w] and old[u] >= 0 and old[w] >= 0:
+                m = _take_out(table, e_row, e_col, e_cnt, e_first, e_lost, m, a * k_new + relabel[old[u]],
+                              relabel[old[w]], u)
+    for q in range(moved.shape[0]):  # and back in (new clusters)
+        u = moved[q]
+        p = parent[u]
+        if p >= 0 and next_state[parent_action[u], p] == u and new[p] >= 0 and new[u] >= 0:
+            e, m = _entry(table, e_row, e_col, e_cnt, e_first, m, parent_action[u] * k_new + new[p], new[u], p)
+            e_cnt[e] += 1
+        for a in range(A):
+            w = next_state[a, u]
+            if w >= 0 and not is_moved[w] and new[u] >= 0 and new[w] >= 0:
+                e, m = _entry(table, e_row, e_col, e_cnt, e_first, m, a * k_new + new[u], new[w], u)
+                e_cnt[e] += 1
+    lost = 0
+    lost_in = np.zeros(max(k_new, 1), dtype=np.bool_)  # clusters whose rows hold such entries
+    for e in range(m):
+        if e_lost[e] and e_cnt[e] > 0:
+            lost += 1
+            e_first[e] = np.iinfo(np.int64).max
+            lost_in[e_row[e] % k_new] = True
+        else:
+            e_lost[e] = False
+    if lost:  # the smallest remaining source of each entry that lost its first one
+        for i in range(n):
+            c = new[i]
+            if c < 0 or not lost_in[c]:
+                continue
+            for a in range(A):
+                j = next_state[a, i]
+                if j < 0 or new[j] < 0:
+                    continue
+                h = _find(table, e_row, e_col, a * k_new + c, new[j])
+                if h >= 0 and e_lost[h] and i < e_first[h]:
+                    e_first[h] = i
+                    e_lost[h] = False
+                    lost -= 1
+            if lost == 0:
+                break
+    # CSR: rows in order, within a row by first source
+    rows = A * k_new
+    out_ptr = np.zeros(rows + 1, dtype=np.int64)
+    live = 0
+    for e in range(m):
+        if e_cnt[e] > 0:
+            out_ptr[e_row[e] + 1] += 1
+            live += 1
+    for r in range(rows):
+        out_ptr[r + 1] += out_ptr[r]
+    fill = out_ptr[:-1].copy()
+    out_idx = np.empty(live, dtype=np.int64)
+    out_cnt = np.empty(live, dtype=np.int64)
+    out_first = np.empty(live, dtype=np.int64)
+    for e in range(m):
+        if e_cnt[e] > 0:
+            p = fill[e_row[e]]
+            out_idx[p], out_cnt[p], out_first[p] = e_col[e], e_cnt[e], e_first[e]
+            fill[e_row[e]] += 1
+    for r in range(rows):  # insertion sort by first source (rows are short)
+        for p in range(out_ptr[r] + 1, out_ptr[r + 1]):
+            c, v, f = out_idx[p], out_cnt[p], out_first[p]
+            j = p - 1
+            while j >= out_ptr[r] and out_first[j] > f:
+                out_idx[j + 1], out_cnt[j + 1], out_first[j + 1] = out_idx[j], out_cnt[j], out_first[j]
+                j -= 1
+            out_idx[j + 1], out_cnt[j + 1], out_first[j + 1] = c, v, f
+    return out_ptr, out_idx, _row_normalised(out_ptr, out_cnt), out_cnt, out_first
+
+
+@njit(cache=True)
+def _hash(row, col, cap):
+    x = np.uint64(row) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(col) * np.uint64(0xC2B2AE3D27D4EB4F)
+    return np.int64((x >> np.uint64(29)) & np.uint64(cap - 1))
+
+
+@njit(cache=True)
+def _find(table, e_row, e_col, row, col):
+    cap = table.shape[0]
+    h = _hash(row, col, cap)
+    while table[h] >= 0:
+        e = table[h]
+        if e_row[e] == row and e_col[e] == col:
+            return e
+        h = (h + 1) & (cap - 1)
+    return -1
+
+
+@njit(cache=True)
+def _entry(table, e_row, e_col, e_cnt, e_first, m, row, col, source):
+    """The entry (row, col), created with count 0 if new; its first source becomes min(first, source)."""
+    cap = table.shape[0]
+    h = _hash(row, col, cap)
+    while table[h] >= 0:
+        e = table[h]
+        if e_row[e] == row and e_col[e] == col:
+            if source < e_first[e]:
+                e_first[e] = source
+            return e, m
+        h = (h + 1) & (cap - 1)
+    table[h] = m
+    e_row[m], e_col[m], e_cnt[m], e_first[m] = row, col, 0, source
+    return m, m + 1
+
+
+@njit(cache=True)
+def _take_out(table, e_row, e_col, e_cnt, e_first, e_lost, m, row, col, source):
+    e = _find(table, e_row, e_col, row, col)
+    e_cnt[e] -= 1
+    if e_first[e] == source:
+        e_lost[e] = True
+    return m

@@ -63,3 +63,38 @@ def member_lists(states, assignment, position, m):
             idx[fill[position[c]]] = i
             fill[position[c]] += 1
     return ptr, idx
+
+
+@njit(cache=True)
+def label_scan(assignment, labels, n):
+    """``(connected, largest label)`` over the connected states ``< n``; the label is -1 if one of
+    them has no true label (-1)."""
+    connected = 0
+    largest = -1
+    for i in range(n):
+        if assignment[i] >= 0:
+            connected += 1
+            if labels[i] < 0:
+                return connected, -1
+            if labels[i] > largest:
+                largest = labels[i]
+    return connected, largest
+
+
+@njit(cache=True)
+def cluster_sizes_and_top(assignment, labels, n, k, n_labels):
+    """Per cluster ``0..k-1``: its number of states and the count of its most common label (one pass,
+    a dense k x n_labels table)."""
+    table = np.zeros((k, n_labels), dtype=np.int64)
+    sizes = np.zeros(k, dtype=np.int64)
+    for i in range(n):
+        c = assignment[i]
+        if c >= 0:
+            table[c, labels[i]] += 1
+            sizes[c] += 1
+    top = np.zeros(k, dtype=np.int64)
+    for c in range(k):
+        for lab in range(n_labels):
+            if table[c, lab] > top[c]:
+                top[c] = table[c, lab]
+    return sizes, top

@@ -20,8 +20,8 @@ from numba import njit
 # journal operations
 PLACE, ROOT, UNION, DELTA, RED, CONFLICT = range(6)
 # scalar counters (FoldState.sc)
-JLEN, NRED, NCONF, SETTLED, NDEC, STAMP, MERGES, PROMOTIONS, CONFLICTS, NROOTS, LINKS_OK = range(11)
-N_SC = 11
+JLEN, NRED, NCONF, SETTLED, NDEC, STAMP, MERGES, PROMOTIONS, CONFLICTS, NROOTS, LINKS_OK, NROWS = range(12)
+N_SC = 12
 NEED_ROOM = 1
 _KEY = np.int64(1) << 32
 
@@ -34,13 +34,13 @@ class FoldState(NamedTuple):
     uf_time: np.ndarray    # (cap,) journal index of the operation that attached the node
     just: np.ndarray       # (cap,) placement: the node whose transition it followed; -1 fold/root
     red: np.ndarray        # (cap,) bool
-    has_row: np.ndarray    # (cap,) bool: delta / dchild rows in use (the node was made a root)
-    delta: np.ndarray      # (cap, A + 1) successor node per action, -1 none
-    dchild: np.ndarray     # (cap, A + 1) a node that gave that successor
+    row: np.ndarray        # (cap,) the node's row in the tables below, -1 none (rows: nodes made roots)
+    delta: np.ndarray      # (rows, A + 1) successor node per action, -1 none
+    dchild: np.ndarray     # (rows, A + 1) a node that gave that successor
     cid: np.ndarray        # (cap,) cluster id of a root as last written, -1 none
     stamp: np.ndarray      # (cap,) scratch marks
-    links: np.ndarray      # (cap, A + 1) per root: level-1 links ``i -a->`` from its states (if sc[LINKS_OK])
-    first: np.ndarray      # (cap, A + 1) per root: the smallest such ``i`` (-1 none)
+    links: np.ndarray      # (rows, A + 1) per root: level-1 links ``i -a->`` from its states (if sc[LINKS_OK])
+    first: np.ndarray      # (rows, A + 1) per root: the smallest such ``i`` (-1 none)
     journal: np.ndarray    # (jcap, 5)
     reds: np.ndarray       # (cap,) red blocks in promotion order
     conflicts: np.ndarray  # (ccap, 2) (node, node whose transition it contradicted)
@@ -71,25 +71,29 @@ def _make_root(st, node, t):
     st.uf[node] = node
     st.uf_time[node] = t
     st.just[node] = -1
-    st.delta[node, :] = -1
-    st.dchild[node, :] = -1
-    st.links[node, :] = 0
-    st.first[node, :] = -1
-    st.has_row[node] = True
+    r = st.sc[NROWS]  # rows are taken and given back (rollback) last in, first out
+    st.sc[NROWS] = r + 1
+    st.row[node] = r
+    st.delta[r, :] = -1
+    st.dchild[r, :] = -1
+    st.links[r, :] = 0
+    st.first[r, :] = -1
     st.sc[NROOTS] += 1
     _log(st, ROOT, node, -1, -1, -1)
 
 
 @njit(cache=True)
 def _count_link(st, root, a, source):
-    st.links[root, a] += 1
-    if st.first[root, a] < 0 or source < st.first[root, a]:
-        st.first[root, a] = source
+    r = st.row[root]
+    st.links[r, a] += 1
+    if st.first[r, a] < 0 or source < st.first[r, a]:
+        st.first[r, a] = source
 
 
 @njit(cache=True)
 def _add_links(st, x, y):
     """The link counts of block ``y`` join those of ``x``."""
+    x, y = st.row[x], st.row[y]
     for a in range(st.links.shape[1]):
         if st.links[y, a] > 0:
             st.links[x, a] += st.links[y, a]
@@ -100,8 +104,8 @@ def _add_links(st, x, y):
 @njit(cache=True)
 def count_links(st, n_nodes):
     """Recount ``links`` / ``first`` of every block from the placed nodes ``< n_nodes``."""
-    st.links[:n_nodes] = 0
-    st.first[:n_nodes] = -1
+    st.links[:st.sc[NROWS]] = 0
+    st.first[:st.sc[NROWS]] = -1
     for node in range(1, n_nodes):
         pnode = st.parent[node]
         if st.uf[node] >= 0 and pnode > 0:
@@ -123,29 +127,30 @@ def place_node(st, node):
     a = st.action[node]
     if pnode > 0:
         _count_link(st, p, a, pnode - 1)
-    q = st.delta[p, a]
+    rp = st.row[p]
+    q = st.delta[rp, a]
     t = st.sc[JLEN]
     if q >= 0:
         q = find(st.uf, q)
         if st.colour[q] == st.colour[node]:
             st.uf[node] = q
             st.uf_time[node] = t
-            st.just[node] = st.dchild[p, a]
+            st.just[node] = st.dchild[rp, a]
             _log(st, PLACE, node, -1, -1, -1)
             return 0
         # the transition says another colour: a contradiction, resolved at the next sleep
         _make_root(st, node, t)
         c = st.sc[NCONF]
         st.conflicts[c, 0] = node
-        st.conflicts[c, 1] = st.dchild[p, a]
+        st.conflicts[c, 1] = st.dchild[rp, a]
         st.sc[NCONF] = c + 1
         _log(st, CONFLICT, -1, -1, -1, -1)
         st.sc[CONFLICTS] += 1
         return 0
     _make_root(st, node, t)
-    _log(st, DELTA, p, a, st.delta[p, a], st.dchild[p, a])
-    st.delta[p, a] = node
-    st.dchild[p, a] = node
+    _log(st, DELTA, p, a, st.delta[rp, a], st.dchild[rp, a])
+    st.delta[rp, a] = node
+    st.dchild[rp, a] = node
     return 0
 
 
@@ -235,7 +240,8 @@ def rollback(st, t, unplaced):
                 m += 1
         elif kind == ROOT:
             st.uf[x] = -1
-            st.has_row[x] = False
+            st.row[x] = -1
+            st.sc[NROWS] -= 1
             st.sc[NROOTS] -= 1
             if record:
                 unplaced[m] = x
@@ -245,8 +251,8 @@ def rollback(st, t, unplaced):
             st.sc[NROOTS] += 1
         elif kind == DELTA:
             a = st.journal[j, 2]
-            st.delta[x, a] = st.journal[j, 3]
-            st.dchild[x, a] = st.journal[j, 4]
+            st.delta[st.row[x], a] = st.journal[j, 3]
+            st.dchild[st.row[x], a] = st.journal[j, 4]
         elif kind == RED:
             st.red[x] = False
             n = st.sc[NRED]
@@ -301,15 +307,16 @@ def fold(st, r, b, stack):
         st.just[y] = -1
         st.sc[NROOTS] -= 1
         _log(st, UNION, y, -1, -1, -1)
+        rx, ry = st.row[x], st.row[y]
         for a in range(A1):
-            ty = st.delta[y, a]
+            ty = st.delta[ry, a]
             if ty < 0:
                 continue
-            tx = st.delta[x, a]
+            tx = st.delta[rx, a]
             if tx < 0:
-                _log(st, DELTA, x, a, -1, st.dchild[x, a])
-                st.delta[x, a] = ty
-                st.dchild[x, a] = st.dchild[y, a]
+                _log(st, DELTA, x, a, -1, st.dchild[rx, a])
+                st.delta[rx, a] = ty
+                st.dchild[rx, a] = st.dchild[ry, a]
             else:
                 stack[top, 0] = tx
                 stack[top, 1] = ty
@@ -327,10 +334,10 @@ def blues(st, out):
     n_red = st.sc[NRED]
     for i in range(n_red + 1):
         r = st.reds[i] if i < n_red else 0
-        if i == n_red and not st.has_row[0]:
+        if st.row[r] < 0:
             break
         for a in range(A1):
-            t = st.delta[r, a]
+            t = st.delta[st.row[r], a]
             if t >= 0:
                 t = find(st.uf, t)
                 if not st.red[t] and st.stamp[t] != s:
@@ -461,7 +468,7 @@ def level2_rows(st, roots, k, n_actions):
     m = 0
     for a in range(n_actions):
         for c in range(k):
-            x = roots[c]
+            x = st.row[roots[c]]
             t = st.delta[x, a]
             if t >= 0:
                 indices[m] = st.cid[find(st.uf, t)]

@@ -57,11 +57,11 @@ def set_successor_features(next_state, emission, n_obs, set_ptr, set_idx, gamma,
 
 
 @njit(cache=True)
-def set_depth_counts(next_state, emission, set_ptr, set_idx, horizon, out):
+def set_depth_counts(next_state, emission, set_ptr, set_idx, horizon, out, target):
     """Observation counts of Algorithm 2's breadth-first sets, per depth, for many initial sets.
 
-    ``out[s, l - 1, o]`` (int, added to) counts the states emitting ``o`` at depth
-    ``l`` from set ``s``; :func:`features_from_depth_counts` turns these counts into
+    ``out[target[s], l - 1, o]`` (int, added to) counts the states emitting ``o`` at
+    depth ``l`` from set ``s``; :func:`features_from_depth_counts` turns these counts into
     the successor features of :func:`set_successor_features`, bit for bit.  Only
     for Algorithm 1's memory, where every state has at most one incoming link
     (from an older state; :meth:`~hmmmerge.episodic.EpisodicMemory.from_state_dict`
@@ -99,8 +99,9 @@ def set_depth_counts(next_state, emission, set_ptr, set_idx, horizon, out):
                 break
             if front.shape[0] < m2:
                 front = np.empty(nxt.shape[0], dtype=np.int64)
+            row = target[s]
             for q in range(m2):
-                out[s, depth, emission[nxt[q]]] += 1
+                out[row, depth, emission[nxt[q]]] += 1
                 front[q] = nxt[q]
             m = m2
 

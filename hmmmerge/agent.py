@@ -214,8 +214,14 @@ class TwoLevelMemory(Estimator):
         return self.clusters_.n_clusters
 
     # ------------------------------------------------------------ level 2
-    def _set_level2(self) -> None:
-        """Recompute T2 (stacked CSR, row ``a * k + c``) and the per-colour cluster index."""
+    def _set_level2(self, before=None) -> None:
+        """Recompute T2 (stacked CSR, row ``a * k + c``) and the per-colour cluster index.
+
+        ``before``: ``(C, k, T2)`` as they were before a sleep (T2 agreeing with
+        C); T2 is then updated by the states the sleep moved rather than counted
+        from all of level 1 (the same matrix, see
+        :func:`~hmmmerge._agent_kernels.level2_after_sleep`).
+        """
         from ._agent_kernels import Level2, level2_transitions, new_belief, new_scratch
 
         n = self.memory_.n_states
@@ -223,6 +229,8 @@ class TwoLevelMemory(Estimator):
         k = self.clusters_.n_clusters
         own = getattr(self.merger_, "level2_transitions", None)  # a merger that knows level 2 (fold)
         t2 = own(self.memory_, self.clusters_) if own is not None else None
+        if t2 is None and before is not None and k:
+            t2 = self._level2_after_sleep(*before)
         self._t2 = t2 = t2 if t2 is not None else level2_transitions(self.memory_._next, n, self.clusters_.assignment, k)
         self._joined_since_t2 = []
         cluster_obs = self.clusters_.cluster_emission(self.memory_.emission)
@@ -235,6 +243,23 @@ class TwoLevelMemory(Estimator):
             self._anchored, self._filtered = new_belief(k), new_belief(k)
             self._scratch = new_scratch(k, self.n_obs)
             self._k = k
+
+    def _level2_after_sleep(self, old, k_old, t2_old):
+        """T2 (with counts and first sources) from T2 before a sleep and the states it moved; None
+        (count afresh) if a connected state lost its cluster, or where the update would cost more than
+        a recount (see :data:`T2_UPDATE_MAX_ENTRIES_PER_STATE`)."""
+        from ._agent_kernels import level2_after_sleep, sleep_moves
+
+        new = self.clusters_.assignment[:len(old)]
+        indptr, indices, _, counts, first = t2_old
+        if len(indices) > T2_UPDATE_MAX_ENTRIES_PER_STATE * len(old):  # a recount is cheaper
+            return None
+        relabel, moved, ok = sleep_moves(old, new, k_old)
+        if not ok or len(moved) > T2_UPDATE_MAX_MOVED_SHARE * len(old):
+            return None
+        return level2_after_sleep(indptr, indices, counts, first, k_old, self.clusters_.n_clusters, relabel, moved,
+                                  old, np.ascontiguousarray(new), self.memory_._next, self._parent,
+                                  self._parent_action)
 
     def _refresh_level2(self) -> None:
         """The periodic level-2 refresh: T2 gains the links of the states that joined clusters online
@@ -312,7 +337,7 @@ class TwoLevelMemory(Estimator):
             if ok.any():
                 from .merging import _set_counts
 
-                np.add.at(counts, owners[ok], _set_counts(self.memory_, [[u] for u in joined[ok]], counts.shape[1]))
+                _set_counts(self.memory_, [[u] for u in joined[ok]], counts.shape[1], out=counts, rows=owners[ok])
         if len(replaced):
             flags = np.zeros(k, dtype=bool)
             stale_clusters(out.state[replaced - 1], self._parent, self._parent_action, nxt, cluster_of,
@@ -333,11 +358,16 @@ class TwoLevelMemory(Estimator):
         """
         if not self._started():
             self._start()
-        self.clusters_.grow(self.memory_.n_states)
+        n = self.memory_.n_states
+        self.clusters_.grow(n)
+        before = None
+        if getattr(self.merger_, "level2_transitions", None) is None:  # T2 will follow C's changes
+            self._refresh_level2()  # T2 now agrees with C
+            before = (self.clusters_.assignment[:n].copy(), self.clusters_.n_clusters, self._t2)
         reports = self.merger_.sleep(self.memory_, self.clusters_, self.rng_)
         self.sleeps_ += 1
         self._purity = self._current_purity()
-        self._set_level2()
+        self._set_level2(before)
         return reports
 
     def _current_purity(self) -> tuple[float, float]:
@@ -349,22 +379,19 @@ class TwoLevelMemory(Estimator):
         got = own(self.memory_, self.clusters_) if own is not None else None
         if got is not None:
             return got
+        from ._cluster_kernels import cluster_sizes_and_top, label_scan
+
         n = self.memory_.n_states
-        assignment = self.clusters_.assignment[:n]
-        connected = assignment >= 0
-        labels = self.memory_.labels[connected]
-        if n == 0 or (labels < 0).any():
+        assignment, labels = self.clusters_.assignment, self.memory_._labels
+        connected, largest = label_scan(assignment, labels, n)
+        if n == 0 or connected == 0 or largest < 0:
             return float("nan"), float("nan")
-        if not connected.any():
-            return float("nan"), float("nan")
-        a = assignment[connected]
-        n_labels = int(labels.max()) + 1
         k = self.clusters_.n_clusters
-        if k * n_labels <= 20_000_000:  # ids are 0..k-1 and labels >= 0: one counting pass, no sort
-            sizes = np.bincount(a, minlength=k)
-            top = np.bincount(a * n_labels + labels, minlength=k * n_labels).reshape(k, n_labels).max(axis=1)
+        if k * (largest + 1) <= 20_000_000:  # ids are 0..k-1 and labels >= 0: one counting pass, no sort
+            sizes, top = cluster_sizes_and_top(assignment, labels, n, k, largest + 1)
         else:
-            sizes, top = cluster_top_counts(a, labels)  # one pass for both (weighted_purity)
+            keep = assignment[:n] >= 0
+            sizes, top = cluster_top_counts(assignment[:n][keep], labels[:n][keep])
         out = []
         for smallest in (1, 2):
             keep = sizes >= smallest
@@ -689,6 +716,14 @@ class TwoLevelMemory(Estimator):
         agent._joined_since_t2 = None  # the states joined since that refresh are not stored: recount at the next
         return agent
 
+
+#: T2 is updated after a sleep (rather than counted afresh) while it has at most this many entries per
+#: level-1 state and the sleep moved at most this share of the states: the update touches every entry
+#: of T2 and, at several times the cost per item, every link of a moved state; the recount touches every
+#: link of level 1.  With SF merges T2 stays small and few states move; without merges
+#: (merge="none") T2 grows like level 1; random merges move whole large clusters.
+T2_UPDATE_MAX_ENTRIES_PER_STATE = 0.125
+T2_UPDATE_MAX_MOVED_SHARE = 0.05
 
 _HISTORY_KEYS = (
     ["episode"]

@@ -102,7 +102,7 @@ class Clusters:
     def depth_counts(self, key, horizon: int, n_obs: int) -> tuple[np.ndarray, np.ndarray] | None:
         """``(valid, counts)``: per-cluster counts kept across changes, under ``key``.
 
-        ``counts`` is (n_clusters, horizon, n_obs) int: what
+        ``counts`` is (at least n_clusters, horizon, n_obs) int (spare rows are zero): what
         :func:`~hmmmerge._successor_kernels.set_depth_counts` gives for each
         cluster's states (observations per breadth-first depth); a row is trusted
         only where ``valid``.  A change of a cluster's members here clears its flag
@@ -116,7 +116,7 @@ class Clusters:
         >>> cl = Clusters(np.array([0, 1, 2]))
         >>> valid, counts = cl.depth_counts("f", 1, 2); valid[:] = True; counts[:, 0, 0] = [10, 11, 12]
         >>> cl.merge([(0, 1)]); valid, counts = cl.depth_counts("f", 1, 2)
-        >>> valid.tolist(), counts[:, 0, 0].tolist()   # clusters 0+1 merged into new 0; old 2 is now 1
+        >>> valid[:2].tolist(), counts[:2, 0, 0].tolist()   # clusters 0+1 merged into new 0; old 2 is now 1
         ([True, True], [21, 12])
         """
         shape = (int(horizon), int(n_obs))
@@ -145,14 +145,19 @@ class Clusters:
             valid[ids] = False
 
     def _remap_caches(self, new_of_old: np.ndarray, k_new: int) -> None:
-        """Carry cache rows to renumbered clusters (``new_of_old[c]`` < 0: gone); merged rows add up."""
+        """Carry cache rows to renumbered clusters (``new_of_old[c]`` < 0: gone); merged rows add up.
+
+        Tables keep spare rows (invalid, zero) so that adding clusters rarely copies them."""
         live = np.flatnonzero(new_of_old >= 0)
         target = new_of_old[live]
+        growth = len(live) == len(new_of_old) and np.array_equal(target, np.arange(len(target)))
         for key, (valid, counts) in list(self._caches.items()):
-            x = np.zeros((k_new, *counts.shape[1:]), dtype=np.int64)
-            hits = np.bincount(target, minlength=k_new)
+            if growth and k_new <= len(valid):  # new clusters only: their spare rows are invalid and zero
+                continue
+            x = np.zeros((k_new + k_new // 4 + 16, *counts.shape[1:]), dtype=np.int64)
+            hits = np.bincount(target, minlength=len(x))
             if hits.max(initial=0) <= 1:  # a renumbering: rows move
-                v = np.zeros(k_new, dtype=bool)
+                v = np.zeros(len(x), dtype=bool)
                 v[target], x[target] = valid[live], counts[live]
             else:
                 v = hits > 0  # new clusters start invalid

@@ -119,8 +119,8 @@ __all__ = ["FoldMerger", "default_min_evidence"]
 _STATS = ("merges", "promotions", "undos", "conflicts")
 _ARRAYS = ("parent", "action", "colour", "uf", "uf_time", "just", "red", "has_row", "delta", "dchild", "reds",
            "journal", "conflicts", "decisions", "stats", "cid", "pending")
-_NODE_ARRAYS = ("parent", "action", "colour", "uf", "uf_time", "just", "red", "has_row", "delta", "dchild",
-                "cid", "stamp", "reds", "links", "first")
+_NODE_ARRAYS = ("parent", "action", "colour", "uf", "uf_time", "just", "red", "row", "cid", "stamp", "reds")
+_ROW_ARRAYS = ("delta", "dchild", "links", "first")
 
 
 def default_min_evidence(n_obs: int, risk: float = 1e-3) -> int:
@@ -189,7 +189,7 @@ class FoldMerger:
 
     # ------------------------------------------------------------ set-up
     def _init(self, n_obs: int, n_actions: int, capacity: int = 1024) -> None:
-        from ._fold_kernels import LINKS_OK, N_SC, FoldState
+        from ._fold_kernels import LINKS_OK, N_SC, NROWS, FoldState
 
         self._A = int(n_actions)
         self._n_obs = int(n_obs)
@@ -198,19 +198,21 @@ class FoldMerger:
         A1 = self._A + 1
         cap = max(int(capacity), 16)
 
-        def full(fill, dtype=np.int64, shape=()):
-            return np.full((cap,) + shape, fill, dtype=dtype)
+        def full(fill, dtype=np.int64, shape=(), size=cap):
+            return np.full((size,) + shape, fill, dtype=dtype)
 
+        rows = max(cap // 8, 16)
         self._st = FoldState(parent=full(-1), action=full(-1), colour=full(-1), uf=full(-1), uf_time=full(-1),
-                             just=full(-1), red=full(False, bool), has_row=full(False, bool),
-                             delta=full(-1, shape=(A1,)), dchild=full(-1, shape=(A1,)), cid=full(-1),
-                             stamp=full(0), links=full(0, shape=(A1,)), first=full(-1, shape=(A1,)), journal=np.full((4 * cap, 5), -1, dtype=np.int64), reds=full(-1),
+                             just=full(-1), red=full(False, bool), row=full(-1), delta=full(-1, shape=(A1,), size=rows),
+                             dchild=full(-1, shape=(A1,), size=rows), cid=full(-1), stamp=full(0),
+                             links=full(0, shape=(A1,), size=rows), first=full(-1, shape=(A1,), size=rows),
+                             journal=np.full((4 * cap, 5), -1, dtype=np.int64), reds=full(-1),
                              conflicts=np.full((16, 2), -1, dtype=np.int64), decisions=np.full(16, -1, np.int64),
                              sc=np.zeros(N_SC, dtype=np.int64))
         st = self._st
-        # node 0: the virtual start state, a red root with a transition row
-        st.parent[0], st.uf[0], st.red[0], st.has_row[0] = -1, 0, True, True
-        st.sc[LINKS_OK] = 1
+        # node 0: the virtual start state, a red root with a transition row (row 0)
+        st.parent[0], st.uf[0], st.red[0], st.row[0] = -1, 0, True, 0
+        st.sc[NROWS], st.sc[LINKS_OK] = 1, 1
         self._n = 1                       # nodes recorded or reserved (level-1 states + 1)
         self._undos = 0
         self._last = -1                   # the level-1 state of the last step seen by place()
@@ -232,9 +234,9 @@ class FoldMerger:
             raise ValueError(f"the memory has {memory.n_obs} observations / {memory.n_actions} actions; "
                              f"this merger was fed {self._n_obs} / {self._A}")
 
-    def _room(self, nodes: int = 0, journal: int = 0, conflicts: int = 0, decisions: int = 0) -> None:
-        """Grow the arrays so that ``nodes`` nodes fit and the lists can take the given extra entries."""
-        from ._fold_kernels import JLEN, NCONF, NDEC
+    def _room(self, nodes: int = 0, journal: int = 0, conflicts: int = 0, decisions: int = 0, rows: int = 0) -> None:
+        """Grow the arrays so that ``nodes`` nodes fit and the lists (and rows) can take the given extra entries."""
+        from ._fold_kernels import JLEN, NCONF, NDEC, NROWS
 
         st = self._st
         new = {}
@@ -243,7 +245,12 @@ class FoldMerger:
             size = max(nodes, 2 * cap)
             for name in _NODE_ARRAYS:
                 a = getattr(st, name)
-                new[name] = _grown(a, size, False if a.dtype == bool else (0 if name in ("stamp", "links") else -1))
+                new[name] = _grown(a, size, False if a.dtype == bool else (0 if name == "stamp" else -1))
+        need = int(st.sc[NROWS]) + rows
+        if need > len(st.delta):
+            size = max(need, 2 * len(st.delta))
+            for name in _ROW_ARRAYS:
+                new[name] = _grown(getattr(st, name), size, 0 if name == "links" else -1)
         for name, idx, extra in (("journal", JLEN, journal), ("conflicts", NCONF, conflicts),
                                  ("decisions", NDEC, decisions)):
             a = getattr(st, name)
@@ -288,7 +295,7 @@ class FoldMerger:
         nodes = np.asarray(nodes, dtype=np.int64)
         if not len(nodes):
             return
-        self._room(journal=2 * len(nodes), conflicts=len(nodes))
+        self._room(journal=2 * len(nodes), conflicts=len(nodes), rows=len(nodes))
         self._dirty = True
         if place_nodes(self._st, nodes) >= 0:
             raise ValueError("level-1 states must be placed after their parents")
@@ -556,7 +563,7 @@ class FoldMerger:
         states = np.asarray(states, dtype=np.int64)
         if not len(states):
             return False
-        self._room(nodes=memory.n_states + 1, journal=2 * len(states), conflicts=len(states))
+        self._room(nodes=memory.n_states + 1, journal=2 * len(states), conflicts=len(states), rows=len(states))
         clusters.grow(memory.n_states)
         k0 = clusters.n_clusters
         new_roots = np.empty(len(states), dtype=np.int64)
@@ -677,9 +684,10 @@ class FoldMerger:
         if self._A is None:
             return {}
         st, n, sc = self._st, self._n, self._st.sc
-        has_row = st.has_row[:n].copy()
-        delta = np.where(has_row[:, None], st.delta[:n], -1)
-        dchild = np.where(has_row[:, None], st.dchild[:n], -1)
+        has_row = st.row[:n] >= 0
+        delta = np.full((n, self._A + 1), -1, dtype=np.int64)
+        dchild = delta.copy()
+        delta[has_row], dchild[has_row] = st.delta[st.row[:n][has_row]], st.dchild[st.row[:n][has_row]]
         reds = st.reds[:int(sc[NRED])]
         roots = np.flatnonzero((st.cid[:n] >= 0) & (st.uf[:n] == np.arange(n)))
         cid = np.column_stack([roots, st.cid[roots]])
@@ -711,7 +719,8 @@ class FoldMerger:
         >>> back = FoldMerger(); back.load_state_dict(fold.state_dict()); back.block_of(2).tolist()
         [1, 2]
         """
-        from ._fold_kernels import CONFLICTS, JLEN, LINKS_OK, MERGES, NCONF, NDEC, NRED, NROOTS, PROMOTIONS, SETTLED
+        from ._fold_kernels import (CONFLICTS, JLEN, LINKS_OK, MERGES, NCONF, NDEC, NRED, NROOTS, NROWS, PROMOTIONS,
+                                    ROOT as _ROOT_OP, SETTLED)
 
         if "fold_sizes" not in d:
             self._A = None
@@ -728,16 +737,26 @@ class FoldMerger:
             raise ValueError(f"{source}: fold merger arrays have inconsistent shapes")
         self._init(n_obs, A, capacity=n)
         self._k, self._last = k, last
-        self._room(nodes=n, journal=len(arrays["journal"]), conflicts=len(arrays["conflicts"]),
-                   decisions=len(arrays["decisions"]))
+        journal = arrays["journal"].astype(np.int64)
+        # rows in the order the journal made the roots (node 0 first): rollbacks give them back last first
+        has = arrays["has_row"].astype(bool)
+        made = journal[journal[:, 0] == _ROOT_OP, 1]
+        order = np.concatenate([[0], made]) if has[0] else made
+        if len(order) != has.sum() or not has[order].all():
+            raise ValueError(f"{source}: fold merger rows do not match the journal")
+        self._room(nodes=n, journal=len(journal), conflicts=len(arrays["conflicts"]),
+                   decisions=len(arrays["decisions"]), rows=len(order))
         st = self._st
-        for name in ("parent", "action", "colour", "uf", "uf_time", "just", "delta", "dchild"):
+        for name in ("parent", "action", "colour", "uf", "uf_time", "just"):
             getattr(st, name)[:n] = arrays[name].astype(np.int64)
         st.red[:n] = arrays["red"].astype(bool)
-        st.has_row[:n] = arrays["has_row"].astype(bool)
+        st.row[:n] = -1
+        st.row[order] = np.arange(len(order))
+        st.delta[:len(order)] = arrays["delta"][order]
+        st.dchild[:len(order)] = arrays["dchild"][order]
         reds = arrays["reds"].astype(np.int64).reshape(-1, 2)[:, 1]
         st.reds[:len(reds)] = reds
-        journal, conflicts = arrays["journal"].astype(np.int64), arrays["conflicts"].astype(np.int64)
+        conflicts = arrays["conflicts"].astype(np.int64)
         decisions = arrays["decisions"].astype(np.int64)
         st.journal[:len(journal)] = journal
         st.conflicts[:len(conflicts)] = conflicts.reshape(-1, 2)
@@ -750,7 +769,7 @@ class FoldMerger:
         st.sc[[JLEN, NRED, NCONF, SETTLED, NDEC]] = (len(journal), len(reds), len(conflicts), settled, len(decisions))
         st.sc[[MERGES, PROMOTIONS, CONFLICTS]] = stats["merges"], stats["promotions"], stats["conflicts"]
         st.sc[NROOTS] = int((uf == np.arange(n)).sum()) - 1   # node 0 is not a block
-        st.sc[LINKS_OK] = 0
+        st.sc[LINKS_OK], st.sc[NROWS] = 0, len(order)
         self._undos = stats["undos"]
         self._pending = arrays["pending"].astype(np.int64).tolist()
         self._dirty = True

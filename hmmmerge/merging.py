@@ -169,7 +169,7 @@ class SFMerger(NoMerger):
         >>> from hmmmerge._successor_kernels import set_depth_counts
         >>> env = Environment.from_arrays([[1, 2, 0]], [0, 1, 2])
         >>> counts = np.zeros((1, 3, 3), dtype=np.int64)
-        >>> set_depth_counts(env.next_state, env.obs, np.array([0, 1]), np.array([0]), 3, counts)
+        >>> set_depth_counts(env.next_state, env.obs, np.array([0, 1]), np.array([0]), 3, counts, np.array([0]))
         >>> sf, depth = SFMerger(gamma=0.5, horizon=3, min_depth=1).features_from_counts(counts)
         >>> sf.tolist(), depth.tolist()
         ([[0.25, 1.0, 0.5]], [3])
@@ -371,16 +371,18 @@ def _cluster_features(memory, clusters, merger, ids, ptr, idx):
     return merger.features_from_counts(counts[ids])
 
 
-def _set_counts(memory, state_sets, horizon):
-    """Per-depth counts (see :func:`~hmmmerge._successor_kernels.set_depth_counts`) of a list of state sets."""
+def _set_counts(memory, state_sets, horizon, out=None, rows=None):
+    """Per-depth counts (see :func:`~hmmmerge._successor_kernels.set_depth_counts`) of a list of state sets,
+    as a new array, or added to rows ``rows`` of ``out``."""
     from ._successor_kernels import set_depth_counts
 
     nxt, emission, _ = memory.kernel_arrays()
     ptr = np.zeros(len(state_sets) + 1, dtype=np.int64)
     ptr[1:] = np.cumsum([len(x) for x in state_sets])
     idx = np.concatenate(state_sets).astype(np.int64) if state_sets else np.zeros(0, dtype=np.int64)
-    out = np.zeros((len(state_sets), horizon, memory.n_obs), dtype=np.int64)
-    set_depth_counts(nxt, emission, ptr, idx, horizon, out)
+    if out is None:
+        out, rows = np.zeros((len(state_sets), horizon, memory.n_obs), dtype=np.int64), np.arange(len(state_sets))
+    set_depth_counts(nxt, emission, ptr, idx, horizon, out, np.asarray(rows, dtype=np.int64))
     return out
 
 
@@ -474,7 +476,7 @@ def merge_with_split(memory, clusters, pairs, members: dict | None = None, count
             absorbed[cand] = probe
         x, y = counts_of(probe), counts_of(cand)
         if x is not None and y is not None:
-            rows[cand] = _set_counts(memory, [members[cand]], count_horizon)[0]
+            rows[cand] = _set_counts(memory, [members[cand]], count_horizon)[0] if len(members[cand]) else 0 * y
             rows[probe] = x + y - rows[cand]
         else:
             rows[probe] = rows[cand] = None

@@ -96,6 +96,10 @@ def test_incremental_equals_full_recomputation(merge, monkeypatch, tmp_path):
     from hmmmerge import gridworld, random_walk
     from hmmmerge.agent import TwoLevelMemory
 
+    import hmmmerge.agent
+
+    monkeypatch.setattr(hmmmerge.agent, "T2_UPDATE_MAX_ENTRIES_PER_STATE", 1e9)  # always update T2 after sleeps
+    monkeypatch.setattr(hmmmerge.agent, "T2_UPDATE_MAX_MOVED_SHARE", 1.0)
     env = gridworld(seed=1)
     for seed in (0, 1, 2):
         traj = random_walk(env, 200, seed=seed)
@@ -106,6 +110,7 @@ def test_incremental_equals_full_recomputation(merge, monkeypatch, tmp_path):
         with monkeypatch.context() as m:
             m.setattr(merging, "_cluster_features", _full_features)
             m.setattr(TwoLevelMemory, "_refresh_level2", TwoLevelMemory._set_level2)
+            m.setattr(TwoLevelMemory, "_level2_after_sleep", lambda self, *before: None)  # T2 counted afresh
             full = TwoLevelMemory(10, 4, merge=merge, seed=seed).fit(traj)
         _same_agent(fast, full)
         _same_agent(resumed, full)
@@ -123,17 +128,31 @@ def _noisy_walk(env, episodes, rng, noise):
 
 
 @pytest.mark.parametrize("merge,noise", [("sf", 0.0), ("random", 0.0), ("sf", 0.05)])
-def test_kept_counts_and_t2_match_a_recount_after_every_block(merge, noise):
+def test_kept_counts_and_t2_match_a_recount_after_every_block(merge, noise, monkeypatch):
     """After every chunk of experience (new states, online joins, replaced links with noise, sleeps,
     merges with splits), each valid kept row equals a fresh count of its cluster's states, and T2 equals
-    :func:`level2_transitions` on level 1 (column order included)."""
+    :func:`level2_transitions` on level 1 (column order included), also right after every sleep."""
     from hmmmerge import gridworld
     from hmmmerge._agent_kernels import level2_transitions
     from hmmmerge.agent import TwoLevelMemory
     from hmmmerge.merging import _set_counts
 
+    import hmmmerge.agent
+
+    monkeypatch.setattr(hmmmerge.agent, "T2_UPDATE_MAX_ENTRIES_PER_STATE", 1e9)  # always update T2 after sleeps
+    monkeypatch.setattr(hmmmerge.agent, "T2_UPDATE_MAX_MOVED_SHARE", 1.0)
     env, rng = gridworld(seed=2), np.random.default_rng(7)
     agent = TwoLevelMemory(10, 4, merge=merge, seed=3, sleep_every=137, refresh_every=61)
+    sleeps = []
+
+    def sleep_then_compare(self):
+        reports = TwoLevelMemory.sleep(self)
+        full = level2_transitions(self.memory_._next, self.memory_.n_states, self.clusters_.assignment,
+                                  self.clusters_.n_clusters)
+        sleeps.append(all(np.array_equal(x, y) for x, y in zip(full, self._t2)))
+        return reports
+
+    agent.sleep = sleep_then_compare.__get__(agent)
     checked = refreshed = 0
     for _ in range(12):
         agent.partial_fit(_noisy_walk(env, 10, rng, noise))
@@ -149,3 +168,4 @@ def test_kept_counts_and_t2_match_a_recount_after_every_block(merge, noise):
         for x, y in zip(full, agent._t2):
             assert np.array_equal(x, y)
     assert checked > 500 and (refreshed > 5 or noise)
+    assert len(sleeps) > 10 and all(sleeps)
