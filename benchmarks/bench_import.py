@@ -23,7 +23,9 @@ alternating the checkouts (after one warm-up run each, which fills numba's
 cache).  The outputs of both checkouts, minus ``wall_s``, are compared.  Floors
 in the same run: the bare interpreter, ``import numpy``, ``import numba``, and
 "numba floor": ``import numba`` plus the first call of one trivial cached
-kernel (what any process running a numba kernel pays before doing any work).
+kernel (what any process running a numba kernel pays before doing any work),
+also with the cycle collector set as ``hmmmerge``'s program sets it (see
+``hmmmerge.cli._program_collector``).
 A breakdown per checkout runs the command once more with CPU timers
 around the phases (benchmark-only wrappers; exclusive times): interpreter
 start and exit, imports, numba load (first call of each kernel: numba's
@@ -201,6 +203,9 @@ def paper_run(roots: dict, rounds: int) -> None:
             "import numba": [sys.executable, "-c", "import numba"],
             "numba floor (import + 1st cached call)": [
                 sys.executable, "-c", "import numpy, floor_kernel; floor_kernel.total(numpy.ones(3))"],
+            "numba floor, collector as hmmmerge's": [
+                sys.executable, "-c", "import atexit, gc; gc.set_threshold(100_000, 10, 10); atexit.register(gc.freeze)"
+                                      "\nimport numpy, floor_kernel; floor_kernel.total(numpy.ones(3))"],
         }
         timed_run(probes["numba floor (import + 1st cached call)"], ROOT, cwd=floor_dir)  # compile once
         runs = {f"paper run ({name})": ([sys.executable, "-m", "hmmmerge", *PAPER_RUN], root, None)

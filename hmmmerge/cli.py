@@ -21,26 +21,37 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The ``hmmmerge`` argument parser with every sub-command of ``COMMANDS``.
+#: each sub-command's one-line help, as its module's ``add_parser`` registers it (a test checks they agree), so
+#: that ``hmmmerge --help`` lists the commands without importing them
+SUMMARIES = {
+    "env": "describe an environment: clones, Markov radius, aliasing",
+    "run": "run the two-level memory (the paper's agent) and report its metrics",
+    "evaluate": "compare world models: accuracy, surprise, states",
+    "baseline": "train and score one baseline model",
+    "demo": "the main job: a small paper comparison (sf / random / no merge / first order / EM)",
+    "reproduce": "regenerate every figure of the paper (PNG + CSV) and the final-values table",
+}
 
-    With ``command`` (what :func:`main` passes when the command line starts
-    with a sub-command's name), only that sub-command gets its options, and
-    only its module is imported: ``hmmmerge run`` does not load what
-    ``evaluate`` needs (the registry of every baseline).  The others stay
-    valid choices, without options.
+
+def build_parser(commands=COMMANDS) -> argparse.ArgumentParser:
+    """The ``hmmmerge`` argument parser; the sub-commands in ``commands`` get their options.
+
+    The others are listed by name and one-line help only, and their modules
+    are not imported: :func:`main` builds only the sub-command the command
+    line names (``hmmmerge run`` does not load the registry of every baseline
+    that ``evaluate`` needs), and none for ``hmmmerge --help``.
 
     >>> args = build_parser().parse_args(["env", "--grid", "4x4", "--colours", "3"])
     >>> args.command, args.grid, args.colours, args.k
     ('env', (4, 4), 3, 3)
-    >>> build_parser("run").parse_args(["run", "--episodes", "5"]).episodes
+    >>> build_parser(["run"]).parse_args(["run", "--episodes", "5"]).episodes
     5
     """
     parser = _Parser(prog="hmmmerge", description="Learn cognitive maps from experience.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name in COMMANDS:
-        if command is not None and name != command:
-            sub.add_parser(name)
+        if name not in commands:
+            sub.add_parser(name, help=SUMMARIES[name])
             continue
         importlib.import_module(f"hmmmerge.commands.{name}").add_parser(sub)
         sub.choices[name].add_argument(
@@ -101,7 +112,7 @@ def main(argv=None) -> int:
     if argv is None:  # the program itself (console script, python -m hmmmerge), not a caller in-process
         _program_collector()
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser(argv[0] if argv and argv[0] in COMMANDS else None)
+    parser = build_parser([argv[0]] if argv and argv[0] in COMMANDS else [])
     args = parser.parse_args(argv)
     from ._limits import no_limits
 

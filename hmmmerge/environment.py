@@ -17,8 +17,6 @@ from numbers import Integral
 
 import numpy as np
 
-from .hmm import ActionHMM
-
 __all__ = ["Environment", "NoStartWarning", "match_node"]
 
 
@@ -274,6 +272,8 @@ class Environment:
         >>> hmm.n_states, hmm.n_obs
         (2, 2)
         """
+        from .hmm import ActionHMM  # scipy.sparse: loaded when a model is needed, not to build a world
+
         return ActionHMM.from_deterministic(self.next_state, self.obs, n_obs=self.n_obs, start=self.start)
 
     # ------------------------------------------------------------ files

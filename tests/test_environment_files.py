@@ -272,6 +272,18 @@ def test_light_imports(code, allowed):
     assert (loaded_after(code) & HEAVY) == allowed
     if code == "import hmmmerge":
         assert not {"numpy", "networkx", "scipy"} & loaded_after(code)
+    if "gridworld" in code:  # a grid is built from numpy tables; its graph only when asked for
+        assert not {"networkx", "scipy"} & loaded_after(code)
+
+
+def test_help_lists_the_commands_as_their_modules_describe_them():
+    """`hmmmerge --help` lists the sub-commands from cli.SUMMARIES without importing them: same text as the full
+    parser's, and not even numpy loaded."""
+    from hmmmerge.cli import build_parser
+
+    assert build_parser([]).format_help() == build_parser().format_help()
+    assert not {"numpy", "scipy", "networkx", "hmmmerge.commands.evaluate"} & loaded_after(
+        "from hmmmerge.cli import build_parser; build_parser([]).format_help()")
 
 
 def test_paper_run_loads_only_what_it_uses():
