@@ -85,8 +85,9 @@ other with no merge to undo, nothing is ever merged, and level 2 stays level
 1 (random start cells on the paper's world: 0.05 online, 50,765 clusters).
 Noisy observations break the exact clash test: with 5% of the colours
 replaced at random, contradictions are everywhere (1,734 in a run, 168
-undos, 43,367 clusters, 0.11 online, 348 s; an ALERGIA-style statistical
-test is not implemented).  In a world with random transitions
+undos, 43,367 clusters, 0.11 online, 348 s before the kernels); the
+statistical variant ``merge="fold-noisy"`` (:mod:`hmmmerge.fold_noisy`) is
+built for that case.  In a world with random transitions
 two visits of one position have different futures, so clashes prove nothing
 and the blocks would grow like level 1.
 
