@@ -176,7 +176,9 @@ class StatisticalFoldMerger:
     risk : posterior risk of a merge; merges need a log-odds lead of ``tau = log(1 / risk)``
         (default 1e-3: ``tau = 6.9``); refutations (clashes, promotions) need odds of 1000:1.
     noise : probability that an observation is replaced by a random colour (None: estimated
-        from the red blocks at every sleep).
+        at every sleep from the positions near the start).
+    min_visits : a blue block is neither merged nor promoted before its own transition was
+        traversed this often (ALERGIA's ``t0``; default 3, see the module docstring).
 
     Attributes
     ----------
@@ -196,19 +198,20 @@ class StatisticalFoldMerger:
     >>> mem = EpisodicMemory(n_obs=2, n_actions=1)
     >>> obs = [0, 1] * 6 + [0, 0] + [0, 1] * 4          # a two-state loop, one noisy observation
     >>> states = [mem.observe(o, -1 if t == 0 else 0) for t, o in enumerate(obs)]
-    >>> fold = StatisticalFoldMerger(noise=0.05); fold.observe(mem, [states], [[-1] + [0] * 21])
+    >>> fold = StatisticalFoldMerger(noise=0.05, min_visits=1); fold.observe(mem, [states], [[-1] + [0] * 21])
     >>> cl = Clusters(n_states=mem.n_states); _ = fold.sleep(mem, cl)
     >>> cl.n_clusters, mem.n_states
     (2, 22)
     """
 
-    def __init__(self, risk: float = 1e-3, noise: float | None = None):
+    def __init__(self, risk: float = 1e-3, noise: float | None = None, min_visits: int = 3):
         if isinstance(risk, bool) or not isinstance(risk, (int, float)) or not 0 < risk < 1:
             raise ValueError(f"risk must be a number in (0, 1), got {risk!r}")
         if noise is not None and (isinstance(noise, bool) or not isinstance(noise, (int, float))
                                   or not 0 < noise < 1):
             raise ValueError(f"noise must be None or a number in (0, 1), got {noise!r}")
         self.risk = float(risk)
+        self.min_visits = check_int(min_visits, "min_visits", low=1)
         self.noise = None if noise is None else float(noise)
         self._cap = True
         self._skip_root = True
@@ -580,6 +583,8 @@ class StatisticalFoldMerger:
         tau = self._refute
         best, runner, best_r, refuted = -math.inf, -math.inf, -1, True
         cb = self._cnt[b]
+        if sum(cb) < self.min_visits:     # too little data of its own: it waits (ALERGIA's t0)
+            return best, runner, best_r, False
         for r in self._reds:
             if self._uf[r] != r:
                 continue
@@ -655,7 +660,7 @@ class StatisticalFoldMerger:
         >>> mem = EpisodicMemory(2, 1)
         >>> _ = [mem.observe(o, -1 if t == 0 else 0) for t, o in enumerate([0, 1] * 8)]
         >>> cl = Clusters(n_states=mem.n_states)
-        >>> StatisticalFoldMerger().sleep(mem, cl)[0]["clusters"]
+        >>> StatisticalFoldMerger(min_visits=1).sleep(mem, cl)[0]["clusters"]
         2
         """
         self._check(memory)
@@ -729,7 +734,7 @@ class StatisticalFoldMerger:
         >>> from hmmmerge.clusters import Clusters
         >>> mem = EpisodicMemory(2, 1)
         >>> _ = [mem.observe(o, -1 if t == 0 else 0) for t, o in enumerate([0, 1] * 8)]
-        >>> fold = StatisticalFoldMerger(noise=0.1); cl = Clusters(n_states=mem.n_states); _ = fold.sleep(mem, cl)
+        >>> fold = StatisticalFoldMerger(noise=0.1, min_visits=1); cl = Clusters(n_states=mem.n_states); _ = fold.sleep(mem, cl)
         >>> fold.emission(cl, mem.n_states).round(2).tolist()
         [[0.95, 0.05], [0.05, 0.95]]
         """
@@ -757,7 +762,7 @@ class StatisticalFoldMerger:
         >>> from hmmmerge.clusters import Clusters
         >>> mem = EpisodicMemory(2, 1)
         >>> _ = [mem.observe(o, -1 if t == 0 else 0) for t, o in enumerate([0, 1] * 8)]
-        >>> fold = StatisticalFoldMerger(noise=0.1); cl = Clusters(n_states=mem.n_states); _ = fold.sleep(mem, cl)
+        >>> fold = StatisticalFoldMerger(noise=0.1, min_visits=1); cl = Clusters(n_states=mem.n_states); _ = fold.sleep(mem, cl)
         >>> fold.level2_hmm(mem, cl).log_likelihood([[0, 1, 1, 1]], [[-1, 0, 0, 0]]) < 0   # a noisy step is possible
         True
         """
