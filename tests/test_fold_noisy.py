@@ -53,11 +53,11 @@ def test_pair_llr_signs():
 
 
 @pytest.mark.parametrize("kw", [{"risk": 0}, {"risk": 1.0}, {"risk": "x"}, {"noise": 0}, {"noise": 1.5},
-                                {"noise": True}])
+                                {"noise": True}, {"min_visits": 0}])
 def test_bad_parameters_are_refused(kw):
-    with pytest.raises(ValueError, match="risk|noise"):
+    with pytest.raises((ValueError, TypeError), match="risk|noise|min_visits"):
         StatisticalFoldMerger(**kw)
-    with pytest.raises(ValueError, match="risk|noise"):
+    with pytest.raises((ValueError, TypeError), match="risk|noise|min_visits"):
         TwoLevelMemory(4, 4, merge="fold-noisy", merge_params=kw)
 
 
@@ -99,6 +99,25 @@ def test_noisy_siblings_join_one_block():
     by_depth = [{int(blocks[r[t]]) for r in rows} for t in range(3)]
     assert [len(b) for b in by_depth] == [1, 1, 1]
     assert mem.n_states == 7   # Algorithm 1 made a state per replaced link
+
+
+def test_blocks_seen_less_than_min_visits_wait():
+    """A two-state loop walked once: every block has one visit; only min_visits=1 may fold it."""
+    mem = EpisodicMemory(2, 1)
+    states = [mem.observe(o, -1 if t == 0 else 0) for t, o in enumerate([0, 1] * 10)]
+    out = {}
+    for t0 in (1, 3):
+        fold, cl = StatisticalFoldMerger(min_visits=t0), Clusters(n_states=0)
+        fold.observe(mem, [states], [[-1] + [0] * 19])
+        fold.sleep(mem, cl)
+        out[t0] = cl.n_clusters
+    assert out == {1: 2, 3: mem.n_states}
+    # walked three times, the same loop folds with the default
+    for _ in range(2):
+        rows = [mem.observe(o, -1 if t == 0 else 0) for t, o in enumerate([0, 1] * 10)]
+        fold.observe(mem, [rows], [[-1] + [0] * 19])
+    fold.sleep(mem, cl)
+    assert cl.n_clusters == 2
 
 
 def test_agent_place_recovers_parents_and_actions():
