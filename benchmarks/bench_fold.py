@@ -203,9 +203,8 @@ def learner_table(rows, learner) -> list[str]:
 
 def model_table(rows, learner) -> list[str]:
     """Held-out accuracy of every model per world (mean over runs), the learner's gap to EM."""
-    models = tuple(dict.fromkeys(("oracle", learner, "fold", "fold-noisy", "sf", "random", "em", "context",
-                                  "first-order", "rpni", "alergia")))
-    present = [m for m in models if any(m in d for d in rows.values())]
+    present = _present(rows, ("oracle", learner, "fold", "fold-noisy", "sf", "random", "em", "context",
+                              "first-order", "rpni", "alergia"))
     head = "| world | " + " | ".join(NAMES.get(m, m) for m in present) + f" | {NAMES.get(learner, learner)} - EM |"
     out = [head, "|" + "---|" * (len(present) + 2)]
     for d in rows.values():
@@ -223,10 +222,14 @@ def model_table(rows, learner) -> list[str]:
     return out
 
 
+def _present(rows, models) -> list[str]:
+    """``models`` (first occurrence of each) that have runs in ``rows``."""
+    return [m for m in dict.fromkeys(models) if any(m in d for d in rows.values())]
+
+
 def cost_table(rows, learner) -> list[str]:
     """States and fit time (mean over runs) of every model per world."""
-    models = tuple(dict.fromkeys((learner, "fold", "fold-noisy", "sf", "em", "context", "rpni", "alergia")))
-    present = [m for m in models if any(m in d for d in rows.values())]
+    present = _present(rows, (learner, "fold", "fold-noisy", "sf", "em", "context", "rpni", "alergia"))
     out = ["| world | " + " | ".join(f"{NAMES.get(m, m)}: states / s" for m in present) + " |",
            "|" + "---|" * (len(present) + 1)]
     for d in rows.values():

@@ -332,6 +332,18 @@ def _row_normalised(indptr, counts):
 
 
 @njit(cache=True)
+def _sort_by_first(idx, cnt, fst, start, stop):
+    """Order the entries ``start:stop`` of one row by first source (insertion sort: rows are short)."""
+    for p in range(start + 1, stop):
+        c, v, f = idx[p], cnt[p], fst[p]
+        j = p - 1
+        while j >= start and fst[j] > f:
+            idx[j + 1], cnt[j + 1], fst[j + 1] = idx[j], cnt[j], fst[j]
+            j -= 1
+        idx[j + 1], cnt[j + 1], fst[j + 1] = c, v, f
+
+
+@njit(cache=True)
 def level2_add_links(indptr, indices, counts, first, k, src, rows, cols):
     """T2 of :func:`level2_transitions` with more links counted: ``src`` (source states)
     ``-> (rows[q], cols[q])`` (row ``a * k + c``, column cluster).
@@ -376,14 +388,8 @@ def level2_add_links(indptr, indices, counts, first, k, src, rows, cols):
                 if src[q] < fst[found]:
                     fst[found] = src[q]
                     changed = True
-        if changed:  # keep the columns ordered by their first source (insertion sort: rows are short)
-            for p in range(start + 1, m):
-                c, v, f = idx[p], cnt[p], fst[p]
-                j = p - 1
-                while j >= start and fst[j] > f:
-                    idx[j + 1], cnt[j + 1], fst[j + 1] = idx[j], cnt[j], fst[j]
-                    j -= 1
-                idx[j + 1], cnt[j + 1], fst[j + 1] = c, v, f
+        if changed:
+            _sort_by_first(idx, cnt, fst, start, m)
         ptr[r + 1] = m
     idx, cnt, fst = idx[:m].copy(), cnt[:m].copy(), fst[:m].copy()
     return ptr, idx, _row_normalised(ptr, cnt), cnt, fst
@@ -491,13 +497,13 @@ def level2_after_sleep(indptr, indices, counts, first, k_old, k_new, relabel, mo
         u = moved[q]
         p = parent[u]
         if p >= 0 and next_state[parent_action[u], p] == u and old[p] >= 0 and old[u] >= 0:
-            m = _take_out(table, e_row, e_col, e_cnt, e_first, e_lost, m,
-                          parent_action[u] * k_new + relabel[old[p]], relabel[old[u]], p)
+            _take_out(table, e_row, e_col, e_cnt, e_first, e_lost, parent_action[u] * k_new + relabel[old[p]],
+                      relabel[old[u]], p)
         for a in range(A):
             w = next_state[a, u]
             if w >= 0 and not is_moved[w] and old[u] >= 0 and old[w] >= 0:
-                m = _take_out(table, e_row, e_col, e_cnt, e_first, e_lost, m, a * k_new + relabel[old[u]],
-                              relabel[old[w]], u)
+                _take_out(table, e_row, e_col, e_cnt, e_first, e_lost, a * k_new + relabel[old[u]],
+                          relabel[old[w]], u)
     for q in range(moved.shape[0]):  # and back in (new clusters)
         u = moved[q]
         p = parent[u]
@@ -553,14 +559,8 @@ def level2_after_sleep(indptr, indices, counts, first, k_old, k_new, relabel, mo
             p = fill[e_row[e]]
             out_idx[p], out_cnt[p], out_first[p] = e_col[e], e_cnt[e], e_first[e]
             fill[e_row[e]] += 1
-    for r in range(rows):  # insertion sort by first source (rows are short)
-        for p in range(out_ptr[r] + 1, out_ptr[r + 1]):
-            c, v, f = out_idx[p], out_cnt[p], out_first[p]
-            j = p - 1
-            while j >= out_ptr[r] and out_first[j] > f:
-                out_idx[j + 1], out_cnt[j + 1], out_first[j + 1] = out_idx[j], out_cnt[j], out_first[j]
-                j -= 1
-            out_idx[j + 1], out_cnt[j + 1], out_first[j + 1] = c, v, f
+    for r in range(rows):
+        _sort_by_first(out_idx, out_cnt, out_first, out_ptr[r], out_ptr[r + 1])
     return out_ptr, out_idx, _row_normalised(out_ptr, out_cnt), out_cnt, out_first
 
 
@@ -600,9 +600,9 @@ def _entry(table, e_row, e_col, e_cnt, e_first, m, row, col, source):
 
 
 @njit(cache=True)
-def _take_out(table, e_row, e_col, e_cnt, e_first, e_lost, m, row, col, source):
+def _take_out(table, e_row, e_col, e_cnt, e_first, e_lost, row, col, source):
+    """One link less in entry (row, col); mark the entry if it was its first source."""
     e = _find(table, e_row, e_col, row, col)
     e_cnt[e] -= 1
     if e_first[e] == source:
         e_lost[e] = True
-    return m

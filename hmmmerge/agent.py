@@ -336,7 +336,8 @@ class TwoLevelMemory(Estimator):
             self._joined_since_t2 = None
         elif self._joined_since_t2 is not None and len(joined):
             self._joined_since_t2.append(joined)
-        for key, (valid, counts) in list(self.clusters_._caches.items()):
+        kept = self.clusters_.kept_depth_counts()
+        for valid, counts in kept:
             add_new_descendants(out.state[created], self._parent, self._parent_action, nxt, self.memory_._emission,
                                 cluster_of, np.sort(joined), valid, counts)
             owners = cluster_of[joined]
@@ -345,10 +346,10 @@ class TwoLevelMemory(Estimator):
                 from .merging import _set_counts
 
                 _set_counts(self.memory_, [[u] for u in joined[ok]], counts.shape[1], out=counts, rows=owners[ok])
-        if len(replaced):
+        if len(replaced) and kept:  # the tables' own horizon: the merger's may differ from the agent's
             flags = np.zeros(k, dtype=bool)
             stale_clusters(out.state[replaced - 1], self._parent, self._parent_action, nxt, cluster_of,
-                           int(self.horizon), flags)
+                           max(counts.shape[1] for _, counts in kept), flags)
             self.clusters_.invalidate(np.flatnonzero(flags))
 
     def sleep(self) -> list[dict]:

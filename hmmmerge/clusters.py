@@ -129,6 +129,14 @@ class Clusters:
             self._caches[key] = entry
         return entry
 
+    def kept_depth_counts(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Every ``(valid, counts)`` table :meth:`depth_counts` keeps (for updates from outside).
+
+        >>> cl = Clusters(np.array([0])); _ = cl.depth_counts("f", 2, 3); [c.shape for _, c in cl.kept_depth_counts()]
+        [(1, 2, 3)]
+        """
+        return list(self._caches.values())
+
     #: the largest per-cluster count table :meth:`depth_counts` keeps (bytes)
     max_cache_bytes = 1 << 28
 

@@ -476,7 +476,7 @@ def merge_with_split(memory, clusters, pairs, members: dict | None = None, count
             absorbed[cand] = probe
         x, y = counts_of(probe), counts_of(cand)
         if x is not None and y is not None:
-            rows[cand] = _set_counts(memory, [members[cand]], count_horizon)[0] if len(members[cand]) else 0 * y
+            rows[cand] = _set_counts(memory, [members[cand]], count_horizon)[0] if len(members[cand]) else np.zeros_like(y)
             rows[probe] = x + y - rows[cand]
         else:
             rows[probe] = rows[cand] = None

@@ -157,7 +157,7 @@ def test_kept_counts_and_t2_match_a_recount_after_every_block(merge, noise, monk
     for _ in range(12):
         agent.partial_fit(_noisy_walk(env, 10, rng, noise))
         n, cl = agent.memory_.n_states, agent.clusters_
-        for valid, counts in cl._caches.values():
+        for valid, counts in cl.kept_depth_counts():
             ids = np.flatnonzero(valid)
             ref = _set_counts(agent.memory_, [np.flatnonzero(cl.assignment[:n] == c) for c in ids], counts.shape[1])
             assert np.array_equal(ref, counts[ids])
