@@ -333,18 +333,16 @@ def merge_iteration(memory, clusters, merger, seed=0, emptied=None) -> dict:
         return report
     sf = sf * merger.sf_scale
     pi, ci = merger.select_pairs(sf[probes], sf[candidates], rng)
-    pairs = np.column_stack([ids[probes[pi]], ids[candidates[ci]]])
     before = clusters.n_clusters
     if merger.split_contradictions:
-        members = {int(c): idx[ptr[i]:ptr[i + 1]] for i, c in enumerate(ids)}
-        gone = merge_with_split(memory, clusters, pairs, members, count_horizon=merger.count_horizon,
-                                compact=emptied is None)
+        gone = _apply_pairs(memory, clusters, ids, ptr, idx, np.column_stack([probes[pi], candidates[ci]]),
+                            merger.count_horizon, compact=emptied is None)
         if emptied is not None:
             emptied[gone] = True
             report["merges"] = len(gone)
             return report
     else:
-        clusters.merge(pairs)
+        clusters.merge(np.column_stack([ids[probes[pi]], ids[candidates[ci]]]))
     report["merges"] = before - clusters.n_clusters
     return report
 
@@ -358,17 +356,17 @@ def _cluster_features(memory, clusters, merger, ids, ptr, idx):
     again from the cluster's states.  Without a kept table (too large), every
     cluster of ``ids`` is counted afresh.
     """
+    from ._merge_kernels import refresh_counts
+
     horizon = merger.count_horizon
     kept = clusters.depth_counts(("depth-counts", horizon), horizon, memory.n_obs)
-    if kept is None:
-        return merger.features_from_counts(_set_counts(memory, [idx[ptr[r]:ptr[r + 1]] for r in range(len(ids))],
-                                                       horizon))
-    valid, counts = kept
-    rows = np.flatnonzero(~valid[ids])
-    if len(rows):
-        counts[ids[rows]] = _set_counts(memory, [idx[ptr[r]:ptr[r + 1]] for r in rows], horizon)
-        valid[ids[rows]] = True
-    return merger.features_from_counts(counts[ids])
+    if kept is None:  # every cluster counted afresh, in a table of its own
+        valid, counts, rows = np.zeros(len(ids), dtype=bool), np.zeros((len(ids), horizon, memory.n_obs), np.int64), None
+    else:
+        (valid, counts), rows = kept, ids
+    nxt, emission, _ = memory.kernel_arrays()
+    refresh_counts(nxt, emission, ptr, idx, np.arange(len(ids)) if rows is None else rows, valid, counts)
+    return merger.features_from_counts(counts if rows is None else counts[ids])
 
 
 def _set_counts(memory, state_sets, horizon, out=None, rows=None):
@@ -400,16 +398,12 @@ def split_by_next_observation(memory, states: np.ndarray) -> np.ndarray:
     >>> split_by_next_observation(Memory(), np.array([0, 1, 2])).tolist()  # successors see 1, 2, unknown
     [True, False, True]
     """
-    nxt, emission, _ = memory.kernel_arrays()
-    succ = nxt[:, states]
-    action = int(np.argmin((succ < 0).sum(axis=1)))
-    known = succ[action] >= 0
-    if not known.any():
-        return np.ones(len(states), dtype=bool)
-    seen = emission[succ[action, known]]
-    majority = int(np.bincount(seen).argmax())
-    agree = np.ones(len(states), dtype=bool)
-    agree[known] = seen == majority
+    from ._merge_kernels import split_mask
+
+    nxt, emission, n_obs = memory.kernel_arrays()
+    states = np.asarray(states, dtype=np.int64)
+    agree = np.empty(len(states), dtype=bool)
+    split_mask(nxt, emission, n_obs, states, agree)
     return agree
 
 
@@ -439,54 +433,34 @@ def merge_with_split(memory, clusters, pairs, members: dict | None = None, count
     >>> _ = merge_with_split(mem, cl, [(1, 2)]); cl.n_clusters   # both emit 1, state 2 has a successor
     3
     """
-    assignment = clusters.assignment
-    absorbed: dict[int, int] = {}
-    members = dict(members or {})
+    pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+    if pairs.size and (pairs.min() < 0 or pairs.max() >= clusters.n_clusters):
+        raise ValueError(f"merge pairs refer to clusters outside 0..{clusters.n_clusters - 1}")
+    ids, pos_pairs = np.unique(pairs, return_inverse=True)
+    members = members or {}
+    sets = [np.asarray(members[c], dtype=np.int64) if c in members else clusters.members(c) for c in ids.tolist()]
+    ptr = np.zeros(len(sets) + 1, dtype=np.int64)
+    ptr[1:] = np.cumsum([len(x) for x in sets])
+    idx = np.concatenate(sets) if sets else np.zeros(0, dtype=np.int64)
+    return _apply_pairs(memory, clusters, ids, ptr, idx, pos_pairs.reshape(-1, 2), count_horizon, compact).tolist()
 
-    def states_of(c):
-        if c not in members:
-            members[c] = np.flatnonzero(assignment == c)
-        return members[c]
 
-    def resolve(c):
-        while c in absorbed:
-            c = absorbed[c]
-        return c
+def _apply_pairs(memory, clusters, ids, ptr, idx, pairs, count_horizon, compact) -> np.ndarray:
+    """:func:`merge_with_split` of ``pairs`` given as positions in ``ids`` (sorted cluster ids, members CSR
+    ``ptr``/``idx``); returns the ids of the clusters left empty (increasing)."""
+    from ._merge_kernels import merge_pairs_with_split
 
     kept = None
     if count_horizon is not None:
         kept = clusters.depth_counts(("depth-counts", count_horizon), count_horizon, memory.n_obs)
-    rows: dict[int, np.ndarray | None] = {}
-
-    def counts_of(c):
-        if c not in rows:
-            rows[c] = kept[1][c].copy() if kept is not None and kept[0][c] else None
-        return rows[c]
-
-    touched = set()
-    for probe, cand in np.asarray(pairs, dtype=np.int64).reshape(-1, 2).tolist():
-        probe, cand = resolve(probe), resolve(cand)
-        if probe == cand:
-            continue
-        pooled = np.concatenate([states_of(probe), states_of(cand)])
-        agree = split_by_next_observation(memory, pooled)
-        members[probe], members[cand] = pooled[agree], pooled[~agree]
-        touched.update((probe, cand))
-        if not len(members[cand]):
-            absorbed[cand] = probe
-        x, y = counts_of(probe), counts_of(cand)
-        if x is not None and y is not None:
-            rows[cand] = _set_counts(memory, [members[cand]], count_horizon)[0] if len(members[cand]) else np.zeros_like(y)
-            rows[probe] = x + y - rows[cand]
-        else:
-            rows[probe] = rows[cand] = None
-    for c in sorted(touched):
-        clusters.assign(members[c], c)
-    if kept is not None:
-        valid, counts = kept
-        for c in touched:
-            if rows[c] is not None and len(members[c]):
-                counts[c], valid[c] = rows[c], True
+    valid, counts = kept if kept is not None else (np.zeros(0, dtype=bool), np.zeros((0, 1, 1), dtype=np.int64))
+    nxt, emission, n_obs = memory.kernel_arrays()
+    touched, sizes = merge_pairs_with_split(nxt, emission, n_obs, clusters.assignment, np.asarray(ids, np.int64),
+                                            ptr, idx, np.ascontiguousarray(pairs, dtype=np.int64), kept is not None,
+                                            valid, counts)
+    for other, _ in clusters.kept_depth_counts():  # tables the kernel did not keep: touched rows are stale
+        if other is not valid:
+            other[ids[touched]] = False
     if compact:
         clusters.compact_assigned()
-    return sorted(c for c in touched if not len(members[c]))
+    return ids[touched & (sizes == 0)]

@@ -1,0 +1,171 @@
+"""Numba kernels of one merge iteration (:mod:`hmmmerge.merging`): the clusters' kept counts brought
+up to date, and a list of merge pairs applied with splits, each in one call.
+
+Imported lazily (numba takes about half a second to import).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from ._successor_kernels import add_depth_counts
+
+
+@njit(cache=True)
+def refresh_counts(next_state, emission, ptr, idx, rows, valid, counts):
+    """For each set ``p`` (CSR ``ptr``/``idx``) whose row ``rows[p]`` of ``counts`` is not ``valid``:
+    ``counts[rows[p]]`` <- its per-depth observation counts (see
+    :func:`~hmmmerge._successor_kernels.set_depth_counts`), and the row becomes valid."""
+    front = np.empty(64, dtype=np.int64)
+    nxt = np.empty(64, dtype=np.int64)
+    for p in range(ptr.shape[0] - 1):
+        r = rows[p]
+        if valid[r]:
+            continue
+        counts[r] = 0
+        front, nxt = add_depth_counts(next_state, emission, idx[ptr[p]:ptr[p + 1]], counts.shape[1], counts[r],
+                                      front, nxt)
+        valid[r] = True
+
+
+@njit(cache=True)
+def split_mask(next_state, emission, n_obs, states, agree):
+    """``agree[q]``: whether ``states[q]`` agrees with the majority on one action (see
+    :func:`hmmmerge.merging.split_by_next_observation`, which this computes)."""
+    A = next_state.shape[0]
+    m = states.shape[0]
+    action, fewest = 0, m + 1
+    for a in range(A):
+        unknown = 0
+        for q in range(m):
+            if next_state[a, states[q]] < 0:
+                unknown += 1
+        if unknown < fewest:
+            action, fewest = a, unknown
+    agree[:m] = True
+    if fewest == m:  # no known successor: everyone agrees
+        return
+    seen = np.zeros(n_obs, dtype=np.int64)
+    for q in range(m):
+        j = next_state[action, states[q]]
+        if j >= 0:
+            seen[emission[j]] += 1
+    majority = 0
+    for o in range(n_obs):
+        if seen[o] > seen[majority]:
+            majority = o
+    for q in range(m):
+        j = next_state[action, states[q]]
+        if j >= 0 and emission[j] != majority:
+            agree[q] = False
+
+
+@njit(cache=True)
+def merge_pairs_with_split(next_state, emission, n_obs, assignment, ids, ptr, idx, pairs, track, valid, counts):
+    """Apply merge pairs with splits (:func:`hmmmerge.merging.merge_with_split`) in one pass.
+
+    The clusters are ``ids`` with members CSR ``ptr``/``idx``; ``pairs`` (P x 2)
+    are positions in ``ids`` (probe, candidate), applied in order, a candidate
+    emptied by a merge standing for the probe that absorbed it.  The members of
+    the touched clusters are written to ``assignment``.  With ``track``, the
+    kept per-depth counts (``valid``, ``counts``, rows by cluster id) follow:
+    a touched cluster's row is the sum of the pooled rows minus a fresh count
+    of the states split back off, valid if both rows it came from were; the
+    rows of the other touched clusters become invalid.  Returns
+    ``(touched, sizes)`` over the positions.
+    """
+    m = ids.shape[0]
+    link = np.full(idx.shape[0], -1, dtype=np.int64)  # member lists as linked slots of idx
+    head = np.full(m, -1, dtype=np.int64)
+    tail = np.full(m, -1, dtype=np.int64)
+    size = np.zeros(m, dtype=np.int64)
+    for p in range(m):
+        if ptr[p + 1] > ptr[p]:
+            head[p], tail[p], size[p] = ptr[p], ptr[p + 1] - 1, ptr[p + 1] - ptr[p]
+            for j in range(ptr[p], ptr[p + 1] - 1):
+                link[j] = j + 1
+    absorbed = np.full(m, -1, dtype=np.int64)
+    touched = np.zeros(m, dtype=np.bool_)
+    status = np.zeros(m, dtype=np.int64)  # 0: row not read yet, 1: row in `rows`, 2: unknown
+    slot = np.full(m, -1, dtype=np.int64)
+    horizon, n_cols = counts.shape[1], counts.shape[2]
+    rows = np.zeros((min(2 * pairs.shape[0], m) if track else 0, horizon, n_cols), dtype=np.int64)
+    fresh = np.zeros((horizon, n_cols), dtype=np.int64)
+    used = 0
+    slots = np.empty(idx.shape[0], dtype=np.int64)
+    pooled = np.empty(idx.shape[0], dtype=np.int64)
+    agree = np.empty(idx.shape[0], dtype=np.bool_)
+    front = np.empty(64, dtype=np.int64)
+    nxt = np.empty(64, dtype=np.int64)
+    for t in range(pairs.shape[0]):
+        probe, cand = pairs[t, 0], pairs[t, 1]
+        while absorbed[probe] >= 0:
+            probe = absorbed[probe]
+        while absorbed[cand] >= 0:
+            cand = absorbed[cand]
+        if probe == cand:
+            continue
+        q = 0
+        for c in (probe, cand):
+            j = head[c]
+            while j >= 0:
+                slots[q], pooled[q] = j, idx[j]
+                q += 1
+                j = link[j]
+        split_mask(next_state, emission, n_obs, pooled[:q], agree)
+        head[probe] = head[cand] = -1
+        size[probe] = size[cand] = 0
+        for r in range(q):
+            c = probe if agree[r] else cand
+            j = slots[r]
+            if head[c] < 0:
+                head[c] = j
+            else:
+                link[tail[c]] = j
+            tail[c] = j
+            link[j] = -1
+            size[c] += 1
+        touched[probe] = touched[cand] = True
+        if size[cand] == 0:
+            absorbed[cand] = probe
+        if not track:
+            continue
+        for c in (probe, cand):
+            if status[c] == 0:
+                if valid[ids[c]]:
+                    slot[c] = used
+                    rows[used] = counts[ids[c]]
+                    used += 1
+                    status[c] = 1
+                else:
+                    status[c] = 2
+        if status[probe] == 1 and status[cand] == 1:
+            fresh[:] = 0
+            q = 0
+            j = head[cand]
+            while j >= 0:
+                pooled[q] = idx[j]
+                q += 1
+                j = link[j]
+            front, nxt = add_depth_counts(next_state, emission, pooled[:q], horizon, fresh, front, nxt)
+            x, y = rows[slot[probe]], rows[slot[cand]]
+            for d in range(horizon):
+                for o in range(n_cols):
+                    x[d, o] += y[d, o] - fresh[d, o]
+                    y[d, o] = fresh[d, o]
+        else:
+            status[probe] = status[cand] = 2
+    for p in range(m):
+        if not touched[p]:
+            continue
+        c = ids[p]
+        j = head[p]
+        while j >= 0:
+            assignment[idx[j]] = c
+            j = link[j]
+        if track:
+            valid[c] = status[p] == 1 and size[p] > 0
+            if valid[c]:
+                counts[c] = rows[slot[p]]
+    return touched, size
