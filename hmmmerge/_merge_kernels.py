@@ -9,17 +9,28 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ._cluster_kernels import member_lists
 from ._successor_kernels import add_depth_counts
 
 
 @njit(cache=True)
-def refresh_counts(next_state, emission, ptr, idx, rows, valid, counts):
-    """For each set ``p`` (CSR ``ptr``/``idx``) whose row ``rows[p]`` of ``counts`` is not ``valid``:
-    ``counts[rows[p]]`` <- its per-depth observation counts (see
-    :func:`~hmmmerge._successor_kernels.set_depth_counts`), and the row becomes valid."""
+def members_and_counts(states, assignment, ids, next_state, emission, rows, valid, counts):
+    """CSR ``(ptr, idx)`` of the members among ``states`` (increasing) of clusters ``ids`` (see
+    :func:`hmmmerge.merging.cluster_sets`), and the kept counts brought up to date: for each cluster
+    ``ids[p]`` whose row ``rows[p]`` of ``counts`` is not ``valid``, ``counts[rows[p]]`` <- its per-depth
+    observation counts (see :func:`~hmmmerge._successor_kernels.set_depth_counts`), now valid."""
+    top = 0
+    for p in range(ids.shape[0]):
+        top = max(top, ids[p] + 1)
+    for q in range(states.shape[0]):
+        top = max(top, assignment[states[q]] + 1)
+    position = np.full(top, -1, dtype=np.int64)
+    for p in range(ids.shape[0]):
+        position[ids[p]] = p
+    ptr, idx = member_lists(states, assignment, position, ids.shape[0])
     front = np.empty(64, dtype=np.int64)
     nxt = np.empty(64, dtype=np.int64)
-    for p in range(ptr.shape[0] - 1):
+    for p in range(ids.shape[0]):
         r = rows[p]
         if valid[r]:
             continue
@@ -27,6 +38,7 @@ def refresh_counts(next_state, emission, ptr, idx, rows, valid, counts):
         front, nxt = add_depth_counts(next_state, emission, idx[ptr[p]:ptr[p + 1]], counts.shape[1], counts[r],
                                       front, nxt)
         valid[r] = True
+    return ptr, idx
 
 
 @njit(cache=True)

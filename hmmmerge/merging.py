@@ -323,8 +323,7 @@ def merge_iteration(memory, clusters, merger, seed=0, emptied=None) -> dict:
         return report
     colour = int(rng.choice(memory.n_obs, p=weights / weights.sum()))
     ids = np.flatnonzero(colour_of == colour)
-    ptr, idx = cluster_sets(clusters.assignment[:n], ids, memory.states_emitting(colour))
-    sf, depth = _cluster_features(memory, clusters, merger, ids, ptr, idx)
+    sf, depth, ptr, idx = _cluster_features(memory, clusters, merger, ids, memory.states_emitting(colour))
     eligible = rng.permutation(np.flatnonzero(depth >= merger.min_depth))
     half = len(eligible) // 2
     probes, candidates = eligible[:half], eligible[half:]
@@ -347,8 +346,9 @@ def merge_iteration(memory, clusters, merger, seed=0, emptied=None) -> dict:
     return report
 
 
-def _cluster_features(memory, clusters, merger, ids, ptr, idx):
-    """``merger.features`` of clusters ``ids`` (members: CSR ``ptr``/``idx``), from kept per-depth counts.
+def _cluster_features(memory, clusters, merger, ids, states):
+    """``merger.features`` of clusters ``ids`` (sorted) from kept per-depth counts, and their members among
+    ``states`` (increasing) as CSR ``(ptr, idx)``: ``(sf, depth, ptr, idx)``.
 
     The per-depth observation counts of a cluster (see
     :meth:`~hmmmerge.clusters.Clusters.depth_counts`) are kept up to date as its
@@ -356,17 +356,18 @@ def _cluster_features(memory, clusters, merger, ids, ptr, idx):
     again from the cluster's states.  Without a kept table (too large), every
     cluster of ``ids`` is counted afresh.
     """
-    from ._merge_kernels import refresh_counts
+    from ._merge_kernels import members_and_counts
 
     horizon = merger.count_horizon
     kept = clusters.depth_counts(("depth-counts", horizon), horizon, memory.n_obs)
     if kept is None:  # every cluster counted afresh, in a table of its own
-        valid, counts, rows = np.zeros(len(ids), dtype=bool), np.zeros((len(ids), horizon, memory.n_obs), np.int64), None
+        valid, counts = np.zeros(len(ids), dtype=bool), np.zeros((len(ids), horizon, memory.n_obs), np.int64)
+        rows = np.arange(len(ids))
     else:
         (valid, counts), rows = kept, ids
     nxt, emission, _ = memory.kernel_arrays()
-    refresh_counts(nxt, emission, ptr, idx, np.arange(len(ids)) if rows is None else rows, valid, counts)
-    return merger.features_from_counts(counts if rows is None else counts[ids])
+    ptr, idx = members_and_counts(states, clusters.assignment, ids, nxt, emission, rows, valid, counts)
+    return (*merger.features_from_counts(counts[rows]), ptr, idx)
 
 
 def _set_counts(memory, state_sets, horizon, out=None, rows=None):
