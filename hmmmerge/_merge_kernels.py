@@ -74,25 +74,28 @@ def split_mask(next_state, emission, n_obs, states, agree):
 
 
 @njit(cache=True)
-def merge_pairs_with_split(next_state, emission, n_obs, assignment, ids, ptr, idx, pairs, track, valid, counts):
-    """Apply merge pairs with splits (:func:`hmmmerge.merging.merge_with_split`) in one pass.
+def merge_pairs_with_split(next_state, emission, n_obs, ids, ptr, idx, pairs, track, valid, counts):
+    """Merge pairs with splits (:func:`hmmmerge.merging.merge_with_split`) worked out in one pass.
 
     The clusters are ``ids`` with members CSR ``ptr``/``idx``; ``pairs`` (P x 2)
     are positions in ``ids`` (probe, candidate), applied in order, a candidate
-    emptied by a merge standing for the probe that absorbed it.  The members of
-    the touched clusters are written to ``assignment``.  With ``track``, the
-    kept per-depth counts (``valid``, ``counts``, rows by cluster id) follow:
-    a touched cluster's row is the sum of the pooled rows minus a fresh count
-    of the states split back off, valid if both rows it came from were; the
-    rows of the other touched clusters become invalid.  Returns
-    ``(touched, sizes)`` over the positions.
+    emptied by a merge standing for the probe that absorbed it.  With
+    ``track``, the kept per-depth counts (``valid``, ``counts``, rows by
+    cluster id; read only) are followed: a touched cluster's counts are the sum
+    of the pooled rows minus a fresh count of the states split back off, known
+    if both rows it came from were valid.  Returns ``(moved, target, touched,
+    size, known, rows)``: the states that change cluster and their new cluster
+    ids, the touched positions, every position's size, and the touched
+    clusters whose counts are known with those counts (``rows``, in position order).
     """
     m = ids.shape[0]
     link = np.full(idx.shape[0], -1, dtype=np.int64)  # member lists as linked slots of idx
+    origin = np.empty(idx.shape[0], dtype=np.int64)  # the position each slot started in
     head = np.full(m, -1, dtype=np.int64)
     tail = np.full(m, -1, dtype=np.int64)
     size = np.zeros(m, dtype=np.int64)
     for p in range(m):
+        origin[ptr[p]:ptr[p + 1]] = p
         if ptr[p + 1] > ptr[p]:
             head[p], tail[p], size[p] = ptr[p], ptr[p + 1] - 1, ptr[p + 1] - ptr[p]
             for j in range(ptr[p], ptr[p + 1] - 1):
@@ -168,16 +171,19 @@ def merge_pairs_with_split(next_state, emission, n_obs, assignment, ids, ptr, id
                     y[d, o] = fresh[d, o]
         else:
             status[probe] = status[cand] = 2
+    n_moved = 0
     for p in range(m):
-        if not touched[p]:
-            continue
-        c = ids[p]
-        j = head[p]
+        j = head[p] if touched[p] else -1
         while j >= 0:
-            assignment[idx[j]] = c
+            if origin[j] != p:
+                pooled[n_moved], slots[n_moved] = idx[j], ids[p]
+                n_moved += 1
             j = link[j]
-        if track:
-            valid[c] = status[p] == 1 and size[p] > 0
-            if valid[c]:
-                counts[c] = rows[slot[p]]
-    return touched, size
+    known = touched & (status == 1) & (size > 0)
+    out = np.empty((known.sum(), horizon, n_cols), dtype=np.int64)
+    q = 0
+    for p in range(m):
+        if known[p]:
+            out[q] = rows[slot[p]]
+            q += 1
+    return pooled[:n_moved].copy(), slots[:n_moved].copy(), touched, size, known, out

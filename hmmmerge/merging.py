@@ -456,12 +456,14 @@ def _apply_pairs(memory, clusters, ids, ptr, idx, pairs, count_horizon, compact)
         kept = clusters.depth_counts(("depth-counts", count_horizon), count_horizon, memory.n_obs)
     valid, counts = kept if kept is not None else (np.zeros(0, dtype=bool), np.zeros((0, 1, 1), dtype=np.int64))
     nxt, emission, n_obs = memory.kernel_arrays()
-    touched, sizes = merge_pairs_with_split(nxt, emission, n_obs, clusters.assignment, np.asarray(ids, np.int64),
-                                            ptr, idx, np.ascontiguousarray(pairs, dtype=np.int64), kept is not None,
-                                            valid, counts)
-    for other, _ in clusters.kept_depth_counts():  # tables the kernel did not keep: touched rows are stale
-        if other is not valid:
-            other[ids[touched]] = False
+    ids = np.asarray(ids, dtype=np.int64)
+    moved, target, touched, sizes, known, rows = merge_pairs_with_split(
+        nxt, emission, n_obs, ids, ptr, idx, np.ascontiguousarray(pairs, dtype=np.int64), kept is not None, valid,
+        counts)
+    clusters.assign_each(moved, target)
+    clusters.invalidate(ids[touched])  # as if every touched cluster had been assigned its members
+    if kept is not None:
+        counts[ids[known]], valid[ids[known]] = rows, True
     if compact:
         clusters.compact_assigned()
     return ids[touched & (sizes == 0)]
