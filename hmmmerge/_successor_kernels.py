@@ -113,24 +113,26 @@ def add_depth_counts(next_state, emission, states, horizon, out, front, nxt):
 
 
 @njit(cache=True)
-def features_from_depth_counts(counts, gamma, out_sf, out_depth):
-    """Successor features and depths reached from per-depth counts (see :func:`set_depth_counts`).
+def features_from_depth_counts(counts, rows, gamma, out_sf, out_depth):
+    """Successor features and depths reached from per-depth counts (see :func:`set_depth_counts`) of
+    rows ``rows`` of ``counts``, into ``out_sf[i]`` and ``out_depth[i]`` for ``rows[i]``.
 
     The same floating-point operations in the same order as
     :func:`set_successor_features`, so the results are identical.
     """
-    m, horizon, n_obs = counts.shape
-    for s in range(m):
+    horizon, n_obs = counts.shape[1], counts.shape[2]
+    for s in range(rows.shape[0]):
+        r = rows[s]
         weight = 1.0
         out_depth[s] = 0
         for depth in range(horizon):
             m2 = 0
             for o in range(n_obs):
-                m2 += counts[s, depth, o]
+                m2 += counts[r, depth, o]
             if m2 == 0:
                 break
             for o in range(n_obs):
-                out_sf[s, o] += weight * float(counts[s, depth, o]) / m2
+                out_sf[s, o] += weight * float(counts[r, depth, o]) / m2
             out_depth[s] = depth + 1
             weight *= gamma
 

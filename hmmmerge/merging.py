@@ -162,8 +162,9 @@ class SFMerger(NoMerger):
         """Breadth-first depths whose counts :meth:`features_from_counts` needs (the per-cluster cache)."""
         return self.horizon
 
-    def features_from_counts(self, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`features` of sets from their per-depth observation counts (identical results).
+    def features_from_counts(self, counts: np.ndarray, rows=None) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`features` of sets from their per-depth observation counts (identical results): of the sets
+        whose counts are ``counts[rows]`` (default: all rows), without copying them.
 
         >>> from hmmmerge import Environment
         >>> from hmmmerge._successor_kernels import set_depth_counts
@@ -176,9 +177,10 @@ class SFMerger(NoMerger):
         """
         from ._successor_kernels import features_from_depth_counts
 
-        sf = np.zeros((counts.shape[0], counts.shape[2]))
-        depth = np.zeros(counts.shape[0], dtype=np.int64)
-        features_from_depth_counts(counts, float(self.gamma), sf, depth)
+        rows = np.arange(len(counts)) if rows is None else np.asarray(rows, dtype=np.int64)
+        sf = np.zeros((len(rows), counts.shape[2]))
+        depth = np.zeros(len(rows), dtype=np.int64)
+        features_from_depth_counts(counts, rows, float(self.gamma), sf, depth)
         return sf, depth
 
     def features(self, memory, sets) -> tuple[np.ndarray, np.ndarray]:
@@ -239,8 +241,9 @@ class RandomMerger(SFMerger):
     def count_horizon(self) -> int:
         return self.min_depth
 
-    def features_from_counts(self, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def features_from_counts(self, counts: np.ndarray, rows=None) -> tuple[np.ndarray, np.ndarray]:
         """Zeros and the depth reached (capped at ``min_depth``), like :meth:`features`."""
+        counts = counts if rows is None else counts[rows]
         reached = counts.sum(axis=2) > 0
         return np.zeros((counts.shape[0], counts.shape[2])), reached.sum(axis=1)
 
@@ -367,18 +370,23 @@ def _cluster_features(memory, clusters, merger, ids, states):
         (valid, counts), rows = kept, ids
     nxt, emission, _ = memory.kernel_arrays()
     ptr, idx = members_and_counts(states, clusters.assignment, ids, nxt, emission, rows, valid, counts)
-    return (*merger.features_from_counts(counts[rows]), ptr, idx)
+    return (*merger.features_from_counts(counts, rows), ptr, idx)
 
 
 def _set_counts(memory, state_sets, horizon, out=None, rows=None):
-    """Per-depth counts (see :func:`~hmmmerge._successor_kernels.set_depth_counts`) of a list of state sets,
-    as a new array, or added to rows ``rows`` of ``out``."""
+    """Per-depth counts (see :func:`~hmmmerge._successor_kernels.set_depth_counts`) of a list of state sets
+    (or of the rows of a 2-D array, e.g. single states as a column), as a new array, or added to rows
+    ``rows`` of ``out``."""
     from ._successor_kernels import set_depth_counts
 
     nxt, emission, _ = memory.kernel_arrays()
-    ptr = np.zeros(len(state_sets) + 1, dtype=np.int64)
-    ptr[1:] = np.cumsum([len(x) for x in state_sets])
-    idx = np.concatenate(state_sets).astype(np.int64) if state_sets else np.zeros(0, dtype=np.int64)
+    if isinstance(state_sets, np.ndarray) and state_sets.ndim == 2:
+        ptr = np.arange(len(state_sets) + 1, dtype=np.int64) * state_sets.shape[1]
+        idx = state_sets.astype(np.int64).ravel()
+    else:
+        ptr = np.zeros(len(state_sets) + 1, dtype=np.int64)
+        ptr[1:] = np.cumsum([len(x) for x in state_sets])
+        idx = np.concatenate(state_sets).astype(np.int64) if len(state_sets) else np.zeros(0, dtype=np.int64)
     if out is None:
         out, rows = np.zeros((len(state_sets), horizon, memory.n_obs), dtype=np.int64), np.arange(len(state_sets))
     set_depth_counts(nxt, emission, ptr, idx, horizon, out, np.asarray(rows, dtype=np.int64))
