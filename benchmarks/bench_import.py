@@ -22,7 +22,11 @@ machine load hits all of them alike; the table shows medians.  Targets
 --size 10 --merge sf --json`` as a whole process, pinned to one core with
 ``taskset`` when present, best wall and CPU time of ``--run-rounds`` runs,
 alternating the checkouts (after one warm-up run each, which fills numba's
-cache).  The outputs of both checkouts, minus ``wall_s``, are compared.  Floors
+cache) and with the sources byte-compiled first (``compileall``: an installed
+package has its ``.pyc`` files; an editable checkout under
+``PYTHONDONTWRITEBYTECODE=1``, as on the development machines, would otherwise
+compile hmmmerge's sources in every process, about 0.08 s).  The outputs of
+both checkouts, minus ``wall_s``, are compared.  Floors
 in the same run: the bare interpreter, ``import numpy``, ``import numba``, and
 "numba floor": ``import numba`` plus the first call of one trivial cached
 kernel (what any process running a numba kernel pays before doing any work),
@@ -195,6 +199,9 @@ def timed_run(argv, root, cwd=None) -> tuple[float, float, str]:
 def paper_run(roots: dict, rounds: int) -> None:
     """The paper run of each checkout, side by side with the floors; then the breakdown of each."""
     outputs = {}
+    for root in roots.values():  # byte-compiled as an installed package is (PYTHONDONTWRITEBYTECODE may be set)
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(Path(root) / "hmmmerge")], check=True,
+                       capture_output=True)
     for name, root in roots.items():  # warm-up: fills numba's cache of that checkout
         out = json.loads(timed_run([sys.executable, "-m", "hmmmerge", *PAPER_RUN], root)[2])
         out.pop("wall_s")
