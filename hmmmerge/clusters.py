@@ -244,8 +244,8 @@ class Clusters:
         states, clusters = np.asarray(states, dtype=np.int64), np.asarray(clusters, dtype=np.int64)
         if states.shape != clusters.shape:
             raise ValueError(f"assign_each: {len(states)} states but {len(clusters)} clusters")
-        self.invalidate(np.unique(self.assignment[states]))
-        self.invalidate(np.unique(clusters))
+        self.invalidate(self.assignment[states])
+        self.invalidate(clusters)
         self.assignment[states] = clusters
 
     def disconnect(self, states) -> None:
