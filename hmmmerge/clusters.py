@@ -12,6 +12,8 @@ The level-2 model (Equation ``trans_2dn``, written for row-stochastic ``T``):
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -19,7 +21,27 @@ from ._validation import check_int
 from ._random import as_generator
 from .hmm import ActionHMM
 
-__all__ = ["Clusters", "level2_hmm"]
+__all__ = ["Clusters", "Changes", "level2_hmm"]
+
+
+class Changes(NamedTuple):
+    """How C changed while :meth:`Clusters.record_changes` was on (see :meth:`Clusters.changes`).
+
+    ``relabel[c]``: the id now holding old cluster ``c`` (several old ids may
+    share one: merged; a cluster whose states were all moved or dealt out
+    again: where most of them went), or a *ghost* id ``>= n_clusters`` if all its states lost their
+    clusters (then ``ok`` is False); ``n_ghosts`` such ids follow.  ``moved``
+    (increasing): the states whose cluster is not ``relabel`` of their old one
+    (newly connected states included); ``was``: for each, ``relabel`` of its
+    old cluster (-1: it was not connected).  ``ok`` is False if a connected
+    state lost its cluster or C was edited where it could not be followed.
+    """
+
+    relabel: np.ndarray
+    n_ghosts: int
+    moved: np.ndarray
+    was: np.ndarray
+    ok: bool
 
 
 class Clusters:
@@ -41,6 +63,11 @@ class Clusters:
         if a.size and a.min() < -1:
             raise ValueError("assignment entries must be cluster ids >= 0 or -1 (not connected)")
         self.assignment = a
+        self._journal = None
+        self._lists = None  # member list of every cluster, see keep_members
+        self._stamp, self._epoch = np.zeros(0, dtype=np.int64), 0  # per-state marks of changes()
+        self._free_upto = 0  # every unconnected state below it is in _free (see partition_unassigned)
+        self._free = np.zeros(0, dtype=np.int64)
         self._caches: dict = {}
         self._rep = np.zeros(0, dtype=np.int64)
         self._compact()
@@ -65,12 +92,74 @@ class Clusters:
         return np.bincount(a[a >= 0], minlength=self._k)
 
     def members(self, cluster: int) -> np.ndarray:
-        """The level-1 states of ``cluster``, in increasing order.
+        """The level-1 states of ``cluster``, in increasing order (read-only).
+
+        In O(its size) once :meth:`keep_members` is on, else one pass over all states.
 
         >>> Clusters(np.array([0, 1, 1, -1, 1])).members(1).tolist()
         [1, 2, 4]
         """
-        return np.flatnonzero(self.assignment == cluster)
+        if self._lists is None:
+            return np.flatnonzero(self.assignment == cluster)
+        self._flush_joined()
+        return self._lists[cluster]
+
+    @property
+    def keeps_members(self) -> bool:
+        """Whether :meth:`keep_members` is on."""
+        return self._lists is not None
+
+    def keep_members(self) -> None:
+        """Keep every cluster's member list from now on (one pass now), so that :meth:`members` does not
+        scan all states.  Changes must then go through the methods of this class, and states connected
+        from outside (the agent's online joins) be announced with :meth:`note_joined`; :meth:`compact`
+        (after direct edits) drops the lists.
+
+        >>> cl = Clusters(np.array([1, 0, 1])); cl.keep_members(); cl.merge([(0, 1)]); cl.members(0).tolist()
+        [0, 1, 2]
+        """
+        a = self.assignment
+        order = np.argsort(a, kind="stable")
+        bounds = np.searchsorted(a[order], np.arange(self._k + 1))
+        self._lists = [_frozen(order[bounds[c]:bounds[c + 1]]) for c in range(self._k)]
+        self._joined = []
+
+    def note_joined(self, states) -> None:
+        """States that were connected by writing :attr:`assignment` directly (to a cluster, from -1):
+        their clusters' member lists gain them (at the next read).
+
+        >>> cl = Clusters(np.array([0, -1])); cl.keep_members(); cl.assignment[1] = 0; cl.note_joined([1])
+        >>> cl.members(0).tolist()
+        [0, 1]
+        """
+        if self._lists is not None and len(states):
+            self._journal_cannot_follow()
+            self._joined.append(np.array(states, dtype=np.int64))
+
+    def _journal_cannot_follow(self) -> None:
+        if self._journal is not None:  # a direct edit while recording: cannot be followed
+            self._journal["ok"] = False
+
+    def _flush_joined(self) -> None:
+        if not self._joined:
+            return
+        states = np.concatenate(self._joined)
+        self._joined = []
+        owner = self.assignment[states]
+        for c in np.unique(owner).tolist():
+            self._lists[c] = _frozen(np.union1d(self._lists[c], states[owner == c]))
+
+    def _remap_lists(self, new_of_old, k_new) -> None:
+        """Member lists follow a renumbering (``new_of_old[c]`` < 0: ``c`` is gone; shared ids merge)."""
+        if self._lists is None:
+            return
+        self._flush_joined()
+        parts = [[] for _ in range(k_new)]
+        for c, t in enumerate(np.asarray(new_of_old).tolist()):
+            if t >= 0:
+                parts[t].append(self._lists[c])
+        self._lists = [p[0] if len(p) == 1 else _frozen(np.sort(np.concatenate(p))) if p else _EMPTY
+                       for p in parts]
 
     def connection_matrix(self, n_states: int | None = None) -> sp.csr_matrix:
         """C as a sparse (n_states x n_clusters) binary matrix.
@@ -173,6 +262,64 @@ class Clusters:
                 np.add.at(x, target, counts[live])
             self._caches[key] = (v, x)
 
+    # ------------------------------------------------------------ change journal
+    def record_changes(self) -> None:
+        """Start following the changes of C for :meth:`changes` (in O(changes), without a copy of C).
+
+        >>> cl = Clusters(np.array([0, 0, 1, 2, -1])); cl.record_changes()
+        >>> cl.merge([(2, 1)]); _ = cl.add_clusters([[4]]); cl.assign([1], 2)
+        >>> ch = cl.changes(); ch.relabel.tolist(), ch.moved.tolist(), ch.was.tolist(), ch.ok
+        ([0, 1, 1], [1, 4], [0, -1], True)
+        """
+        self._journal = {"relabel": np.arange(self._k, dtype=np.int64), "full": np.zeros(self._k, dtype=bool),
+                         "states": [], "was": [], "ghosts": 0, "ok": True}
+
+    def changes(self) -> Changes:
+        """How C changed since :meth:`record_changes` (a :class:`Changes`); stops recording.
+
+        Equal to comparing C before and after (any state not in ``moved`` is in
+        ``relabel`` of its old cluster), without a copy of C or a pass over it:
+        the journal holds the states given to :meth:`add_clusters`,
+        :meth:`assign`, :meth:`reassign`, :meth:`split` and :meth:`disconnect`,
+        and renumberings relabel it.
+
+        >>> cl = Clusters(np.array([0, 1, 1])); cl.record_changes(); cl.disconnect([0])
+        >>> ch = cl.changes(); ch.relabel.tolist(), ch.n_ghosts, ch.moved.tolist(), ch.ok   # 0 emptied: a ghost
+        ([1, 0], 1, [], False)
+        """
+        from ._cluster_kernels import journal_changes
+
+        j, self._journal = self._journal, None
+        if j is None:
+            raise ValueError("changes() needs record_changes() first")
+        states = np.concatenate(j["states"]) if j["states"] else np.zeros(0, dtype=np.int64)
+        was = np.concatenate(j["was"]) if j["was"] else np.zeros(0, dtype=np.int64)
+        if len(self._stamp) < self.n_states:  # fresh marks, room to grow
+            self._stamp, self._epoch = np.zeros(2 * self.n_states, dtype=np.int64), 0
+        self._epoch += 1
+        relabel, n_ghosts, moved, was, ok = journal_changes(states, was, self.assignment, self._stamp, self._epoch,
+                                                            j["relabel"], j["full"], j["ghosts"], self._k)
+        order = np.argsort(moved)
+        return Changes(relabel, int(n_ghosts), moved[order], was[order], bool(ok and j["ok"]))
+
+    def _log(self, states, was) -> None:
+        """Journal: ``states`` change cluster now; ``was``: their clusters before (current ids)."""
+        if self._journal is not None and len(states):
+            self._journal["states"].append(np.array(states, dtype=np.int64))
+            self._journal["was"].append(np.array(was, dtype=np.int64))
+
+    def _log_renumbering(self, new_of_old) -> None:
+        """Journal: ids are renumbered (``new_of_old[c]`` < 0: ``c`` emptied, it becomes a ghost)."""
+        j = self._journal
+        if j is None:
+            return
+        gone = np.flatnonzero(np.asarray(new_of_old) < 0)
+        code = np.asarray(new_of_old, dtype=np.int64).copy()
+        code[gone] = -2 - (j["ghosts"] + np.arange(len(gone)))  # ghosts are coded -2, -3, ...
+        j["ghosts"] += len(gone)
+        j["relabel"] = _apply_ids(code, j["relabel"])
+        j["was"] = [_apply_ids(code, np.concatenate(j["was"]))] if j["was"] else []
+
     # ------------------------------------------------------------ changes
     def grow(self, n_states: int) -> None:
         """Extend to ``n_states`` level-1 states; new states are not connected.
@@ -197,8 +344,11 @@ class Clusters:
             g = np.asarray(g, dtype=np.int64)
             if (self.assignment[g] >= 0).any():
                 raise ValueError("add_clusters: a state is already connected to a cluster")
+            self._log(g, np.full(len(g), -1))
             self.assignment[g] = cid
         self._remap_caches(np.arange(self._k), self._k + len(groups))  # new rows start invalid
+        if self._lists is not None:
+            self._lists.extend(_frozen(np.sort(np.asarray(g, dtype=np.int64))) for g in groups)
         self._rep = np.concatenate([self._rep, [int(np.max(g)) for g in groups]]).astype(np.int64)
         self._k += len(groups)
         return ids
@@ -212,7 +362,38 @@ class Clusters:
         states = np.asarray(states, dtype=np.int64)
         self.invalidate(np.unique(self.assignment[states]))
         self.invalidate([cluster])
+        self._log(states, self.assignment[states])
+        if self._lists is not None:
+            self._flush_joined()
+            owner = self.assignment[states]
+            for c in np.unique(owner[(owner >= 0) & (owner != cluster)]).tolist():
+                self._lists[c] = _frozen(np.setdiff1d(self._lists[c], states[owner == c]))
+            self._lists[cluster] = _frozen(np.union1d(self._lists[cluster], states))
         self.assignment[states] = cluster
+
+    def reassign(self, members: dict) -> None:
+        """Give clusters new members: ``members`` maps ids to states and holds every state those clusters
+        had between them (a merge with split pools two clusters and deals their states out again).
+
+        Like :meth:`assign` for each; :meth:`changes` then knows where all of their states went.
+
+        >>> cl = Clusters(np.array([0, 0, 1, 1])); cl.reassign({0: [0, 1, 2], 1: [3]}); cl.assignment.tolist()
+        [0, 0, 0, 1]
+        """
+        ids = np.fromiter(members, dtype=np.int64)
+        lists, self._lists = self._lists, None  # replaced whole below
+        try:
+            for c, states in members.items():
+                if not np.isin(self.assignment[states], ids).all():
+                    raise ValueError("reassign: a state comes from a cluster not given")
+                self.assign(states, c)
+        finally:
+            self._lists = lists
+        if self._lists is not None:
+            for c, states in members.items():
+                self._lists[c] = _frozen(np.sort(np.asarray(states, dtype=np.int64)))
+        if self._journal is not None:
+            self._journal["full"] |= np.isin(self._journal["relabel"], ids)
 
     def merge(self, pairs) -> None:
         """Merge each pair ``(src, dst)``: the states of ``src`` join ``dst``.
@@ -244,6 +425,13 @@ class Clusters:
         """
         states = np.asarray(states, dtype=np.int64)
         self.invalidate(np.unique(self.assignment[states]))
+        self._log(states, self.assignment[states])
+        self._free = np.union1d(self._free, states[states < self._free_upto])
+        if self._lists is not None:
+            self._flush_joined()
+            owner = self.assignment[states]
+            for c in np.unique(owner[owner >= 0]).tolist():
+                self._lists[c] = _frozen(np.setdiff1d(self._lists[c], states[owner == c]))
         self.assignment[states] = -1
         self._compact()
 
@@ -261,6 +449,11 @@ class Clusters:
         self.invalidate(owners)
         self._remap_caches(np.arange(self._k), self._k + 1)
         self._rep = np.append(self._rep, states.max())
+        self._log(states, self.assignment[states])
+        if self._lists is not None:
+            self._flush_joined()
+            self._lists[owners[0]] = _frozen(np.setdiff1d(self._lists[owners[0]], states))
+            self._lists.append(_frozen(np.unique(states)))
         self.assignment[states] = self._k
         self._k += 1
         self._compact()
@@ -284,6 +477,8 @@ class Clusters:
             a = self.assignment
             idx = np.flatnonzero(a >= moved[0])
             a[idx] = m[a[idx]]
+        self._log_renumbering(m)
+        self._remap_lists(m, k_new)
         self._remap_caches(m, k_new)
         rep = np.zeros(k_new, dtype=np.int64)
         rep[m] = self._rep
@@ -300,6 +495,9 @@ class Clusters:
         [0, 0, 1]
         """
         self.invalidate(np.arange(self._k))
+        self._journal_cannot_follow()  # direct edits cannot be followed
+        self._lists = None
+        self._free_upto = 0
         self._compact()
         self._set_reps()
 
@@ -325,6 +523,8 @@ class Clusters:
             present = np.concatenate([present, np.zeros(max(k_before - len(present), 0), dtype=bool)])[:k_before]
             new_of_old = np.full(k_before, -1, dtype=np.int64)
             new_of_old[present] = new_id[roots[:k_before][present]]
+            self._log_renumbering(new_of_old)
+            self._remap_lists(new_of_old, self._k)
             self._remap_caches(new_of_old, self._k)
             rep = np.zeros(self._k, dtype=np.int64)
             live = np.flatnonzero(new_of_old >= 0)
@@ -347,7 +547,11 @@ class Clusters:
         check_int(size, "size", low=1)
         rng = as_generator(seed)
         n = self.n_states if n_states is None else int(n_states)
-        free = np.flatnonzero(self.assignment[:n] < 0)
+        if n < self._free_upto:
+            free = np.flatnonzero(self.assignment[:n] < 0)
+        else:  # the states left over last time and the states added since (no pass over all states)
+            free = np.concatenate([self._free[self._free < n], np.arange(self._free_upto, n)])
+            free = free[self.assignment[free] < 0]
         colours = emission[free]
         groups = []
         for o in np.unique(colours):
@@ -355,6 +559,7 @@ class Clusters:
             full = (len(states) // size) * size
             groups.extend(states[:full].reshape(-1, size))
         self.add_clusters(groups)
+        self._free, self._free_upto = free[self.assignment[free] < 0], n
         return len(groups)
 
     # ------------------------------------------------------------ files
@@ -366,6 +571,22 @@ class Clusters:
         (2, 1)
         """
         return Clusters(self.assignment)
+
+
+def _frozen(x):
+    x.flags.writeable = False
+    return x
+
+
+_EMPTY = _frozen(np.zeros(0, dtype=np.int64))
+
+
+def _apply_ids(code, ids):
+    """``code[ids]`` where ``ids >= 0``; other entries (-1: not connected, <= -2: ghosts) unchanged."""
+    out = ids.copy()
+    live = ids >= 0
+    out[live] = code[ids[live]]
+    return out
 
 
 def level2_hmm(memory, C, n_states: int | None = None):

@@ -323,8 +323,12 @@ def merge_iteration(memory, clusters, merger, seed=0, emptied=None) -> dict:
         return report
     colour = int(rng.choice(memory.n_obs, p=weights / weights.sum()))
     ids = np.flatnonzero(colour_of == colour)
-    ptr, idx = cluster_sets(clusters.assignment[:n], ids, memory.states_emitting(colour))
-    sf, depth = _cluster_features(memory, clusters, merger, ids, ptr, idx)
+    if clusters.keeps_members:
+        sets = [clusters.members(c) for c in ids.tolist()]
+    else:
+        ptr, idx = cluster_sets(clusters.assignment[:n], ids, memory.states_emitting(colour))
+        sets = [idx[ptr[i]:ptr[i + 1]] for i in range(len(ids))]
+    sf, depth = _cluster_features(memory, clusters, merger, ids, sets)
     eligible = rng.permutation(np.flatnonzero(depth >= merger.min_depth))
     half = len(eligible) // 2
     probes, candidates = eligible[:half], eligible[half:]
@@ -336,7 +340,7 @@ def merge_iteration(memory, clusters, merger, seed=0, emptied=None) -> dict:
     pairs = np.column_stack([ids[probes[pi]], ids[candidates[ci]]])
     before = clusters.n_clusters
     if merger.split_contradictions:
-        members = {int(c): idx[ptr[i]:ptr[i + 1]] for i, c in enumerate(ids)}
+        members = dict(zip(ids.tolist(), sets))
         gone = merge_with_split(memory, clusters, pairs, members, count_horizon=merger.count_horizon,
                                 compact=emptied is None)
         if emptied is not None:
@@ -349,8 +353,8 @@ def merge_iteration(memory, clusters, merger, seed=0, emptied=None) -> dict:
     return report
 
 
-def _cluster_features(memory, clusters, merger, ids, ptr, idx):
-    """``merger.features`` of clusters ``ids`` (members: CSR ``ptr``/``idx``), from kept per-depth counts.
+def _cluster_features(memory, clusters, merger, ids, sets):
+    """``merger.features`` of clusters ``ids`` (``sets``: their member states), from kept per-depth counts.
 
     The per-depth observation counts of a cluster (see
     :meth:`~hmmmerge.clusters.Clusters.depth_counts`) are kept up to date as its
@@ -361,12 +365,11 @@ def _cluster_features(memory, clusters, merger, ids, ptr, idx):
     horizon = merger.count_horizon
     kept = clusters.depth_counts(("depth-counts", horizon), horizon, memory.n_obs)
     if kept is None:
-        return merger.features_from_counts(_set_counts(memory, [idx[ptr[r]:ptr[r + 1]] for r in range(len(ids))],
-                                                       horizon))
+        return merger.features_from_counts(_set_counts(memory, sets, horizon))
     valid, counts = kept
     rows = np.flatnonzero(~valid[ids])
     if len(rows):
-        counts[ids[rows]] = _set_counts(memory, [idx[ptr[r]:ptr[r + 1]] for r in rows], horizon)
+        counts[ids[rows]] = _set_counts(memory, [sets[r] for r in rows], horizon)
         valid[ids[rows]] = True
     return merger.features_from_counts(counts[ids])
 
@@ -439,13 +442,12 @@ def merge_with_split(memory, clusters, pairs, members: dict | None = None, count
     >>> _ = merge_with_split(mem, cl, [(1, 2)]); cl.n_clusters   # both emit 1, state 2 has a successor
     3
     """
-    assignment = clusters.assignment
     absorbed: dict[int, int] = {}
     members = dict(members or {})
 
     def states_of(c):
         if c not in members:
-            members[c] = np.flatnonzero(assignment == c)
+            members[c] = clusters.members(c)
         return members[c]
 
     def resolve(c):
@@ -480,8 +482,7 @@ def merge_with_split(memory, clusters, pairs, members: dict | None = None, count
             rows[probe] = x + y - rows[cand]
         else:
             rows[probe] = rows[cand] = None
-    for c in sorted(touched):
-        clusters.assign(members[c], c)
+    clusters.reassign({c: members[c] for c in sorted(touched)})
     if kept is not None:
         valid, counts = kept
         for c in touched:
