@@ -101,65 +101,7 @@ class Clusters:
         """
         if self._lists is None:
             return np.flatnonzero(self.assignment == cluster)
-        self._flush_joined()
-        return self._lists[cluster]
-
-    @property
-    def keeps_members(self) -> bool:
-        """Whether :meth:`keep_members` is on."""
-        return self._lists is not None
-
-    def keep_members(self) -> None:
-        """Keep every cluster's member list from now on (one pass now), so that :meth:`members` does not
-        scan all states.  Changes must then go through the methods of this class, and states connected
-        from outside (the agent's online joins) be announced with :meth:`note_joined`; :meth:`compact`
-        (after direct edits) drops the lists.
-
-        >>> cl = Clusters(np.array([1, 0, 1])); cl.keep_members(); cl.merge([(0, 1)]); cl.members(0).tolist()
-        [0, 1, 2]
-        """
-        a = self.assignment
-        order = np.argsort(a, kind="stable")
-        bounds = np.searchsorted(a[order], np.arange(self._k + 1))
-        self._lists = [_frozen(order[bounds[c]:bounds[c + 1]]) for c in range(self._k)]
-        self._joined = []
-
-    def note_joined(self, states) -> None:
-        """States that were connected by writing :attr:`assignment` directly (to a cluster, from -1):
-        their clusters' member lists gain them (at the next read).
-
-        >>> cl = Clusters(np.array([0, -1])); cl.keep_members(); cl.assignment[1] = 0; cl.note_joined([1])
-        >>> cl.members(0).tolist()
-        [0, 1]
-        """
-        if self._lists is not None and len(states):
-            self._journal_cannot_follow()
-            self._joined.append(np.array(states, dtype=np.int64))
-
-    def _journal_cannot_follow(self) -> None:
-        if self._journal is not None:  # a direct edit while recording: cannot be followed
-            self._journal["ok"] = False
-
-    def _flush_joined(self) -> None:
-        if not self._joined:
-            return
-        states = np.concatenate(self._joined)
-        self._joined = []
-        owner = self.assignment[states]
-        for c in np.unique(owner).tolist():
-            self._lists[c] = _frozen(np.union1d(self._lists[c], states[owner == c]))
-
-    def _remap_lists(self, new_of_old, k_new) -> None:
-        """Member lists follow a renumbering (``new_of_old[c]`` < 0: ``c`` is gone; shared ids merge)."""
-        if self._lists is None:
-            return
-        self._flush_joined()
-        parts = [[] for _ in range(k_new)]
-        for c, t in enumerate(np.asarray(new_of_old).tolist()):
-            if t >= 0:
-                parts[t].append(self._lists[c])
-        self._lists = [p[0] if len(p) == 1 else _frozen(np.sort(np.concatenate(p))) if p else _EMPTY
-                       for p in parts]
+        return self._materialise(cluster)
 
     def connection_matrix(self, n_states: int | None = None) -> sp.csr_matrix:
         """C as a sparse (n_states x n_clusters) binary matrix.
@@ -186,6 +128,83 @@ class Clusters:
         rows = np.flatnonzero(a >= 0)
         self._rep = np.zeros(self._k, dtype=np.int64)
         self._rep[a[rows]] = rows
+
+    # ------------------------------------------------------------ member lists
+    @property
+    def keeps_members(self) -> bool:
+        """Whether :meth:`keep_members` is on."""
+        return self._lists is not None
+
+    def keep_members(self) -> None:
+        """Keep every cluster's member list from now on (one pass now), so that :meth:`members` does not
+        scan all states.  Changes must then go through the methods of this class, and states connected
+        from outside (the agent's online joins) be announced with :meth:`note_joined`; :meth:`compact`
+        (after direct edits) drops the lists.
+
+        >>> cl = Clusters(np.array([1, 0, 1])); cl.keep_members(); cl.merge([(0, 1)]); cl.members(0).tolist()
+        [0, 1, 2]
+        """
+        a = self.assignment
+        order = np.argsort(a, kind="stable")
+        bounds = np.searchsorted(a[order], np.arange(self._k + 1))
+        self._lists = [_frozen(order[bounds[c]:bounds[c + 1]]) for c in range(self._k)]
+        self._extra, self._joined = {}, []
+
+    def note_joined(self, states) -> None:
+        """States that were connected by writing :attr:`assignment` directly (to a cluster, from -1):
+        their clusters' member lists gain them (when next read).
+
+        >>> cl = Clusters(np.array([0, -1])); cl.keep_members(); cl.assignment[1] = 0; cl.note_joined([1])
+        >>> cl.members(0).tolist()
+        [0, 1]
+        """
+        if self._lists is not None and len(states):
+            self._journal_cannot_follow()
+            self._joined.append(np.array(states, dtype=np.int64))
+
+    def _journal_cannot_follow(self) -> None:
+        if self._journal is not None:  # a direct edit while recording
+            self._journal["ok"] = False
+
+    def _group_joined(self) -> None:
+        """Announced states go to their clusters' pending additions (O(announced))."""
+        if self._joined:
+            states = np.concatenate(self._joined)
+            self._joined = []
+            owner = self.assignment[states]
+            order = np.argsort(owner, kind="stable")
+            bounds = np.searchsorted(owner[order], np.arange(self._k + 1))
+            for x in np.unique(owner).tolist():
+                self._extra.setdefault(x, []).append(states[order[bounds[x]:bounds[x + 1]]])
+
+    def _materialise(self, c: int) -> np.ndarray:
+        """Cluster ``c``'s member list with the joined states added (kept sorted)."""
+        self._group_joined()
+        extra = self._extra.pop(c, None)
+        if extra is not None:
+            old, new = self._lists[c], np.sort(np.concatenate(extra))
+            both = np.concatenate([old, new])
+            if len(old) and len(new) and new[0] < old[-1]:  # joined states are usually the newest
+                both.sort()
+            self._lists[c] = _frozen(both)
+        return self._lists[c]
+
+    def _remap_lists(self, new_of_old, k_new) -> None:
+        """Member lists follow a renumbering (``new_of_old[c]`` < 0: ``c`` is gone; shared ids merge);
+        announced states must be grouped (under the old ids) before C is renumbered."""
+        if self._lists is None:
+            return
+        m = np.asarray(new_of_old)
+        hits = np.bincount(m[m >= 0], minlength=max(k_new, 1))
+        for c in np.flatnonzero((m >= 0) & (hits[np.maximum(m, 0)] > 1)).tolist():
+            self._materialise(c)  # clusters that merge: their lists are joined below
+        parts = [[] for _ in range(k_new)]
+        for c, t in enumerate(m.tolist()):
+            if t >= 0:
+                parts[t].append(self._lists[c])
+        self._lists = [p[0] if len(p) == 1 else _frozen(np.sort(np.concatenate(p))) if p else _EMPTY
+                       for p in parts]
+        self._extra = {int(m[c]): x for c, x in self._extra.items() if m[c] >= 0}
 
     # ------------------------------------------------------------ per-cluster caches
     def depth_counts(self, key, horizon: int, n_obs: int) -> tuple[np.ndarray, np.ndarray] | None:
@@ -364,11 +383,10 @@ class Clusters:
         self.invalidate([cluster])
         self._log(states, self.assignment[states])
         if self._lists is not None:
-            self._flush_joined()
             owner = self.assignment[states]
             for c in np.unique(owner[(owner >= 0) & (owner != cluster)]).tolist():
-                self._lists[c] = _frozen(np.setdiff1d(self._lists[c], states[owner == c]))
-            self._lists[cluster] = _frozen(np.union1d(self._lists[cluster], states))
+                self._lists[c] = _frozen(np.setdiff1d(self._materialise(c), states[owner == c]))
+            self._lists[cluster] = _frozen(np.union1d(self._materialise(cluster), states))
         self.assignment[states] = cluster
 
     def reassign(self, members: dict) -> None:
@@ -391,6 +409,7 @@ class Clusters:
             self._lists = lists
         if self._lists is not None:
             for c, states in members.items():
+                self._materialise(c)  # (states joined since are among ``members``)
                 self._lists[c] = _frozen(np.sort(np.asarray(states, dtype=np.int64)))
         if self._journal is not None:
             self._journal["full"] |= np.isin(self._journal["relabel"], ids)
@@ -428,10 +447,9 @@ class Clusters:
         self._log(states, self.assignment[states])
         self._free = np.union1d(self._free, states[states < self._free_upto])
         if self._lists is not None:
-            self._flush_joined()
             owner = self.assignment[states]
             for c in np.unique(owner[owner >= 0]).tolist():
-                self._lists[c] = _frozen(np.setdiff1d(self._lists[c], states[owner == c]))
+                self._lists[c] = _frozen(np.setdiff1d(self._materialise(c), states[owner == c]))
         self.assignment[states] = -1
         self._compact()
 
@@ -451,8 +469,7 @@ class Clusters:
         self._rep = np.append(self._rep, states.max())
         self._log(states, self.assignment[states])
         if self._lists is not None:
-            self._flush_joined()
-            self._lists[owners[0]] = _frozen(np.setdiff1d(self._lists[owners[0]], states))
+            self._lists[owners[0]] = _frozen(np.setdiff1d(self._materialise(owners[0]), states))
             self._lists.append(_frozen(np.unique(states)))
         self.assignment[states] = self._k
         self._k += 1
@@ -473,6 +490,8 @@ class Clusters:
         if m.shape != (self._k,) or (m.size and m.min() < 0) or np.bincount(m, minlength=k_new).min(initial=1) == 0:
             raise ValueError(f"new_of_old must map the {self._k} cluster ids onto 0..k'-1, each used")
         moved = np.flatnonzero(m != np.arange(self._k))
+        if self._lists is not None:
+            self._group_joined()  # under the old ids
         if len(moved):  # ids below the first one that moves stay: their (usually many) states are not touched
             a = self.assignment
             idx = np.flatnonzero(a >= moved[0])
@@ -515,6 +534,8 @@ class Clusters:
 
         a = self.assignment
         k_before = getattr(self, "_k", 0)
+        if getattr(self, "_lists", None) is not None:
+            self._group_joined()  # under the old ids
         top = max(int(a.max(initial=-1)) + 1, k_before)
         roots = np.arange(top, dtype=np.int64) if ids is None else np.asarray(ids, dtype=np.int64)
         present, new_id, k = renumber(a, roots)

@@ -323,12 +323,13 @@ def merge_iteration(memory, clusters, merger, seed=0, emptied=None) -> dict:
         return report
     colour = int(rng.choice(memory.n_obs, p=weights / weights.sum()))
     ids = np.flatnonzero(colour_of == colour)
-    if clusters.keeps_members:
-        sets = [clusters.members(c) for c in ids.tolist()]
+    if clusters.keeps_members:  # read only the member lists needed (stale features, merged pairs)
+        members, members_of = None, lambda r: clusters.members(ids[r])
     else:
         ptr, idx = cluster_sets(clusters.assignment[:n], ids, memory.states_emitting(colour))
-        sets = [idx[ptr[i]:ptr[i + 1]] for i in range(len(ids))]
-    sf, depth = _cluster_features(memory, clusters, merger, ids, sets)
+        members = {int(c): idx[ptr[i]:ptr[i + 1]] for i, c in enumerate(ids)}
+        members_of = lambda r: idx[ptr[r]:ptr[r + 1]]
+    sf, depth = _cluster_features(memory, clusters, merger, ids, members_of)
     eligible = rng.permutation(np.flatnonzero(depth >= merger.min_depth))
     half = len(eligible) // 2
     probes, candidates = eligible[:half], eligible[half:]
@@ -340,7 +341,6 @@ def merge_iteration(memory, clusters, merger, seed=0, emptied=None) -> dict:
     pairs = np.column_stack([ids[probes[pi]], ids[candidates[ci]]])
     before = clusters.n_clusters
     if merger.split_contradictions:
-        members = dict(zip(ids.tolist(), sets))
         gone = merge_with_split(memory, clusters, pairs, members, count_horizon=merger.count_horizon,
                                 compact=emptied is None)
         if emptied is not None:
@@ -353,8 +353,9 @@ def merge_iteration(memory, clusters, merger, seed=0, emptied=None) -> dict:
     return report
 
 
-def _cluster_features(memory, clusters, merger, ids, sets):
-    """``merger.features`` of clusters ``ids`` (``sets``: their member states), from kept per-depth counts.
+def _cluster_features(memory, clusters, merger, ids, members_of):
+    """``merger.features`` of clusters ``ids`` (``members_of(r)``: the states of ``ids[r]``), from kept
+    per-depth counts.
 
     The per-depth observation counts of a cluster (see
     :meth:`~hmmmerge.clusters.Clusters.depth_counts`) are kept up to date as its
@@ -365,11 +366,11 @@ def _cluster_features(memory, clusters, merger, ids, sets):
     horizon = merger.count_horizon
     kept = clusters.depth_counts(("depth-counts", horizon), horizon, memory.n_obs)
     if kept is None:
-        return merger.features_from_counts(_set_counts(memory, sets, horizon))
+        return merger.features_from_counts(_set_counts(memory, [members_of(r) for r in range(len(ids))], horizon))
     valid, counts = kept
     rows = np.flatnonzero(~valid[ids])
     if len(rows):
-        counts[ids[rows]] = _set_counts(memory, [sets[r] for r in rows], horizon)
+        counts[ids[rows]] = _set_counts(memory, [members_of(r) for r in rows], horizon)
         valid[ids[rows]] = True
     return merger.features_from_counts(counts[ids])
 

@@ -65,14 +65,14 @@ def test_checkpoint_needs_out(capsys):
     assert "--out" in capsys.readouterr().err
 
 
-def _full_features(memory, clusters, merger, ids, sets):
+def _full_features(memory, clusters, merger, ids, members_of):
     """Reference: features of every cluster of the colour recomputed from scratch (no cache), from
     member lists found by a scan of C."""
     import scipy.sparse as sp
 
     n = memory.n_states
     members = [np.flatnonzero(clusters.assignment[:n] == c) for c in ids]
-    assert all(np.array_equal(x, y) for x, y in zip(members, sets))
+    assert all(np.array_equal(x, members_of(r)) for r, x in enumerate(members))
     ptr = np.r_[0, np.cumsum([len(x) for x in members])]
     idx = np.concatenate(members) if members else np.zeros(0, dtype=np.int64)
     return merger.features(memory, sp.csr_matrix((np.ones(len(idx)), idx, ptr), shape=(len(ids), n)))
