@@ -286,10 +286,8 @@ class TwoLevelMemory(Estimator):
         lost = lost_first_sources(e_row, e_cnt, e_first, e_lost, m, k_ext, k_new)
         ids = np.flatnonzero(lost)
         if len(ids):
-            sets = [self.clusters_.members(c) for c in ids.tolist()]
-            ptr = np.r_[0, np.cumsum([len(x) for x in sets])]
-            find_first_sources(table, e_row, e_col, e_first, e_lost, k_ext, ids, ptr, np.concatenate(sets), lost,
-                               new, nxt)
+            find_first_sources(table, e_row, e_col, e_first, e_lost, k_ext, ids, *self.clusters_.member_csr(ids),
+                               lost, new, nxt)
         return level2_csr(e_row, e_col, e_cnt, e_first, m, k_ext, k_new, self.n_actions)
 
     def _refresh_level2(self) -> None:
@@ -377,7 +375,7 @@ class TwoLevelMemory(Estimator):
             if ok.any():
                 from .merging import _set_counts
 
-                _set_counts(self.memory_, [[u] for u in joined[ok]], counts.shape[1], out=counts, rows=owners[ok])
+                _set_counts(self.memory_, joined[ok][:, None], counts.shape[1], out=counts, rows=owners[ok])
         if len(replaced) and kept:  # the tables' own horizon: the merger's may differ from the agent's
             flags = np.zeros(k, dtype=bool)
             stale_clusters(out.state[replaced - 1], self._parent, self._parent_action, nxt, cluster_of,

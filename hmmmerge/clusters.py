@@ -150,6 +150,17 @@ class Clusters:
         self._lists = [_frozen(order[bounds[c]:bounds[c + 1]]) for c in range(self._k)]
         self._extra, self._joined = {}, []
 
+    def member_csr(self, ids) -> tuple[np.ndarray, np.ndarray]:
+        """The members of clusters ``ids`` as CSR ``(ptr, idx)`` (each cluster's states increasing).
+
+        >>> ptr, idx = Clusters(np.array([1, 0, 1, -1])).member_csr([1, 0]); ptr.tolist(), idx.tolist()
+        ([0, 2, 3], [0, 2, 1])
+        """
+        sets = [self.members(c) for c in np.asarray(ids, dtype=np.int64).tolist()]
+        ptr = np.zeros(len(sets) + 1, dtype=np.int64)
+        ptr[1:] = np.cumsum([len(x) for x in sets])
+        return ptr, np.concatenate(sets) if sets else np.zeros(0, dtype=np.int64)
+
     def note_joined(self, states) -> None:
         """States that were connected by writing :attr:`assignment` directly (to a cluster, from -1):
         their clusters' member lists gain them (when next read).
@@ -299,7 +310,7 @@ class Clusters:
         Equal to comparing C before and after (any state not in ``moved`` is in
         ``relabel`` of its old cluster), without a copy of C or a pass over it:
         the journal holds the states given to :meth:`add_clusters`,
-        :meth:`assign`, :meth:`reassign`, :meth:`split` and :meth:`disconnect`,
+        :meth:`assign`, :meth:`assign_each`, :meth:`split` and :meth:`disconnect`,
         and renumberings relabel it.
 
         >>> cl = Clusters(np.array([0, 1, 1])); cl.record_changes(); cl.disconnect([0])
@@ -389,31 +400,6 @@ class Clusters:
             self._lists[cluster] = _frozen(np.union1d(self._materialise(cluster), states))
         self.assignment[states] = cluster
 
-    def reassign(self, members: dict) -> None:
-        """Give clusters new members: ``members`` maps ids to states and holds every state those clusters
-        had between them (a merge with split pools two clusters and deals their states out again).
-
-        Like :meth:`assign` for each; :meth:`changes` then knows where all of their states went.
-
-        >>> cl = Clusters(np.array([0, 0, 1, 1])); cl.reassign({0: [0, 1, 2], 1: [3]}); cl.assignment.tolist()
-        [0, 0, 0, 1]
-        """
-        ids = np.fromiter(members, dtype=np.int64)
-        lists, self._lists = self._lists, None  # replaced whole below
-        try:
-            for c, states in members.items():
-                if not np.isin(self.assignment[states], ids).all():
-                    raise ValueError("reassign: a state comes from a cluster not given")
-                self.assign(states, c)
-        finally:
-            self._lists = lists
-        if self._lists is not None:
-            for c, states in members.items():
-                self._materialise(c)  # (states joined since are among ``members``)
-                self._lists[c] = _frozen(np.sort(np.asarray(states, dtype=np.int64)))
-        if self._journal is not None:
-            self._journal["full"] |= np.isin(self._journal["relabel"], ids)
-
     def merge(self, pairs) -> None:
         """Merge each pair ``(src, dst)``: the states of ``src`` join ``dst``.
 
@@ -434,6 +420,40 @@ class Clusters:
         graph = sp.coo_matrix((np.ones(len(pairs)), (pairs[:, 0], pairs[:, 1])), shape=(self._k, self._k))
         _, roots = connected_components(graph, directed=False)
         self._compact(roots)
+
+    def assign_each(self, states, clusters, whole=None) -> None:
+        """Move each of ``states`` into its cluster of ``clusters`` (existing ids), like :meth:`assign`.
+
+        ``whole``: ids of clusters whose states were pooled and dealt out again
+        among them (a merge with split): every move is from one of them to
+        another, and :meth:`changes` can then relabel each to where most of its
+        states went.
+
+        >>> cl = Clusters(np.array([0, 0, 1, 2])); cl.assign_each([1, 3], [2, 1]); cl.assignment.tolist()
+        [0, 2, 1, 1]
+        """
+        states, clusters = np.asarray(states, dtype=np.int64), np.asarray(clusters, dtype=np.int64)
+        if states.shape != clusters.shape:
+            raise ValueError(f"assign_each: {len(states)} states but {len(clusters)} clusters")
+        owner = self.assignment[states]
+        if whole is not None:
+            whole = np.asarray(whole, dtype=np.int64)
+            if not (np.isin(owner, whole).all() and np.isin(clusters, whole).all()):
+                raise ValueError("assign_each: a move leaves the clusters given as whole")
+        self.invalidate(np.unique(owner))
+        self.invalidate(np.unique(clusters))
+        if self._journal is not None and whole is not None and self._lists is not None:
+            for c in whole.tolist():  # every member, moved or not: the journal knows where they all went
+                self._log(self._materialise(c), np.full(len(self._lists[c]), c))
+            self._journal["full"] |= np.isin(self._journal["relabel"], whole)
+        else:
+            self._log(states, owner)
+        if self._lists is not None:
+            for c in np.unique(owner[owner >= 0]).tolist():
+                self._lists[c] = _frozen(np.setdiff1d(self._materialise(c), states[owner == c]))
+            for c in np.unique(clusters).tolist():
+                self._lists[c] = _frozen(np.union1d(self._materialise(c), states[clusters == c]))
+        self.assignment[states] = clusters
 
     def disconnect(self, states) -> None:
         """Separate level-1 states back out of their clusters (the paper's reversibility).

@@ -187,8 +187,9 @@ def _random_edits(cl, rng, n_ops, emission, joins=False):
         elif op == 7 and k >= 2:  # pool two clusters and deal their states out again (a merge with split)
             x, y = rng.choice(k, size=2, replace=False)
             pooled = np.concatenate([cl.members(x), cl.members(y)])
-            side = rng.random(len(pooled)) < rng.random()
-            cl.reassign({int(x): pooled[side], int(y): pooled[~side]})
+            to = np.where(rng.random(len(pooled)) < rng.random(), x, y)
+            change = cl.assignment[pooled] != to
+            cl.assign_each(pooled[change], to[change], whole=[x, y])
             cl.compact_assigned()
         elif op == 8 and k and len(free):
             joined = rng.choice(free, size=min(len(free), 2), replace=False)

@@ -65,17 +65,19 @@ def test_checkpoint_needs_out(capsys):
     assert "--out" in capsys.readouterr().err
 
 
-def _full_features(memory, clusters, merger, ids, members_of):
-    """Reference: features of every cluster of the colour recomputed from scratch (no cache), from
-    member lists found by a scan of C."""
+def _full_features(memory, clusters, merger, ids, states):
+    """Reference: features of every cluster of the colour recomputed from scratch (no cache), members found
+    by a scan of C (kept member lists must equal them)."""
     import scipy.sparse as sp
 
+    from hmmmerge.merging import cluster_sets
+
     n = memory.n_states
-    members = [np.flatnonzero(clusters.assignment[:n] == c) for c in ids]
-    assert all(np.array_equal(x, members_of(r)) for r, x in enumerate(members))
-    ptr = np.r_[0, np.cumsum([len(x) for x in members])]
-    idx = np.concatenate(members) if members else np.zeros(0, dtype=np.int64)
-    return merger.features(memory, sp.csr_matrix((np.ones(len(idx)), idx, ptr), shape=(len(ids), n)))
+    ptr, idx = cluster_sets(clusters.assignment[:n], ids, states)
+    if clusters.keeps_members:
+        assert all(np.array_equal(clusters.members(c), idx[ptr[r]:ptr[r + 1]]) for r, c in enumerate(ids))
+    sets = sp.csr_matrix((np.ones(len(idx)), idx, ptr), shape=(len(ids), n))
+    return (*merger.features(memory, sets), ptr, idx)
 
 
 def _same_agent(a, b):
@@ -179,5 +181,6 @@ def test_kept_counts_and_t2_match_a_recount_after_every_block(merge, noise, monk
         for x, y in zip(full, agent._t2):
             assert np.array_equal(x, y)
         assert agent._current_purity() == purity_recount(agent)  # label counts kept through online joins
+        assert all(np.array_equal(cl.members(c), np.flatnonzero(cl.assignment[:n] == c)) for c in range(cl.n_clusters))
     assert checked > 500 and (refreshed > 5 or noise)
     assert len(sleeps) > 10 and all(sleeps)
