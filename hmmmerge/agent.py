@@ -267,7 +267,7 @@ class TwoLevelMemory(Estimator):
 
         Entries are relabelled, the links of moved states taken out under their old
         clusters and put back under their new ones; an entry that lost its first
-        source gets it back from one ordered pass over the states of its cluster.
+        source gets it back from one pass over the states of its cluster.
         """
         from ._agent_kernels import find_first_sources, level2_csr, level2_moves, lost_first_sources
 
@@ -287,7 +287,7 @@ class TwoLevelMemory(Estimator):
         ids = np.flatnonzero(lost)
         if len(ids):
             find_first_sources(table, e_row, e_col, e_first, e_lost, k_ext, ids, *self.clusters_.member_csr(ids),
-                               lost, new, nxt)
+                               new, nxt)
         return level2_csr(e_row, e_col, e_cnt, e_first, m, k_ext, k_new, self.n_actions)
 
     def _refresh_level2(self) -> None:

@@ -101,7 +101,7 @@ class Clusters:
         """
         if self._lists is None:
             return np.flatnonzero(self.assignment == cluster)
-        return self._materialise(cluster)
+        return np.sort(self._materialise(cluster))
 
     def connection_matrix(self, n_states: int | None = None) -> sp.csr_matrix:
         """C as a sparse (n_states x n_clusters) binary matrix.
@@ -139,7 +139,8 @@ class Clusters:
         """Keep every cluster's member list from now on (one pass now), so that :meth:`members` does not
         scan all states.  Changes must then go through the methods of this class, and states connected
         from outside (the agent's online joins) be announced with :meth:`note_joined`; :meth:`compact`
-        (after direct edits) drops the lists.
+        (after direct edits) drops the lists.  The lists are kept in no particular order (a change costs
+        the size of the clusters it touches, no sort); :meth:`members` sorts the one it returns.
 
         >>> cl = Clusters(np.array([1, 0, 1])); cl.keep_members(); cl.merge([(0, 1)]); cl.members(0).tolist()
         [0, 1, 2]
@@ -151,12 +152,16 @@ class Clusters:
         self._extra, self._joined = {}, []
 
     def member_csr(self, ids) -> tuple[np.ndarray, np.ndarray]:
-        """The members of clusters ``ids`` as CSR ``(ptr, idx)`` (each cluster's states increasing).
+        """The members of clusters ``ids`` as CSR ``(ptr, idx)``; with :meth:`keep_members` on, each
+        cluster's states in no particular order.
 
         >>> ptr, idx = Clusters(np.array([1, 0, 1, -1])).member_csr([1, 0]); ptr.tolist(), idx.tolist()
         ([0, 2, 3], [0, 2, 1])
         """
-        sets = [self.members(c) for c in np.asarray(ids, dtype=np.int64).tolist()]
+        if self._lists is None:
+            sets = [self.members(c) for c in np.asarray(ids, dtype=np.int64).tolist()]
+        else:
+            sets = [self._materialise(c) for c in np.asarray(ids, dtype=np.int64).tolist()]
         ptr = np.zeros(len(sets) + 1, dtype=np.int64)
         ptr[1:] = np.cumsum([len(x) for x in sets])
         return ptr, np.concatenate(sets) if sets else np.zeros(0, dtype=np.int64)
@@ -189,16 +194,18 @@ class Clusters:
                 self._extra.setdefault(x, []).append(states[order[bounds[x]:bounds[x + 1]]])
 
     def _materialise(self, c: int) -> np.ndarray:
-        """Cluster ``c``'s member list with the joined states added (kept sorted)."""
+        """Cluster ``c``'s member list (any order) with the joined states added."""
         self._group_joined()
         extra = self._extra.pop(c, None)
         if extra is not None:
-            old, new = self._lists[c], np.sort(np.concatenate(extra))
-            both = np.concatenate([old, new])
-            if len(old) and len(new) and new[0] < old[-1]:  # joined states are usually the newest
-                both.sort()
-            self._lists[c] = _frozen(both)
+            self._lists[c] = _frozen(np.concatenate([self._lists[c], *extra]))
         return self._lists[c]
+
+    def _drop_from_lists(self, states, owner) -> None:
+        """Member lists lose ``states`` (their clusters ``owner``, -1: none)."""
+        for c in np.unique(owner[owner >= 0]).tolist():
+            lst = self._materialise(c)
+            self._lists[c] = _frozen(lst[~np.isin(lst, states[owner == c])])
 
     def _remap_lists(self, new_of_old, k_new) -> None:
         """Member lists follow a renumbering (``new_of_old[c]`` < 0: ``c`` is gone; shared ids merge);
@@ -213,8 +220,7 @@ class Clusters:
         for c, t in enumerate(m.tolist()):
             if t >= 0:
                 parts[t].append(self._lists[c])
-        self._lists = [p[0] if len(p) == 1 else _frozen(np.sort(np.concatenate(p))) if p else _EMPTY
-                       for p in parts]
+        self._lists = [p[0] if len(p) == 1 else _frozen(np.concatenate(p)) if p else _EMPTY for p in parts]
         self._extra = {int(m[c]): x for c, x in self._extra.items() if m[c] >= 0}
 
     # ------------------------------------------------------------ per-cluster caches
@@ -378,7 +384,7 @@ class Clusters:
             self.assignment[g] = cid
         self._remap_caches(np.arange(self._k), self._k + len(groups))  # new rows start invalid
         if self._lists is not None:
-            self._lists.extend(_frozen(np.sort(np.asarray(g, dtype=np.int64))) for g in groups)
+            self._lists.extend(_frozen(np.array(g, dtype=np.int64)) for g in groups)
         self._rep = np.concatenate([self._rep, [int(np.max(g)) for g in groups]]).astype(np.int64)
         self._k += len(groups)
         return ids
@@ -394,10 +400,9 @@ class Clusters:
         self.invalidate([cluster])
         self._log(states, self.assignment[states])
         if self._lists is not None:
-            owner = self.assignment[states]
-            for c in np.unique(owner[(owner >= 0) & (owner != cluster)]).tolist():
-                self._lists[c] = _frozen(np.setdiff1d(self._materialise(c), states[owner == c]))
-            self._lists[cluster] = _frozen(np.union1d(self._materialise(cluster), states))
+            arriving = np.unique(states[self.assignment[states] != cluster])
+            self._drop_from_lists(arriving, self.assignment[arriving])
+            self._lists[cluster] = _frozen(np.concatenate([self._materialise(cluster), arriving]))
         self.assignment[states] = cluster
 
     def merge(self, pairs) -> None:
@@ -442,17 +447,25 @@ class Clusters:
                 raise ValueError("assign_each: a move leaves the clusters given as whole")
         self.invalidate(np.unique(owner))
         self.invalidate(np.unique(clusters))
-        if self._journal is not None and whole is not None and self._lists is not None:
-            for c in whole.tolist():  # every member, moved or not: the journal knows where they all went
-                self._log(self._materialise(c), np.full(len(self._lists[c]), c))
-            self._journal["full"] |= np.isin(self._journal["relabel"], whole)
-        else:
-            self._log(states, owner)
+        if whole is not None and self._lists is not None:  # deal the whole clusters' members out again
+            from ._cluster_kernels import member_lists
+
+            pool = self.member_csr(whole)[1]
+            self._log(pool, self.assignment[pool])  # every member, moved or not: changes() knows them all
+            if self._journal is not None:
+                self._journal["full"] |= np.isin(self._journal["relabel"], whole)
+            self.assignment[states] = clusters
+            position = np.full(self._k, -1, dtype=np.int64)
+            position[whole] = np.arange(len(whole))
+            ptr, idx = member_lists(pool, self.assignment, position, len(whole))
+            for r, c in enumerate(whole.tolist()):
+                self._lists[c] = _frozen(idx[ptr[r]:ptr[r + 1]])
+            return
+        self._log(states, owner)
         if self._lists is not None:
-            for c in np.unique(owner[owner >= 0]).tolist():
-                self._lists[c] = _frozen(np.setdiff1d(self._materialise(c), states[owner == c]))
+            self._drop_from_lists(states, owner)
             for c in np.unique(clusters).tolist():
-                self._lists[c] = _frozen(np.union1d(self._materialise(c), states[clusters == c]))
+                self._lists[c] = _frozen(np.concatenate([self._materialise(c), states[clusters == c]]))
         self.assignment[states] = clusters
 
     def disconnect(self, states) -> None:
@@ -467,9 +480,7 @@ class Clusters:
         self._log(states, self.assignment[states])
         self._free = np.union1d(self._free, states[states < self._free_upto])
         if self._lists is not None:
-            owner = self.assignment[states]
-            for c in np.unique(owner[owner >= 0]).tolist():
-                self._lists[c] = _frozen(np.setdiff1d(self._materialise(c), states[owner == c]))
+            self._drop_from_lists(states, self.assignment[states])
         self.assignment[states] = -1
         self._compact()
 
@@ -489,7 +500,7 @@ class Clusters:
         self._rep = np.append(self._rep, states.max())
         self._log(states, self.assignment[states])
         if self._lists is not None:
-            self._lists[owners[0]] = _frozen(np.setdiff1d(self._materialise(owners[0]), states))
+            self._drop_from_lists(states, self.assignment[states])
             self._lists.append(_frozen(np.unique(states)))
         self.assignment[states] = self._k
         self._k += 1
