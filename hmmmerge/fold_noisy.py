@@ -244,7 +244,8 @@ class StatisticalFoldMerger:
         self._red = [True]
         self._reds: list[int] = []               # red roots (node 0, the virtual start, is red but not listed)
         self._journal: list[tuple] = []
-        self._cid: dict[int, int] = {}
+        self._cid: dict[int, int] = {}          # block root -> cluster id (as last written or placed)
+        self._cid_counts = np.zeros((0, n_obs), dtype=np.int64)   # per cluster id: colour counts of its blocks
         self._total = [0] * n_obs                # visits per colour, over all blocks
         self._pos = [-1]                         # per node: action-path position if at depth <= 2, else -1
         self._shallow = [[0] * n_obs for _ in range(1 + n_actions + n_actions ** 2)]   # colour counts per position
@@ -444,8 +445,29 @@ class StatisticalFoldMerger:
                 self._visit(node)
                 if assignment[h] < 0:
                     assignment[h] = self._cid[self._find(node)]
+        cids = assignment[np.asarray(states, dtype=np.int64)]
+        self._count_cids(cids, memory.emission[np.asarray(states, dtype=np.int64)])
         self._last = states[-1]
         return bool(added)
+
+    def _count_cids(self, cids, colours) -> None:
+        """Add visits (cluster id, colour) to the per-cluster colour counts behind :meth:`emission`."""
+        cids = np.asarray(cids, dtype=np.int64)
+        need = int(cids.max(initial=-1)) + 1
+        if need > len(self._cid_counts):
+            grown = np.zeros((max(need, 2 * len(self._cid_counts)), self._K), dtype=np.int64)
+            grown[:len(self._cid_counts)] = self._cid_counts
+            self._cid_counts = grown
+        np.add.at(self._cid_counts, (cids, np.asarray(colours, dtype=np.int64)), 1)
+
+    def _recount_cids(self) -> None:
+        """Per-cluster colour counts from the blocks' counts and ``_cid`` (after a write or a load)."""
+        k = max(self._cid.values(), default=-1) + 1
+        self._cid_counts = np.zeros((k, self._K), dtype=np.int64)
+        if k:
+            roots, ids = (list(v) for v in zip(*self._cid.items()))
+            np.add.at(self._cid_counts, np.asarray(ids, dtype=np.int64),
+                      np.asarray([self._cnt[r] for r in roots], dtype=np.int64))
 
     def observe_tree(self, memory) -> None:
         """Record every unrecorded state of a prefix-tree ``memory`` from its links (one visit each).
@@ -478,22 +500,21 @@ class StatisticalFoldMerger:
             self._record(h + 1, pnode, a, int(memory.emission[h]))
 
     # ------------------------------------------------------------ the test
-    def _set_noise(self) -> None:
-        """The noise rate and colour prior of this sleep (see the module docstring)."""
+    def _noise_model(self) -> tuple[float, list[float], float]:
+        """``(eps, log pi, L)`` from the counts so far (see the module docstring; a function of the saved state)."""
         K = self._K
         total = [1.0 + v for v in self._total]
         minority, visits = 1.0, 100.0
         for c in self._shallow:
             minority += sum(c) - max(c)
             visits += sum(c)
-        if self.noise is not None:
-            eps = self.noise
-        else:
-            eps = min(0.5, minority / visits * K / max(K - 1, 1))
-        self.noise_ = eps
+        eps = self.noise if self.noise is not None else min(0.5, minority / visits * K / max(K - 1, 1))
         s = sum(total)
-        self._log_pi = [math.log(t / s) for t in total]
-        self._L = math.log((1 - eps + eps / K) / (eps / K))
+        return eps, [math.log(t / s) for t in total], math.log((1 - eps + eps / K) / (eps / K))
+
+    def _set_noise(self) -> None:
+        """The noise rate and colour prior of this sleep."""
+        self.noise_, self._log_pi, self._L = self._noise_model()
 
     def _llr(self, x, y) -> float:
         lp, L = self._log_pi, self._L
@@ -730,16 +751,21 @@ class StatisticalFoldMerger:
         ids = clusters.assignment[:n_states][first]
         keep = blocks >= 0
         self._cid = dict(zip(blocks[keep].tolist(), ids[keep].tolist()))
+        self._recount_cids()
 
     def emission(self, clusters, n_states: int) -> np.ndarray:
-        """Noise-aware emission of each cluster: the posterior predictive of its block's colour counts.
+        """Noise-aware emission of each cluster: the posterior predictive of its blocks' colour counts.
 
-        Under the noise model a block whose visits show counts ``c`` is a cell
-        of colour ``k`` with probability ``∝ pi_k exp(L c_k)``; it emits ``j``
-        with probability ``sum_k P(k | c) p_k(j)``.  Every colour keeps at
-        least ``noise / K``, so a noisy observation never has probability 0
+        Under the noise model a cell whose visits show counts ``c`` has colour
+        ``k`` with probability ``∝ pi_k exp(L c_k)``; it emits ``j`` with
+        probability ``sum_k P(k | c) p_k(j)``.  Every colour keeps at least
+        ``noise / K``, so a noisy observation never has probability 0
         (``level2_hmm``'s ``C^T E1`` gives 0 to every colour no member state
-        happened to show, and a filter loses its belief there).
+        happened to show, and a filter loses its belief there).  The noise
+        rate and colour prior are estimated from the counts so far (also
+        before the first sleep).  ``clusters`` must be as this merger last
+        wrote or placed them; ``n_states`` is not used (kept for callers that
+        pass the memory's size).
 
         >>> from hmmmerge.episodic import EpisodicMemory
         >>> from hmmmerge.clusters import Clusters
@@ -749,22 +775,17 @@ class StatisticalFoldMerger:
         >>> fold.emission(cl, mem.n_states).round(2).tolist()
         [[0.95, 0.05], [0.05, 0.95]]
         """
-        if self._A is None or self.noise_ is None:
-            raise ValueError("no sleep yet: the noise rate and the blocks are not known")
-        K, eps = self._K, self.noise_
-        assignment = np.asarray(clusters.assignment[:n_states])
-        roots = self.block_of(n_states)
+        if self._A is None:
+            raise ValueError("no level-1 state recorded yet: the blocks are not known")
         k = clusters.n_clusters
-        root_of = np.full(k, -1, dtype=np.int64)
-        ok = assignment >= 0
-        root_of[assignment[ok]] = roots[ok]
-        if (root_of < 0).any():
-            raise ValueError("a cluster holds no level-1 state recorded by this merger")
-        counts = np.array([self._cnt[r] for r in root_of.tolist()], dtype=np.float64)
-        logit = np.asarray(self._log_pi)[None, :] + self._L * counts
+        if len(self._cid_counts) < k or (k and len(self._cid) < k):
+            raise ValueError("the clusters are not the ones this merger wrote")
+        counts = self._cid_counts[:k].astype(np.float64)
+        eps, log_pi, L = self._noise_model()
+        logit = np.asarray(log_pi)[None, :] + L * counts
         post = np.exp(logit - logit.max(axis=1, keepdims=True))
         post /= post.sum(axis=1, keepdims=True)
-        return post * (1 - eps) + eps / K
+        return post * (1 - eps) + eps / self._K
 
     def level2_hmm(self, memory, clusters):
         """:func:`~hmmmerge.clusters.level2_hmm` with the noise-aware :meth:`emission` in place of ``C^T E1``.
@@ -856,6 +877,9 @@ class StatisticalFoldMerger:
         self._cnt = [row if ok else None for row, ok in zip(arr["counts"].astype(np.int64).tolist(), has)]
         self._reds = arr["reds"].astype(np.int64).tolist()
         self._cid = {int(r): int(c) for r, c in arr["cid"].tolist()}
+        if any(not 0 <= r < n for r in self._cid) or any(c < 0 for c in self._cid.values()):
+            raise ValueError(f"{source}: fold-noisy merger arrays hold out-of-range values")
+        self._recount_cids()
         self.stats = dict(zip(_STATS, arr["stats"].astype(np.int64).tolist()))
         roots = np.flatnonzero(uf == np.arange(n))
         self._total = arr["counts"][roots].sum(axis=0).astype(np.int64).tolist()

@@ -151,6 +151,28 @@ def test_small_noisy_world_within_the_noise_target(seed):
     assert own >= ours - 1e-9 or own >= em - 0.02
 
 
+# ---------------------------------------------------------------- the agent with noise-aware emissions
+@pytest.mark.parametrize("seed", [0, 1])
+def test_online_predictor_uses_the_noise_aware_emissions(seed):
+    """5x5 grid, 5 colours, 5% noise: a noisy observation no longer loses the online belief, so online
+    accuracy comes near the ceiling of a perfect map (0.95 + 0.05 / 5); one colour per cluster gave ~0.3."""
+    env = gridworld(5, 5, n_colours=5, seed=seed)
+    train, _ = noisy_walks(env, 300, 30, seed)
+    agent = TwoLevelMemory(env.n_obs, env.n_actions, merge="fold-noisy", seed=seed).fit(train)
+    h = agent.history()
+    assert h["l2_accuracy"][-50:].mean() >= 0.90 and h["l2_no_prediction"][-50:].max() == 0
+    # the emission counts behind it are every visit of the walk, by the cluster of its level-1 state
+    k, states = agent.n_clusters_, agent.last_states_.ravel()
+    counts = np.zeros((k, env.n_obs), dtype=np.int64)
+    np.add.at(counts, (agent.clusters_.assignment[states], agent.memory_.emission[states]), 1)
+    np.testing.assert_array_equal(agent.merger_._cid_counts[:k], counts)
+    # the agent's level 2 is the merger's model: T2 of C, noise-aware emissions
+    ours, base = agent.level2_hmm(), level2_hmm(agent.memory_, agent.clusters_)
+    assert all((a != b).nnz == 0 for a, b in zip(ours.T, base.T))
+    np.testing.assert_allclose(ours.E, agent.merger_.emission(agent.clusters_, agent.memory_.n_states))
+    assert (ours.E > 0).all() and np.allclose(ours.E.sum(axis=1), 1)
+
+
 # ---------------------------------------------------------------- files, CLI
 def test_save_load_resumes_exactly(tmp_path):
     env = gridworld(4, 4, n_colours=4, seed=0)
