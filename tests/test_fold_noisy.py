@@ -53,11 +53,12 @@ def test_pair_llr_signs():
 
 
 @pytest.mark.parametrize("kw", [{"risk": 0}, {"risk": 1.0}, {"risk": "x"}, {"noise": 0}, {"noise": 1.5},
-                                {"noise": True}, {"min_visits": 0}])
+                                {"noise": True}, {"min_visits": 0}, {"provisional_lead": -1},
+                                {"provisional_lead": True}])
 def test_bad_parameters_are_refused(kw):
-    with pytest.raises((ValueError, TypeError), match="risk|noise|min_visits"):
+    with pytest.raises((ValueError, TypeError), match="risk|noise|min_visits|provisional_lead"):
         StatisticalFoldMerger(**kw)
-    with pytest.raises((ValueError, TypeError), match="risk|noise|min_visits"):
+    with pytest.raises((ValueError, TypeError), match="risk|noise|min_visits|provisional_lead"):
         TwoLevelMemory(4, 4, merge="fold-noisy", merge_params=kw)
 
 
@@ -88,6 +89,35 @@ def test_every_state_in_one_cluster_and_level2_deterministic(seed, noise, every)
             assert (np.diff(T.tocsr().indptr) <= 1).all()
 
 
+@pytest.mark.parametrize("seed", [0, 3])
+def test_provisional_decisions_never_change_the_committed_ones(seed):
+    """Provisional folds are rolled back exactly: sleep by sleep, the committed blocks, counts and red
+    blocks are those of a merger without them; C differs only by the provisional merges (coarser)."""
+    env = gridworld(5, 5, n_colours=5, seed=seed)
+    train, _ = noisy_walks(env, 120, 30, seed)
+    mem = EpisodicMemory(env.n_obs, env.n_actions)
+    runs = [(StatisticalFoldMerger(), Clusters(n_states=0)), (StatisticalFoldMerger(provisional_lead=None),
+                                                              Clusters(n_states=0))]
+    provisional, coarser = 0, False
+    for e in range(0, 120, 10):
+        part = train[e:e + 10]
+        states, _ = mem.observe_trajectories(part)
+        for fold, cl in runs:
+            fold.observe(mem, states, part.actions)
+            report = fold.sleep(mem, cl)[0]
+        provisional += runs[0][0]._provisional
+        (a, ca), (b, cb) = runs
+        da, db = a.state_dict(), b.state_dict()
+        for key in da:
+            if key != "foldnoisy_cid":
+                np.testing.assert_array_equal(da[key], db[key], err_msg=key)
+        n = mem.n_states
+        pairs = np.unique(np.stack([cb.assignment[:n], ca.assignment[:n]]), axis=1)
+        assert len(np.unique(pairs[0])) == pairs.shape[1]       # each committed block in one cluster of C
+        coarser |= ca.n_clusters < cb.n_clusters
+    assert provisional > 0 and coarser
+
+
 def test_noisy_siblings_join_one_block():
     """Children of one block under one action are one cell whatever colour they showed."""
     mem = EpisodicMemory(3, 1)
@@ -106,12 +136,14 @@ def test_blocks_seen_less_than_min_visits_wait():
     mem = EpisodicMemory(2, 1)
     states = [mem.observe(o, -1 if t == 0 else 0) for t, o in enumerate([0, 1] * 10)]
     out = {}
-    for t0 in (1, 3):
-        fold, cl = StatisticalFoldMerger(min_visits=t0), Clusters(n_states=0)
+    for t0, lead in ((1, None), (3, None), (3, 0.5)):
+        fold, cl = StatisticalFoldMerger(min_visits=t0, provisional_lead=lead), Clusters(n_states=0)
         fold.observe(mem, [states], [[-1] + [0] * 19])
-        fold.sleep(mem, cl)
-        out[t0] = cl.n_clusters
-    assert out == {1: 2, 3: mem.n_states}
+        report = fold.sleep(mem, cl)[0]
+        out[t0, lead] = cl.n_clusters, report["merges"], report["provisional"] > 0
+    # a provisional decision shapes C but is not committed: the blocks still wait
+    assert out == {(1, None): (2, 1, False), (3, None): (mem.n_states, 0, False), (3, 0.5): (2, 0, True)}
+    assert fold.n_red == 0 and len(np.unique(fold.block_of(mem.n_states))) == mem.n_states
     # walked three times, the same loop folds with the default
     for _ in range(2):
         rows = [mem.observe(o, -1 if t == 0 else 0) for t, o in enumerate([0, 1] * 10)]
