@@ -778,20 +778,12 @@ class StatisticalFoldMerger:
         >>> fold = StatisticalFoldMerger(); fold.observe_tree(mem); fold.block_of(3).tolist()
         [1, 2, -1]
         """
-        if self._A is None:
-            return np.full(n_states, -1, dtype=np.int64)
-        uf = np.asarray(self._uf, dtype=np.int64)
-        m = min(n_states, len(uf) - 1)
-        root = uf[1:m + 1]
-        placed = root >= 0
-        root = np.where(placed, root, 0)
-        while True:
-            up = uf[root]
-            if np.array_equal(up, root):
-                break
-            root = up
+        from ._fold_kernels import roots_of   # the exact fold's union-find walk
+
         out = np.full(n_states, -1, dtype=np.int64)
-        out[:m] = np.where(placed, root, -1)
+        if self._A is not None:
+            m = min(n_states, len(self._uf) - 1)
+            out[:m] = roots_of(np.asarray(self._uf, dtype=np.int64), m)
         return out
 
     def write_clusters(self, clusters, n_states: int) -> None:
@@ -808,11 +800,9 @@ class StatisticalFoldMerger:
         roots = self.block_of(n_states)
         clusters.assignment[:] = -1
         clusters.assignment[:n_states] = roots
-        clusters.compact()
-        blocks, first = np.unique(roots, return_index=True)
-        ids = clusters.assignment[:n_states][first]
-        keep = blocks >= 0
-        self._cid = dict(zip(blocks[keep].tolist(), ids[keep].tolist()))
+        clusters.compact()   # ids in order of the root nodes
+        blocks = np.unique(roots)
+        self._cid = dict(zip(blocks[blocks >= 0].tolist(), range(clusters.n_clusters)))
         self._recount_cids()
 
     def emission(self, clusters, n_states: int) -> np.ndarray:
