@@ -30,9 +30,15 @@ wrong; surprise smoothed with epsilon 1e-3):
    (default 0b8663b, the last commit without fold's kernels; ``git archive``)
    and SF merges.
 7. ``evidence`` -- fold's ``min_evidence`` from 2 to 6 on the paper's world
-   (3 colourings x 2 seeds) and with 4 colours (3 runs), and the optional
-   ``single_evidence`` rule (1, 2) there and on the random graph: accuracy,
-   clusters, merges, undos, CPU time.
+   (3 colourings x 2 seeds) and with 4 colours (3 runs), the optional
+   ``single_evidence`` rule (1, 2) and ``provisional_lead`` (off, 1, 2, 3)
+   there and on the random graph: accuracy, clusters, merges, undos, CPU
+   time.
+8. ``minigrid`` -- MiniGrid FourRooms (1,040 states, 360 egocentric views):
+   fold (and fold without its provisional pass, i.e. main before it) next to
+   EM (3 clones / 20 iterations and 5 / 50) and the context baseline, on
+   walks of 20 x 1,000 moves (walk seeds 0, 1) and 200 x 100 moves; held-out
+   on 10 fresh walks of 200 moves.
 
 Results are cached per run under ``--out`` (one atomic file each, see
 :mod:`hmmmerge.sweep`): an interrupted run resumes where it stopped.  They
@@ -42,7 +48,7 @@ section after changing code.  The
 tables go to ``OUT/bench_fold.md`` and stdout.
 
     python benchmarks/bench_fold.py [--quick] [--out DIR] [--learner fold] [--executor serial]
-        [--sections paper,grid4,gallery,noise,nostart,slip,speed,evidence]
+        [--sections paper,grid4,gallery,noise,nostart,slip,speed,evidence,minigrid] [--models fold,em,...]
 
 ``--learner`` defaults to ``fold`` when the agent knows that merge mode, else
 ``sf`` (stated in the output).  ``--quick``: 1 seed, 300 episodes, fewer
@@ -70,7 +76,7 @@ VERSION = "1"
 """Results are keyed by configuration and this version, not by the code: delete ``OUT/runs`` (or a section's
 folder) to recompute after changing a learner."""
 GALLERY = ("maze", "torus", "two-rooms", "cscg-room", "aliased-loop", "random-graph")
-SECTIONS = ("paper", "grid4", "gallery", "noise", "nostart", "slip", "speed", "evidence")
+SECTIONS = ("paper", "grid4", "gallery", "noise", "nostart", "slip", "speed", "evidence", "minigrid")
 NAMES = {"fold": "fold", "fold-noisy": "fold-noisy", "sf": "SF merges", "random": "random merges", "none": "no merges",
          "em": "EM (clone HMM)",
          "context": "context (order 4)", "first-order": "first order", "oracle": "oracle", "rpni": "RPNI (AALpy)",
@@ -102,8 +108,8 @@ def _worlds(section: str, quick: bool) -> list[dict]:
     raise ValueError(section)
 
 
-def sweeps_for(section: str, out: str, learner: str, quick: bool):
-    """The online and offline sweeps of a section."""
+def sweeps_for(section: str, out: str, learner: str, quick: bool, models=None):
+    """The online and offline sweeps of a section (only the merge modes and models in ``models``, if given)."""
     episodes = 300 if quick else 1000
     online_modes = {"paper": (learner, "sf", "random"), "grid4": (learner, "sf"), "gallery": (learner, "sf", "random"),
                     "noise": (learner, "fold-noisy", "sf"), "nostart": (learner, "sf"), "slip": (learner, "sf")}[section]
@@ -113,6 +119,9 @@ def sweeps_for(section: str, out: str, learner: str, quick: bool):
                "noise": ("context", "em", "rpni", "alergia"),
                "nostart": ("context", "em", "rpni", "alergia"),
                "slip": ("context", "em", "rpni", "alergia")}[section]
+    if models is not None:
+        online_modes = tuple(m for m in online_modes if m in models)
+        offline = tuple(m for m in offline if m in models)
     on, off = [], []
     for base in _worlds(section, quick):
         base = dict(base, episodes=episodes, eval_episodes=100)
@@ -418,6 +427,7 @@ def evidence_runs(quick: bool) -> list[dict]:
     out = [dict(w, min_evidence=k) for w in paper + grid4 for k in range(2, 7)]
     out += [dict(w, single_evidence=e) for w in paper + grid4 + graph for e in (None, 1, 2)
             if not (e is None and w["world"] == "grid")]
+    out += [dict(w, provisional_lead=p) for w in paper + grid4 + graph for p in ("off", 2, 3)]
     return [dict(c, episodes=300 if quick else 1000) for c in out]
 
 
@@ -428,7 +438,9 @@ def evidence_run(config: dict) -> dict:
 
     env = bench_world(config)
     train, _ = bench_walks(env, dict(config, eval_episodes=1))
-    params = {k: config[k] for k in ("min_evidence", "single_evidence") if config.get(k) is not None}
+    params = {k: config[k] for k in ("min_evidence", "single_evidence", "provisional_lead") if config.get(k) is not None}
+    if params.get("provisional_lead") == "off":
+        params["provisional_lead"] = None
     agent = TwoLevelMemory(env.n_obs, env.n_actions, merge="fold", merge_params=params,
                            seed=[int(config["colouring"]), int(config["seed"]), 1])
     c = time.process_time()
@@ -437,7 +449,8 @@ def evidence_run(config: dict) -> dict:
     acc = agent.history()["l2_accuracy"]
     purity, _ = agent._current_purity()
     return {"last50": float(acc[-50:].mean()), "mid": float(acc[100:200].mean()), "clusters": agent.n_clusters_,
-            "purity": purity, "cpu_s": cpu, "k": agent.merger_.evidence_minimum, **agent.merger_.stats}
+            "purity": purity, "cpu_s": cpu, "k": agent.merger_.evidence_minimum, **agent.merger_.stats,
+            "provisional_merges": agent.merger_.provisional["merges"]}
 
 
 def evidence(quick: bool) -> list[str]:
@@ -448,19 +461,86 @@ def evidence(quick: bool) -> list[str]:
     groups = {}
     for c, r in zip(configs, results):
         world = names[c["world"]].format(c.get("colours", 10))
-        groups.setdefault((world, r["k"], c.get("single_evidence")), []).append(r)
-    lines = ["| world | min_evidence | single_evidence | runs | online acc., last 50 (mean / worst) | episodes 100-200 "
-             "| clusters (mean) | purity (min) | merges | undos (total) | CPU s per run |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for (world, k, single), rs in groups.items():
+        groups.setdefault((world, r["k"], c.get("single_evidence"), c.get("provisional_lead", 1)), []).append(r)
+    lines = ["| world | min_evidence | single_evidence | provisional_lead | runs | online acc., last 50 (mean / worst) "
+             "| episodes 100-200 | clusters (mean) | purity (min) | merges | provisional merges in force | undos (total) "
+             "| CPU s per run |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for (world, k, single, lead), rs in groups.items():
         default = " (default)" if k == default_min_evidence(10 if "10 colours" in world or "graph" in world else 4) \
             else ""
-        lines.append(f"| {world} | {k}{default} | {'-' if single is None else single} | {len(rs)} | "
+        lead = f"{lead}{' (default)' if lead == 1 else ''}"
+        lines.append(f"| {world} | {k}{default} | {'-' if single is None else single} | {lead} | {len(rs)} | "
                      f"{np.mean([r['last50'] for r in rs]):.4f} / {min(r['last50'] for r in rs):.4f} | "
                      f"{np.mean([r['mid'] for r in rs]):.4f} | {np.mean([r['clusters'] for r in rs]):.1f} | "
                      f"{min(r['purity'] for r in rs):.4f} | {np.mean([r['merges'] for r in rs]):.0f} | "
+                     f"{np.mean([r['provisional_merges'] for r in rs]):.0f} | "
                      f"{sum(r['undos'] for r in rs)} | {np.mean([r['cpu_s'] for r in rs]):.2f} |")
     return lines
+
+
+# --------------------------------------------------------------------------- MiniGrid
+MINIGRID = "MiniGrid-FourRooms-v0"
+MINIGRID_WALKS = ((20, 1000, 0), (20, 1000, 1), (200, 100, 0))
+"""(episodes, moves per episode, walk seed) of the training walks; the fresh walk is 10 x 200 moves, seed 100."""
+MINIGRID_LEARNERS = {
+    "fold": ("fold", {}),
+    "fold, no provisional pass": ("fold", {"provisional_lead": None}),
+    "EM, 3 clones, 20 iter.": ("em", {"n_clones": 3, "n_iter": 20}),
+    "EM, 5 clones, 50 iter.": ("em", {"n_clones": 5, "n_iter": 50}),
+    "context (order 4)": ("context", {}),
+}
+
+
+def minigrid_run(label: str, walk: tuple, quick: bool) -> dict:
+    """One learner of the ``minigrid`` section on one training walk: held-out accuracy / surprise, states, CPU s."""
+    from hmmmerge import from_gymnasium, random_walk
+    from hmmmerge.agent import TwoLevelMemory
+    from hmmmerge.baselines import build_model
+    from hmmmerge.evaluate import score_trajectories
+
+    env = from_gymnasium(MINIGRID, seed=0)
+    n, length, seed = walk
+    train = random_walk(env, n // 4 if quick else n, length, seed=seed)
+    fresh = random_walk(env, 10, 200, seed=100)
+    kind, params = MINIGRID_LEARNERS[label]
+    c = time.process_time()
+    if kind == "fold":
+        agent = TwoLevelMemory(env.n_obs, env.n_actions, merge="fold", merge_params=params, seed=0).fit(train)
+        hmm = agent.level2_hmm()
+    else:
+        hmm = build_model(kind, train, env=env, seed=0, **params)
+    cpu = time.process_time() - c
+    return {"heldout": score_trajectories(hmm, fresh).accuracy,
+            "surprise": score_trajectories(hmm, fresh, smoothing=1e-3).surprise, "states": int(hmm.n_states),
+            "cpu_s": cpu}
+
+
+def minigrid(out: str, quick: bool) -> list[str]:
+    """The MiniGrid table; runs are cached in ``OUT/runs/minigrid.json`` (by learner and walk, not by code:
+    delete the file after changing a learner)."""
+    path = os.path.join(out, "runs", "minigrid.json")
+    cache = json.load(open(path)) if os.path.exists(path) else {}
+    walks = MINIGRID_WALKS[:1] if quick else MINIGRID_WALKS
+    lines = ["| training walk | " + " | ".join(MINIGRID_LEARNERS) + " | fold - EM (5 clones) |",
+             "|---|" + "---|" * (len(MINIGRID_LEARNERS) + 1)]
+    verdicts = []
+    for walk in walks:
+        row = {}
+        for label in MINIGRID_LEARNERS:
+            key = f"{label}:{walk}:{'quick' if quick else 'full'}"
+            if key not in cache:
+                cache[key] = minigrid_run(label, walk, quick)
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                atomic_write_text(path, json.dumps(cache, indent=1))
+            row[label] = cache[key]
+        n, length, seed = walk
+        n = n // 4 if quick else n
+        cells = [f"{r['heldout']:.3f} ({r['states']:,} states, {r['cpu_s']:.1f} s)" for r in row.values()]
+        gap = row["fold"]["heldout"] - row["EM, 5 clones, 50 iter."]["heldout"]
+        lines.append(f"| {n} x {length:,} moves, walk seed {seed} | " + " | ".join(cells) + f" | {gap:+.3f} |")
+        verdicts.append(f"{n} x {length:,}, seed {seed}: {'met' if gap >= -0.02 else 'NOT met'}")
+    return lines + ["", "Target (fold held-out within 0.02 of EM): " + "; ".join(verdicts)]
 
 
 def _has_taskset() -> bool:
@@ -478,6 +558,8 @@ def main(argv=None) -> int:
     p.add_argument("--executor", default="serial", help="serial (default), local[:N], dask://HOST:PORT")
     p.add_argument("--sections", default=",".join(SECTIONS), help="comma-separated subset of " + ", ".join(SECTIONS))
     p.add_argument("--before", default=BEFORE, help=f"speed: the commit to compare with (default {BEFORE}; '' for none)")
+    p.add_argument("--models", default=None,
+                   help="comma-separated merge modes and models to run in the sections with sweeps (default all)")
     p.add_argument("--tables-only", action="store_true",
                    help="run nothing: tables of the runs already finished under --out (a partial run, or runs "
                         "made by another checkout)")
@@ -501,11 +583,16 @@ def main(argv=None) -> int:
             if not args.tables_only:
                 md += ["## evidence minimum (fold, min_evidence 2..6)", ""] + evidence(args.quick) + [""]
             continue
+        if section == "minigrid":
+            if not args.tables_only:
+                md += [f"## MiniGrid ({MINIGRID}, held-out accuracy, states, CPU s)", ""] + minigrid(args.out, args.quick) + [""]
+            continue
         if section == "speed":
             if not args.tables_only:
                 md += ["## speed (one core)", ""] + speed(args.out, learner, args.quick, before=args.before) + [""]
             continue
-        on, off = sweeps_for(section, args.out, learner, args.quick)
+        models = None if args.models is None else {m.strip() for m in args.models.split(",")}
+        on, off = sweeps_for(section, args.out, learner, args.quick, models)
         if args.tables_only:
             (on_cfg, on_res), (off_cfg, off_res) = finished(on), finished(off)
             if not on_res and not off_res:

@@ -349,7 +349,7 @@ def blues(st, out):
 
 
 @njit(cache=True)
-def blue_fringe(st, k, k_single):
+def blue_fringe(st, k, k_single, stuck):
     """Promote, then merge (most evidence first) until every blue block waits for evidence.
 
     A blue block is merged into the consistent red block of its colour with
@@ -357,7 +357,8 @@ def blue_fringe(st, k, k_single):
     least the evidence minimum ``k`` (lowered to what ``n_red`` red blocks can
     show: ``max(min(k, n_red - 1), min(k, 2))``), or if that red block is the
     only consistent one and the evidence is at least ``k_single`` (``< 0``:
-    no such rule); the pair with the largest lead goes first.  Clashes are remembered within the call (a clash stays a
+    no such rule; the provisional pass of a sleep calls this with its own
+    ``k_single``); the pair with the largest lead goes first.  Clashes are remembered within the call (a clash stays a
     clash as the automaton grows).  Returns 0 when done, ``NEED_ROOM`` (before
     a round, where stopping changes nothing) when the journal or the decision
     list could overflow in the next round.
@@ -380,6 +381,7 @@ def blue_fringe(st, k, k_single):
         if m == 0:
             return 0
         best, best_r, best_b = -1, -1, -1
+        stuck_ev, stuck_b = np.int64(1) << 62, -1
         promoted = False
         for i in range(m):
             b = out[i]
@@ -410,6 +412,8 @@ def blue_fringe(st, k, k_single):
             eligible = consistent > 0 and (lead >= kk or (consistent == 1 and 0 <= k_single <= ev_b))
             if eligible and lead > best:
                 best, best_r, best_b = lead, r_b, b
+            if consistent > 0 and not eligible and ev_b < stuck_ev:
+                stuck_ev, stuck_b = ev_b, b
             if consistent == 0:
                 st.red[b] = True
                 st.reds[st.sc[NRED]] = b
@@ -417,6 +421,14 @@ def blue_fringe(st, k, k_single):
                 _log(st, RED, b, -1, -1, -1)
                 st.sc[PROMOTIONS] += 1
                 promoted = True
+        if not promoted and best < 0 and stuck and stuck_b >= 0:  # stuck: promote the waiting block with least evidence
+            b = stuck_b
+            st.red[b] = True
+            st.reds[st.sc[NRED]] = b
+            st.sc[NRED] += 1
+            _log(st, RED, b, -1, -1, -1)
+            st.sc[PROMOTIONS] += 1
+            promoted = True
         if promoted:
             continue
         if best < 0:

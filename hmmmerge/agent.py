@@ -354,7 +354,7 @@ class TwoLevelMemory(Estimator):
             if ok.any():
                 from .merging import _set_counts
 
-                _set_counts(self.memory_, [[u] for u in joined[ok]], counts.shape[1], out=counts, rows=owners[ok])
+                _set_counts(self.memory_, joined[ok][:, None], counts.shape[1], out=counts, rows=owners[ok])
         if len(replaced) and kept:  # the tables' own horizon: the merger's may differ from the agent's
             flags = np.zeros(k, dtype=bool)
             stale_clusters(out.state[replaced - 1], self._parent, self._parent_action, nxt, cluster_of,

@@ -235,6 +235,19 @@ class Clusters:
         _, roots = connected_components(graph, directed=False)
         self._compact(roots)
 
+    def assign_each(self, states, clusters) -> None:
+        """Move each of ``states`` into its cluster of ``clusters`` (existing ids), like :meth:`assign`.
+
+        >>> cl = Clusters(np.array([0, 0, 1, 2])); cl.assign_each([1, 3], [2, 1]); cl.assignment.tolist()
+        [0, 2, 1, 1]
+        """
+        states, clusters = np.asarray(states, dtype=np.int64), np.asarray(clusters, dtype=np.int64)
+        if states.shape != clusters.shape:
+            raise ValueError(f"assign_each: {len(states)} states but {len(clusters)} clusters")
+        self.invalidate(np.unique(self.assignment[states]))
+        self.invalidate(np.unique(clusters))
+        self.assignment[states] = clusters
+
     def disconnect(self, states) -> None:
         """Separate level-1 states back out of their clusters (the paper's reversibility).
 

@@ -30,7 +30,17 @@ With one start state, Algorithm 1's level 1 is a prefix tree of
   are found from the journal; everything from the latest of them on is rolled
   back (C returns exactly to its earlier value), and the rolled-back states are
   placed and folded again, now with the contradicting evidence.  Level 1 is
-  never modified.
+  never modified;
+* **provisional pass**: the merges above are *consolidated*.  After them a
+  sleep folds what still waits, provisionally: a blue block is merged into
+  its best consistent red block when that block is the only consistent one
+  or leads the runner-up by ``provisional_lead`` (default 1), and when
+  nothing qualifies the waiting blue block with least evidence is promoted,
+  until no blue block is left.  Level 2 (C) and the online placing use
+  the provisional automaton; the next sleep first rolls the whole pass back
+  (with everything placed after it, placed again), so a provisional merge
+  never becomes evidence for a consolidated one and a wrong one lasts one
+  wake period at most.
 
 The work of a sleep is the new experience plus the folds it triggers; the
 part of level 1 already in the red automaton is never visited again.  The
@@ -66,6 +76,23 @@ of ``--sections speed`` (``gridworld(seed=0)``, walk seed 0) ``e = 2`` lets a
 wrong merge pollute a red block, duplicates get promoted (917 promotions) and
 the run ends with 1,361 clusters and 0.970 online; ``e = 1`` thrashes on the
 random graph.  Hence not the default.
+
+Default provisional lead.  Blue blocks wait where the data are thin, and
+thin data stay thin: in a rarely visited corner each entrance to a cell
+starts its own blue block, and the red block of the cell receives none of
+that traffic, so a fold finds nothing to compare (evidence 0-2) however
+often the corner is visited (paper's world, default: 159-394 clusters for
+100 cells, every red block pure, the excess in level-1 paths below 4-10
+waiting blue blocks, nearly all visited once).  A blue block that is
+consistent with one red block only is that block's cell or a cell with no
+red block yet, and a unique best candidate is, without a clash, the most
+likely one; so the provisional pass asks for a lead of 1 (0 would pick
+among ties arbitrarily).  A wrong choice costs at most the predictions of
+one wake period (the walk contradicts it at its first differing
+observation) and is not carried forward: the pass is redone at every sleep
+from the consolidated automaton.  Making the same rule consolidating
+(``single_evidence``, below) is what let a wrong merge pollute a red block
+and cascade.  Sensitivity: ``bench_fold.py --sections evidence``.
 
 Why it works, and where it does not.  With a common start and a
 deterministic world, a level-1 state's true position is a function of its
@@ -122,6 +149,8 @@ _ARRAYS = ("parent", "action", "colour", "uf", "uf_time", "just", "red", "has_ro
            "journal", "conflicts", "decisions", "stats", "cid", "pending")
 _NODE_ARRAYS = ("parent", "action", "colour", "uf", "uf_time", "just", "red", "row", "cid", "stamp", "reds")
 _ROW_ARRAYS = ("delta", "dchild", "links", "first")
+PROVISIONAL_LEAD = 1
+"""Default ``provisional_lead`` (derived in the module docstring)."""
 
 
 def default_min_evidence(n_obs: int, risk: float = 1e-3) -> int:
@@ -157,12 +186,16 @@ class FoldMerger:
     max_undo_rounds : bound on roll-back-and-refold rounds per sleep.
     single_evidence : if set, evidence enough to merge a blue block into the only red block of its
         colour it is consistent with (None: no such rule; see the module docstring).
+    provisional_lead : the lead a merge needs in the provisional pass of each sleep (None: no
+        provisional pass; default 1, derived in the module docstring).
 
     Attributes
     ----------
     n_recorded : level-1 states recorded so far (their parents and actions are kept).
     n_red : number of red (consolidated) blocks.
-    stats : counters: ``merges``, ``promotions``, ``undos``, ``conflicts``.
+    stats : counters: ``merges``, ``promotions`` (consolidated), ``undos``, ``conflicts`` (including
+        contradictions of provisional merges).
+    provisional : merges and promotions of the provisional pass in force.
 
     Nodes are level-1 states shifted by one; node 0 is the virtual start state
     whose one action (index ``n_actions``) leads to the first observation.
@@ -182,9 +215,10 @@ class FoldMerger:
     """
 
     def __init__(self, min_evidence: int | None = None, max_undo_rounds: int = 50,
-                 single_evidence: int | None = None):
+                 single_evidence: int | None = None, provisional_lead: int | None = PROVISIONAL_LEAD):
         self.min_evidence = check_int(min_evidence, "min_evidence", low=0, allow_none=True)
         self.single_evidence = check_int(single_evidence, "single_evidence", low=0, allow_none=True)
+        self.provisional_lead = check_int(provisional_lead, "provisional_lead", low=1, allow_none=True)
         self.max_undo_rounds = check_int(max_undo_rounds, "max_undo_rounds", low=1)
         self._A = None
 
@@ -196,6 +230,9 @@ class FoldMerger:
         self._n_obs = int(n_obs)
         self._k = default_min_evidence(n_obs) if self.min_evidence is None else self.min_evidence
         self._k_single = -1 if self.single_evidence is None else self.single_evidence
+        self._k_prov = -1 if self.provisional_lead is None else self.provisional_lead
+        # the provisional pass in force: journal index where it began (-1 none), its merges and promotions
+        self._prov = [-1, 0, 0]
         A1 = self._A + 1
         cap = max(int(capacity), 16)
 
@@ -378,16 +415,57 @@ class FoldMerger:
         self._place_all(h + 1)
 
     # ------------------------------------------------------------ folding
-    def _blue_fringe(self) -> None:
+    def _blue_fringe(self, k_single: int | None = None, stuck: bool = False, k: int | None = None) -> None:
         """Promote, then merge (most evidence first) until every blue block waits for evidence
-        (:func:`hmmmerge._fold_kernels.blue_fringe`)."""
+        (:func:`hmmmerge._fold_kernels.blue_fringe`; ``k_single``: that rule's minimum, default the merger's)."""
         from ._fold_kernels import NEED_ROOM, NROOTS, blue_fringe
 
+        k_single = self._k_single if k_single is None else k_single
+        k = self._k if k is None else k
         while True:
             roots = int(self._st.sc[NROOTS])
             self._room(journal=(roots + 1) * (2 * self._A + 6) + 64, decisions=roots + 2)
-            if blue_fringe(self._st, self._k, self._k_single) != NEED_ROOM:
+            if blue_fringe(self._st, k, k_single, stuck) != NEED_ROOM:
                 return
+
+    def _provisional_pass(self) -> None:
+        """Fold what waits, provisionally (the module docstring): a blue block merges into the only
+        consistent red block or one leading by ``provisional_lead``; when stuck, the waiting blue block with
+        least evidence is promoted.  :meth:`_drop_provisional` takes it all back at the next sleep."""
+        from ._fold_kernels import JLEN, MERGES, PROMOTIONS
+
+        self._prov = [-1, 0, 0]
+        if self._k_prov < 0:
+            return
+        sc = self._st.sc
+        mark, merges, promotions = int(sc[JLEN]), int(sc[MERGES]), int(sc[PROMOTIONS])
+        self._blue_fringe(k_single=0, stuck=True, k=self._k_prov)
+        sc = self._st.sc
+        done = [int(sc[MERGES]) - merges, int(sc[PROMOTIONS]) - promotions]
+        sc[MERGES], sc[PROMOTIONS] = merges, promotions   # the counters count consolidated decisions
+        if any(done):
+            self._prov = [mark] + done
+            self._dirty = True
+
+    def _drop_provisional(self) -> None:
+        """Roll back the provisional pass of the last sleep and everything placed after it (placed again)."""
+        from ._fold_kernels import JLEN, LINKS_OK, rollback
+
+        mark = self._prov[0]
+        self._prov = [-1, 0, 0]
+        if mark < 0:
+            return
+        buf = np.empty(int(self._st.sc[JLEN]) - mark, dtype=np.int64)
+        m = rollback(self._st, mark, buf)
+        self._st.sc[LINKS_OK] = 0
+        self._dirty = True
+        self._pending.extend(buf[:m].tolist())
+
+    @property
+    def provisional(self) -> dict:
+        """Merges and promotions of the provisional pass in force (taken back at the next sleep)."""
+        return {"merges": self._prov[1] if self._A is not None else 0,
+                "promotions": self._prov[2] if self._A is not None else 0}
 
     # ------------------------------------------------------------ undo
     def _find(self, x: int) -> int:
@@ -531,13 +609,16 @@ class FoldMerger:
         if self.n_recorded < memory.n_states:
             self.observe_tree(memory)
         before = self.stats
+        self._drop_provisional()
         self._place_pending()
         rounds = self._resolve_conflicts()
         self._blue_fringe()
+        self._provisional_pass()
         self.write_clusters(clusters, memory.n_states)
         after = self.stats
         report = {k: after[k] - before[k] for k in ("merges", "promotions", "undos")}
-        report.update(undo_rounds=rounds, red=self.n_red, clusters=clusters.n_clusters)
+        report.update(undo_rounds=rounds, red=self.n_red, clusters=clusters.n_clusters,
+                      provisional_merges=self._prov[1], provisional_promotions=self._prov[2])
         return [report]
 
     def place(self, memory, clusters, states, rng=None) -> bool:
@@ -709,6 +790,7 @@ class FoldMerger:
             "fold_stats": np.array([self.stats[k] for k in _STATS], dtype=np.int64),
             "fold_cid": np.asarray(cid, dtype=np.int64).reshape(-1, 2),
             "fold_pending": np.asarray(self._pending, dtype=np.int64),
+            "fold_provisional": np.asarray(self._prov, dtype=np.int64),
         }
 
     def load_state_dict(self, d, source: str = "<dict>") -> None:
@@ -773,6 +855,10 @@ class FoldMerger:
         st.sc[LINKS_OK], st.sc[NROWS] = 0, len(order)
         self._undos = stats["undos"]
         self._pending = arrays["pending"].astype(np.int64).tolist()
+        prov = np.asarray(d["fold_provisional"] if "fold_provisional" in d else [-1, 0, 0], dtype=np.int64)
+        if prov.shape != (3,) or not -1 <= prov[0] <= len(journal):
+            raise ValueError(f"{source}: fold merger provisional pass is malformed")
+        self._prov = prov.tolist()
         self._dirty = True
 
     def block_of(self, n_states: int) -> np.ndarray:

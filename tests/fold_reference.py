@@ -1,7 +1,9 @@
 """The pure-Python fold merger as it first landed (main at 0b8663b, docstrings dropped), kept as the
 reference for ``hmmmerge.fold``: the numba kernels must reproduce it decision for decision
 (``tests/test_fold_kernels.py``; ``benchmarks/bench_fold.py --sections speed`` times both).  Not part of
-the package; do not change it."""
+the package.  Change it only together with the algorithm, in the same way (it is the readable
+specification).  Changes since 0b8663b: the provisional pass (``provisional_lead``; ``_blue_fringe``
+with ``provisional=True``, ``_drop_provisional``)."""
 from __future__ import annotations
 from hmmmerge.fold import default_min_evidence
 import numpy as np
@@ -14,9 +16,10 @@ _ARRAYS = ('parent', 'action', 'colour', 'uf', 'uf_time', 'just', 'red', 'has_ro
 
 class FoldMerger:
 
-    def __init__(self, min_evidence: int | None=None, max_undo_rounds: int=50):
+    def __init__(self, min_evidence: int | None=None, max_undo_rounds: int=50, provisional_lead: int | None=1):
         self.min_evidence = check_int(min_evidence, 'min_evidence', low=0, allow_none=True)
         self.max_undo_rounds = check_int(max_undo_rounds, 'max_undo_rounds', low=1)
+        self.provisional_lead = check_int(provisional_lead, 'provisional_lead', low=1, allow_none=True)
         self._A = None
 
     def _init(self, n_obs: int, n_actions: int) -> None:
@@ -41,6 +44,7 @@ class FoldMerger:
         self._cid: dict[int, int] = {}
         self._last = -1
         self._pending: list[int] = []
+        self._prov = [-1, 0, 0]
 
     def _check(self, memory) -> None:
         if self._A is None:
@@ -258,16 +262,17 @@ class FoldMerger:
         out.sort()
         return out
 
-    def _blue_fringe(self) -> None:
+    def _blue_fringe(self, lead: int | None=None, provisional: bool=False) -> None:
         clashes: set[tuple[int, int]] = set()
         cache: dict[tuple[int, int], tuple[int, int]] = {}
         epoch = 0
         while True:
-            k = self._attainable_minimum()
+            k = self._attainable_minimum(self._k if lead is None else lead)
             blues = self._blues()
             if not blues:
                 return
             best, best_pair, promoted = (-1, None, False)
+            stuck_ev, stuck = (float('inf'), None)
             for b in blues:
                 consistent, ev_b, r_b, runner_up = (0, -1, -1, 0)
                 for r in self._reds_by_colour.get(self._colour[b], ()):
@@ -291,17 +296,24 @@ class FoldMerger:
                             ev_b, r_b = (ev, r)
                         else:
                             runner_up = max(runner_up, ev)
-                lead = ev_b - runner_up
-                if consistent and lead > best:
-                    best, best_pair = (lead, (r_b, b))
+                lead_b = ev_b - runner_up
+                eligible = consistent and (lead_b >= k or (provisional and consistent == 1))
+                if eligible and lead_b > best:
+                    best, best_pair = (lead_b, (r_b, b))
+                if consistent and not eligible and ev_b < stuck_ev:
+                    stuck_ev, stuck = (ev_b, b)
                 if not consistent:
                     self._set_red(b)
                     self.stats['promotions'] += 1
                     promoted = True
             epoch += 1
+            if provisional and not promoted and best < 0 and stuck is not None:
+                self._set_red(stuck)
+                self.stats['promotions'] += 1
+                promoted = True
             if promoted:
                 continue
-            if best < k:
+            if best < 0:
                 return
             mark = len(self._journal)
             self._decisions.append(mark)
@@ -311,8 +323,25 @@ class FoldMerger:
             else:
                 self.stats['merges'] += 1
 
-    def _attainable_minimum(self) -> int:
-        return max(min(self._k, self.n_red - 1), min(self._k, 2))
+    def _attainable_minimum(self, k: int) -> int:
+        return max(min(k, self.n_red - 1), min(k, 2))
+
+    def _provisional_pass(self) -> None:
+        self._prov = [-1, 0, 0]
+        if self.provisional_lead is None:
+            return
+        mark, before = (len(self._journal), dict(self.stats))
+        self._blue_fringe(self.provisional_lead, provisional=True)
+        done = [self.stats[k] - before[k] for k in ('merges', 'promotions')]
+        self.stats.update(merges=before['merges'], promotions=before['promotions'])
+        if any(done):
+            self._prov = [mark] + done
+
+    def _drop_provisional(self) -> None:
+        mark = self._prov[0]
+        self._prov = [-1, 0, 0]
+        if mark >= 0:
+            self._rollback(mark, self._pending)
 
     def _decision_of(self, t: int) -> int:
         import bisect
@@ -397,12 +426,15 @@ class FoldMerger:
         if self.n_recorded < memory.n_states:
             self.observe_tree(memory)
         before = dict(self.stats)
+        self._drop_provisional()
         self._place_pending()
         rounds = self._resolve_conflicts()
         self._blue_fringe()
+        self._provisional_pass()
         self.write_clusters(clusters, memory.n_states)
         report = {k: self.stats[k] - before[k] for k in ('merges', 'promotions', 'undos')}
-        report.update(undo_rounds=rounds, red=self.n_red, clusters=clusters.n_clusters)
+        report.update(undo_rounds=rounds, red=self.n_red, clusters=clusters.n_clusters,
+                      provisional_merges=self._prov[1], provisional_promotions=self._prov[2])
         return [report]
 
     def place(self, memory, clusters, states, rng=None) -> bool:
@@ -456,7 +488,7 @@ class FoldMerger:
             journal[i, :len(op)] = op
         reds = [(c, x) for c, xs in self._reds_by_colour.items() for x in xs]
         cid = sorted(self._cid.items())
-        return {'fold_sizes': np.array([self._n_obs, self._A, self._k, self._last, self._settled], dtype=np.int64), 'fold_parent': np.asarray(self._parent, dtype=np.int64), 'fold_action': np.asarray(self._action, dtype=np.int64), 'fold_colour': np.asarray(self._colour, dtype=np.int64), 'fold_uf': np.asarray(self._uf, dtype=np.int64), 'fold_uf_time': np.asarray(self._uf_time, dtype=np.int64), 'fold_just': np.asarray(self._just, dtype=np.int64), 'fold_red': np.asarray(self._red, dtype=bool), 'fold_has_row': has_row, 'fold_delta': delta, 'fold_dchild': dchild, 'fold_reds': np.array(reds, dtype=np.int64).reshape(-1, 2), 'fold_journal': journal, 'fold_conflicts': np.array(self._conflicts, dtype=np.int64).reshape(-1, 2), 'fold_decisions': np.asarray(self._decisions, dtype=np.int64), 'fold_stats': np.array([self.stats[k] for k in _STATS], dtype=np.int64), 'fold_cid': np.array(cid, dtype=np.int64).reshape(-1, 2), 'fold_pending': np.asarray(self._pending, dtype=np.int64)}
+        return {'fold_sizes': np.array([self._n_obs, self._A, self._k, self._last, self._settled], dtype=np.int64), 'fold_parent': np.asarray(self._parent, dtype=np.int64), 'fold_action': np.asarray(self._action, dtype=np.int64), 'fold_colour': np.asarray(self._colour, dtype=np.int64), 'fold_uf': np.asarray(self._uf, dtype=np.int64), 'fold_uf_time': np.asarray(self._uf_time, dtype=np.int64), 'fold_just': np.asarray(self._just, dtype=np.int64), 'fold_red': np.asarray(self._red, dtype=bool), 'fold_has_row': has_row, 'fold_delta': delta, 'fold_dchild': dchild, 'fold_reds': np.array(reds, dtype=np.int64).reshape(-1, 2), 'fold_journal': journal, 'fold_conflicts': np.array(self._conflicts, dtype=np.int64).reshape(-1, 2), 'fold_decisions': np.asarray(self._decisions, dtype=np.int64), 'fold_stats': np.array([self.stats[k] for k in _STATS], dtype=np.int64), 'fold_cid': np.array(cid, dtype=np.int64).reshape(-1, 2), 'fold_pending': np.asarray(self._pending, dtype=np.int64), 'fold_provisional': np.asarray(self._prov, dtype=np.int64)}
 
     def load_state_dict(self, d, source: str='<dict>') -> None:
         if 'fold_sizes' not in d:
@@ -487,6 +519,7 @@ class FoldMerger:
         self.stats = dict(zip(_STATS, arrays['stats'].tolist()))
         self._cid = {r: c for r, c in arrays['cid'].tolist()}
         self._pending = arrays['pending'].tolist()
+        self._prov = np.asarray(d['fold_provisional'] if 'fold_provisional' in d else [-1, 0, 0]).tolist()
 
     def block_of(self, n_states: int) -> np.ndarray:
         if self._A is None:

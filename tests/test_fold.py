@@ -159,10 +159,46 @@ def test_without_the_clash_the_merge_is_accepted_and_determinised():
 def test_evidence_minimum_holds_back_a_merge():
     mem, st, ac = _two_branches(last=4)
     # the fold shows 3 agreements; r is the only red block of b's colour, so single_evidence must be high too
-    fold, cl = FoldMerger(min_evidence=4, single_evidence=4), Clusters(n_states=0)
+    fold, cl = FoldMerger(min_evidence=4, single_evidence=4, provisional_lead=None), Clusters(n_states=0)
     fold.observe(mem, st, ac)
     fold.sleep(mem, cl)
     assert cl.assignment[st[0][1]] != cl.assignment[st[1][1]]
+
+
+def test_the_provisional_pass_merges_what_waits_and_is_taken_back_at_the_next_sleep():
+    mem, st, ac = _two_branches(last=4)
+    consolidated = Clusters(n_states=0)
+    FoldMerger(min_evidence=4, provisional_lead=None).sleep(mem, consolidated)
+    fold, cl = FoldMerger(min_evidence=4), Clusters(n_states=0)
+    fold.observe(mem, st, ac)
+    report = fold.sleep(mem, cl)[0]
+    # b waits in the consolidated automaton (evidence 3 < 4) but is consistent with r only: merged provisionally
+    assert cl.assignment[st[0][1]] == cl.assignment[st[1][1]] and cl.n_clusters == 5
+    assert report["merges"] == 0 and report["provisional_merges"] == 1 == fold.provisional["merges"]
+    assert fold.stats["merges"] == 0
+    check_invariants(mem, cl)
+    # taken back: C returns exactly to the consolidated clusters
+    fold._drop_provisional()
+    fold._place_pending()
+    back = Clusters(n_states=0)
+    fold.write_clusters(back, mem.n_states)
+    np.testing.assert_array_equal(back.assignment[:mem.n_states], consolidated.assignment[:mem.n_states])
+    # new experience contradicts the provisional merge (after 1, 2, 3 action 1 gives 7 on r's branch, 8 on b's)
+    fold, cl = FoldMerger(min_evidence=4), Clusters(n_states=0)
+    fold.observe(mem, st, ac)
+    fold.sleep(mem, cl)
+    st2, _ = episodes(mem, [[(9, -1), (1, 0), (2, 0), (3, 0), (7, 1)], [(9, -1), (1, 1), (2, 0), (3, 0), (8, 1)]])
+    for s in st2:
+        fold.place(mem, cl, s)
+    assert fold.stats["conflicts"] == 1
+    report = fold.sleep(mem, cl)[0]
+    # nothing consolidated was blamed; the contradicted merge is not made again: b clashes with r now
+    # b and its successors 2 and 3 clash with r's (through 7 vs 8) and are promoted, as are 7 and 8
+    assert report["undos"] == 0 and report["merges"] == 0 and report["promotions"] == 5
+    assert cl.assignment[st[0][1]] != cl.assignment[st[1][1]]
+    check_invariants(mem, cl)
+    with pytest.raises(ValueError, match="provisional_lead"):
+        FoldMerger(provisional_lead=0)
 
 
 def test_default_evidence_minimum_bounds_chance_agreement():
@@ -180,10 +216,10 @@ def test_default_evidence_minimum_bounds_chance_agreement():
 # ---------------------------------------------------------------- undo
 def test_contradiction_undoes_the_merge_and_restores_c_exactly():
     mem, st, ac = _two_branches(last=4)
-    fold, cl = FoldMerger(min_evidence=2), Clusters(n_states=0)
+    fold, cl = FoldMerger(min_evidence=2, provisional_lead=None), Clusters(n_states=0)
     fold.observe(mem, st, ac)
     # C just before the merge: the same memory with the merge held back
-    held = FoldMerger(min_evidence=99, single_evidence=99)
+    held = FoldMerger(min_evidence=99, single_evidence=99, provisional_lead=None)
     held.observe(mem, st, ac)
     before = Clusters(n_states=0)
     held.sleep(mem, before)

@@ -66,6 +66,10 @@ CASES = {
     "noise": dict(world="grid", colouring=0, seed=0, noise=0.05, episodes=80),   # undos everywhere
     "slip": dict(world="maze", colouring=1, seed=1, slip=0.1, episodes=80),
     "no-start": dict(world="grid", colouring=1, seed=1, start="random", episodes=50),
+    # the provisional pass off, and with a lead of 2 (the other cases run the default, 1)
+    "no-provisional": dict(world="grid", colouring=2, seed=1, episodes=200, merge_params={"provisional_lead": None}),
+    "provisional-2": dict(world="grid", colours=4, colouring=2, seed=2, episodes=150,
+                          merge_params={"provisional_lead": 2}),
 }
 
 
@@ -74,7 +78,8 @@ def test_kernels_reproduce_the_python_reference(name):
     config = CASES[name]
     env = bench_world(config)
     traj, _ = bench_walks(env, config)
-    new, ref = fit(env, traj), fit(env, traj, reference=True)
+    params = dict(merge_params=config["merge_params"]) if "merge_params" in config else {}
+    new, ref = fit(env, traj, **params), fit(env, traj, reference=True, **params)
     assert_same_run(new, ref)
     got, want = new.merger_.state_dict(), ref.merger_.state_dict()
     assert sorted(got) == sorted(want)
@@ -130,7 +135,7 @@ def test_single_evidence_merges_into_the_only_consistent_red_block():
         mem = EpisodicMemory(n_obs=10, n_actions=2)
         st = [[mem.observe(o, a) for o, a in path] for path in ([(9, -1), (1, 0), (2, 0), (3, 0), (4, 0)],
                                                                [(9, -1), (1, 1), (2, 0), (3, 0), (4, 0)])]
-        fold, cl = FoldMerger(min_evidence=4, **params), Clusters(n_states=0)
+        fold, cl = FoldMerger(min_evidence=4, provisional_lead=None, **params), Clusters(n_states=0)
         fold.observe(mem, st, [[-1, 0, 0, 0, 0], [-1, 1, 0, 0, 0]])
         fold.sleep(mem, cl)
         return cl.assignment[st[0][1]] == cl.assignment[st[1][1]]

@@ -65,13 +65,16 @@ def test_checkpoint_needs_out(capsys):
     assert "--out" in capsys.readouterr().err
 
 
-def _full_features(memory, clusters, merger, ids, ptr, idx):
+def _full_features(memory, clusters, merger, ids, states):
     """Reference: features of every cluster of the colour recomputed from scratch (no cache)."""
     import scipy.sparse as sp
 
+    from hmmmerge.merging import cluster_sets
+
     n = memory.n_states
+    ptr, idx = cluster_sets(clusters.assignment[:n], ids, states)
     sets = sp.csr_matrix((np.ones(len(idx)), idx, ptr), shape=(len(ids), n))
-    return merger.features(memory, sets)
+    return (*merger.features(memory, sets), ptr, idx)
 
 
 def _same_agent(a, b):
