@@ -108,7 +108,9 @@ class TwoLevelMemory(Estimator):
     ----------
     n_obs, n_actions : alphabet sizes.
     merge : a key of :data:`MERGE_MODES`: ``"sf"`` (Algorithm 3), ``"random"``, ``"none"`` or
-        ``"fold"`` (:class:`~hmmmerge.fold.FoldMerger`, evidence-driven folding; ``merge_params`` go to it).
+        ``"fold"`` (:class:`~hmmmerge.fold.FoldMerger`, evidence-driven folding; ``merge_params`` go to it)
+        or ``"fold-noisy"`` (:class:`~hmmmerge.fold_noisy.StatisticalFoldMerger`; its noise-aware
+        emissions feed the online predictors and :meth:`level2_hmm`).
     initial_size : size of the initial random clusters (1, 10, 100 in the paper).
     merge_iterations : merge iterations per sleep (5).
     refresh_every, sleep_every : in steps (200, 500).
