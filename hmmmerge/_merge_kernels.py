@@ -180,7 +180,10 @@ def merge_pairs_with_split(next_state, emission, n_obs, ids, ptr, idx, pairs, tr
                 n_moved += 1
             j = link[j]
     known = touched & (status == 1) & (size > 0)
-    out = np.empty((known.sum(), horizon, n_cols), dtype=np.int64)
+    n_known = 0
+    for p in range(m):
+        n_known += known[p]
+    out = np.empty((n_known, horizon, n_cols), dtype=np.int64)
     q = 0
     for p in range(m):
         if known[p]:

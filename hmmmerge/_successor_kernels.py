@@ -166,5 +166,13 @@ def add_new_descendants(new_states, parent, parent_action, next_state, emission,
 
 @njit(cache=True)
 def _contains(sorted_values, x):
-    i = np.searchsorted(sorted_values, x)
-    return i < sorted_values.shape[0] and sorted_values[i] == x
+    """Whether ``x`` is in ``sorted_values`` (increasing): bisection (``np.searchsorted`` would load numba's
+    array-math module, and with it ``scipy.linalg``, when a process first loads this kernel)."""
+    lo, hi = 0, sorted_values.shape[0]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if sorted_values[mid] < x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo < sorted_values.shape[0] and sorted_values[lo] == x

@@ -337,8 +337,12 @@ def merge_iteration(memory, clusters, merger, seed=0, emptied=None) -> dict:
     pi, ci = merger.select_pairs(sf[probes], sf[candidates], rng)
     before = clusters.n_clusters
     if merger.split_contradictions:
-        gone = _apply_pairs(memory, clusters, ids, ptr, idx, np.column_stack([probes[pi], candidates[ci]]),
-                            merger.count_horizon, compact=emptied is None)
+        pairs = np.column_stack([probes[pi], candidates[ci]])
+        if ptr is None:  # member lists kept: read those of the pairs' clusters only
+            involved, pairs = np.unique(pairs, return_inverse=True)
+            ids, pairs = ids[involved], pairs.reshape(-1, 2)
+            ptr, idx = clusters.member_csr(ids)
+        gone = _apply_pairs(memory, clusters, ids, ptr, idx, pairs, merger.count_horizon, compact=emptied is None)
         if emptied is not None:
             emptied[gone] = True
             report["merges"] = len(gone)
@@ -351,7 +355,9 @@ def merge_iteration(memory, clusters, merger, seed=0, emptied=None) -> dict:
 
 def _cluster_features(memory, clusters, merger, ids, states):
     """``merger.features`` of clusters ``ids`` (sorted) from kept per-depth counts, and their members among
-    ``states`` (increasing) as CSR ``(ptr, idx)``: ``(sf, depth, ptr, idx)``.
+    ``states`` (increasing) as CSR ``(ptr, idx)``: ``(sf, depth, ptr, idx)``; ``ptr`` and ``idx`` are None
+    where ``clusters`` keeps member lists (stale clusters are then counted from their lists, without a
+    pass over ``states``).
 
     The per-depth observation counts of a cluster (see
     :meth:`~hmmmerge.clusters.Clusters.depth_counts`) are kept up to date as its
@@ -369,6 +375,11 @@ def _cluster_features(memory, clusters, merger, ids, states):
     else:
         (valid, counts), rows = kept, ids
     nxt, emission, _ = memory.kernel_arrays()
+    if clusters.keeps_members:
+        stale = np.flatnonzero(~valid[rows])
+        members_and_counts(clusters.member_csr(ids[stale])[1], clusters.assignment, ids[stale], nxt, emission,
+                           rows[stale], valid, counts)
+        return (*merger.features_from_counts(counts, rows), None, None)
     ptr, idx = members_and_counts(states, clusters.assignment, ids, nxt, emission, rows, valid, counts)
     return (*merger.features_from_counts(counts, rows), ptr, idx)
 
@@ -468,7 +479,7 @@ def _apply_pairs(memory, clusters, ids, ptr, idx, pairs, count_horizon, compact)
     moved, target, touched, sizes, known, rows = merge_pairs_with_split(
         nxt, emission, n_obs, ids, ptr, idx, np.ascontiguousarray(pairs, dtype=np.int64), kept is not None, valid,
         counts)
-    clusters.assign_each(moved, target)
+    clusters.assign_each(moved, target, whole=ids[touched])
     clusters.invalidate(ids[touched])  # as if every touched cluster had been assigned its members
     if kept is not None:
         counts[ids[known]], valid[ids[known]] = rows, True
