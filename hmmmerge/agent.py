@@ -108,7 +108,9 @@ class TwoLevelMemory(Estimator):
     ----------
     n_obs, n_actions : alphabet sizes.
     merge : a key of :data:`MERGE_MODES`: ``"sf"`` (Algorithm 3), ``"random"``, ``"none"`` or
-        ``"fold"`` (:class:`~hmmmerge.fold.FoldMerger`, evidence-driven folding; ``merge_params`` go to it).
+        ``"fold"`` (:class:`~hmmmerge.fold.FoldMerger`, evidence-driven folding; ``merge_params`` go to it)
+        or ``"fold-noisy"`` (:class:`~hmmmerge.fold_noisy.StatisticalFoldMerger`; its noise-aware
+        emissions feed the online predictors and :meth:`level2_hmm`).
     initial_size : size of the initial random clusters (1, 10, 100 in the paper).
     merge_iterations : merge iterations per sleep (5).
     refresh_every, sleep_every : in steps (200, 500).
@@ -254,11 +256,20 @@ class TwoLevelMemory(Estimator):
         em_idx = order[cluster_obs[order] >= 0].astype(np.int64)
         em_ptr = np.zeros(self.n_obs + 1, dtype=np.int64)
         em_ptr[1:] = np.cumsum(np.bincount(cluster_obs[cluster_obs >= 0], minlength=self.n_obs))
-        self._level2 = Level2(k, *t2[:3], self.clusters_.assignment, cluster_obs, em_ptr, em_idx)
+        self._level2 = Level2(k, *t2[:3], self.clusters_.assignment, cluster_obs, em_ptr, em_idx,
+                              self._soft_emission(k))
         if self._k != k:  # beliefs over the old clusters are dropped
             self._anchored, self._filtered = new_belief(k), new_belief(k)
             self._scratch = new_scratch(k, self.n_obs)
             self._k = k
+
+    def _soft_emission(self, k: int) -> np.ndarray:
+        """The merger's emission distribution per cluster (fold-noisy), or an empty (0, n_obs) array:
+        the online predictors then take one colour per cluster (``cluster_obs``)."""
+        own = getattr(self.merger_, "emission", None)  # a merger with noise-aware emissions (fold-noisy)
+        if own is None or k == 0:
+            return np.zeros((0, self.n_obs))
+        return np.ascontiguousarray(own(self.clusters_, self.memory_.n_states), dtype=np.float64)
 
     def _level2_after_sleep(self, changes, k_old, t2_old):
         """T2 (with counts and first sources) from T2 before a sleep and the states it moved; None
@@ -267,7 +278,7 @@ class TwoLevelMemory(Estimator):
 
         Entries are relabelled, the links of moved states taken out under their old
         clusters and put back under their new ones; an entry that lost its first
-        source gets it back from one pass over the states of its cluster.
+        source gets it back from one ordered pass over the states of its cluster.
         """
         from ._agent_kernels import find_first_sources, level2_csr, level2_moves, lost_first_sources
 
@@ -278,6 +289,9 @@ class TwoLevelMemory(Estimator):
         if not changes.ok or len(changes.moved) > T2_UPDATE_MAX_MOVED_SHARE * n:
             return None
         k_new = self.clusters_.n_clusters
+        left = np.unique(changes.was[(changes.was >= 0) & (changes.was < k_new)])  # rows that may lose sources
+        if self.clusters_.sizes_of(left).sum() > T2_UPDATE_MAX_SCANNED_SHARE * n:
+            return None
         k_ext = k_new + changes.n_ghosts
         new, nxt = self.clusters_.assignment, self.memory_._next
         table, e_row, e_col, e_cnt, e_first, e_lost, m = level2_moves(
@@ -286,8 +300,8 @@ class TwoLevelMemory(Estimator):
         lost = lost_first_sources(e_row, e_cnt, e_first, e_lost, m, k_ext, k_new)
         ids = np.flatnonzero(lost)
         if len(ids):
-            find_first_sources(table, e_row, e_col, e_first, e_lost, k_ext, ids, *self.clusters_.member_csr(ids),
-                               new, nxt)
+            ptr, idx = self.clusters_.member_csr(ids, increasing=True)
+            find_first_sources(table, e_row, e_col, e_first, e_lost, k_ext, ids, ptr, idx, lost, new, nxt)
         return level2_csr(e_row, e_col, e_cnt, e_first, m, k_ext, k_new, self.n_actions)
 
     def _refresh_level2(self) -> None:
@@ -548,6 +562,8 @@ class TwoLevelMemory(Estimator):
                 if place is not None and place(mem, self.clusters_, out.state[g:stop], self.rng_):
                     self.clusters_.grow(mem.capacity)
                     self._set_level2()
+                elif self._level2.soft.shape[0]:  # emissions follow the counts of the placed visits
+                    self._level2 = self._level2._replace(soft=self._soft_emission(self._level2.n_clusters))
                 g = stop
                 if self.steps_ >= next_refresh:
                     self.clusters_.grow(mem.capacity)
@@ -664,7 +680,8 @@ class TwoLevelMemory(Estimator):
     def level2_hmm(self):
         """Level 2 as an :class:`~hmmmerge.hmm.ActionHMM` (clusters are its states).
 
-        With clusters of one state and no merges, level 2 is level 1 on the clustered states:
+        :func:`~hmmmerge.clusters.level2_hmm` (``E2 = C^T E1``), or the merger's own model when it
+        has one (fold-noisy: the same T2 with noise-aware emissions).  With clusters of one state and no merges, level 2 is level 1 on the clustered states:
 
         >>> from hmmmerge import gridworld, random_walk
         >>> traj = random_walk(gridworld(), 20, seed=0)
@@ -674,6 +691,9 @@ class TwoLevelMemory(Estimator):
         (True, 0.0)
         """
         self.clusters_.grow(self.memory_.n_states)
+        own = getattr(self.merger_, "level2_hmm", None)  # a merger with a level-2 model of its own (fold-noisy)
+        if own is not None:
+            return own(self.memory_, self.clusters_)
         return level2_hmm(self.memory_, self.clusters_)
 
     # ------------------------------------------------------------ files
@@ -799,6 +819,9 @@ class TwoLevelMemory(Estimator):
 #: (merge="none") T2 grows like level 1; random merges move whole large clusters.
 T2_UPDATE_MAX_ENTRIES_PER_STATE = 0.125
 T2_UPDATE_MAX_MOVED_SHARE = 0.05
+#: ... and while the clusters that moved states left (where entries may lose their first source, then
+#: searched state by state) hold at most this share of the states (random merges: huge clusters)
+T2_UPDATE_MAX_SCANNED_SHARE = 0.1
 #: the largest table of true labels per cluster the agent keeps for purity (entries); beyond it purity is
 #: counted from the states at every sleep
 LABEL_TABLE_MAX_ENTRIES = 20_000_000
