@@ -349,6 +349,15 @@ def blues(st, out):
 
 
 @njit(cache=True)
+def _promote(st, b):
+    st.red[b] = True
+    st.reds[st.sc[NRED]] = b
+    st.sc[NRED] += 1
+    _log(st, RED, b, -1, -1, -1)
+    st.sc[PROMOTIONS] += 1
+
+
+@njit(cache=True)
 def blue_fringe(st, k, k_single, stuck):
     """Promote, then merge (most evidence first) until every blue block waits for evidence.
 
@@ -357,8 +366,11 @@ def blue_fringe(st, k, k_single, stuck):
     least the evidence minimum ``k`` (lowered to what ``n_red`` red blocks can
     show: ``max(min(k, n_red - 1), min(k, 2))``), or if that red block is the
     only consistent one and the evidence is at least ``k_single`` (``< 0``:
-    no such rule; the provisional pass of a sleep calls this with its own
-    ``k_single``); the pair with the largest lead goes first.  Clashes are remembered within the call (a clash stays a
+    no such rule); the pair with the largest lead goes first.  With
+    ``stuck``, when no block is merged or promoted in a round, the waiting
+    blue block with least evidence (then the smallest) is promoted (the
+    provisional pass of a sleep calls this with ``k`` its lead, ``k_single``
+    0 and ``stuck``).  Clashes are remembered within the call (a clash stays a
     clash as the automaton grows).  Returns 0 when done, ``NEED_ROOM`` (before
     a round, where stopping changes nothing) when the journal or the decision
     list could overflow in the next round.
@@ -415,19 +427,10 @@ def blue_fringe(st, k, k_single, stuck):
             if consistent > 0 and not eligible and ev_b < stuck_ev:
                 stuck_ev, stuck_b = ev_b, b
             if consistent == 0:
-                st.red[b] = True
-                st.reds[st.sc[NRED]] = b
-                st.sc[NRED] += 1
-                _log(st, RED, b, -1, -1, -1)
-                st.sc[PROMOTIONS] += 1
+                _promote(st, b)
                 promoted = True
         if not promoted and best < 0 and stuck and stuck_b >= 0:  # stuck: promote the waiting block with least evidence
-            b = stuck_b
-            st.red[b] = True
-            st.reds[st.sc[NRED]] = b
-            st.sc[NRED] += 1
-            _log(st, RED, b, -1, -1, -1)
-            st.sc[PROMOTIONS] += 1
+            _promote(st, stuck_b)
             promoted = True
         if promoted:
             continue
