@@ -52,8 +52,9 @@ level 1, and writing C renumbers only the clusters whose id changed
 worked on by the numba kernels of :mod:`hmmmerge._fold_kernels`; they
 reproduce the first, pure-Python version decision for decision
 (``tests/fold_reference.py``).  On one core, a 1,000-episode run of the
-paper's world takes about 0.3 s of CPU and 10,000 episodes about 9x that
-(``python benchmarks/bench_fold.py --sections speed``).
+paper's world takes about 0.6 s of CPU and 10,000 episodes about 7.4x that,
+1.7x what fold takes without its provisional pass (``python
+benchmarks/bench_fold.py --sections speed``).
 
 Default evidence minimum.  Evidence counts the distinct blocks that the
 blue side agreed with (a self-loop at a wall or two paths that met add
@@ -103,19 +104,20 @@ folding (determinisation) spreads every accepted identification to all
 futures at once.  Measured on the paper's world (10x10, 10 colours, 1,000
 episodes of 50 moves, sleeps every 500 steps, colourings 0-2 x walk seeds
 0-4, ``bench_fold.py``): online ``l2`` accuracy over the last 50 episodes
-0.9992 (worst run 0.992), over episodes 100-200 0.942, purity with
+0.9992 (worst run 0.992), over episodes 100-200 0.929, purity with
 singletons 1.000, 100.6 clusters for 100 cells; without the provisional
 pass 0.998, 0.862 and 192 clusters (blocks waiting in rarely visited
 corners).  An episode's steps after its first never-traversed transition
 cannot be predicted by a predictor anchored to level 1, which bounds
-episodes 100-200 below 1.  Four colours: 0.997 online, 111 clusters; the
+episodes 100-200 below 1.  Four colours: 0.994 online, 114 clusters; the
 aliased loop folds to its 3-state minimal machine.  It does not
 hold without a common start: the first observations then contradict each
 other with no merge to undo, nothing is ever merged, and level 2 stays level
-1 (random start cells on the paper's world: 0.05 online, 50,765 clusters).
+1 (random start cells on the paper's world: 0.06 online, 50,187 clusters).
 Noisy observations break the exact clash test: with 5% of the colours
 replaced at random, contradictions are everywhere (1,734 in a run, 168
-undos, 43,367 clusters, 0.11 online, 348 s before the kernels); the
+undos, 43,367 clusters, 0.11 online, 348 s before the kernels; with the
+provisional pass 21,894 clusters, 0.16 online, 140 s); the
 statistical variant ``merge="fold-noisy"`` (:mod:`hmmmerge.fold_noisy`) is
 built for that case.  In a world with random transitions
 two visits of one position have different futures, so clashes prove nothing
