@@ -6,6 +6,8 @@
                                                           # holding hmmmerge/, e.g. `git worktree add --detach
                                                           # /tmp/old REV` or `git archive REV | tar -x -C /tmp/old`)
     python benchmarks/bench_import.py --skip-run   # start-up probes only
+    python benchmarks/bench_import.py --before-rev 1673e3e --rounds 3 --run-rounds 7   # the paper run side by
+                                                   # side with a commit, checked out in a temporary worktree
 
 Every probe runs in a new interpreter, interleaved round by round so that
 machine load hits all of them alike; the table shows medians.  Targets
@@ -20,12 +22,18 @@ machine load hits all of them alike; the table shows medians.  Targets
 --size 10 --merge sf --json`` as a whole process, pinned to one core with
 ``taskset`` when present, best wall and CPU time of ``--run-rounds`` runs,
 alternating the checkouts (after one warm-up run each, which fills numba's
-cache).  The outputs of both checkouts, minus ``wall_s``, are compared.  Floors
+cache) and with the sources byte-compiled first (``compileall``: an installed
+package has its ``.pyc`` files; an editable checkout under
+``PYTHONDONTWRITEBYTECODE=1``, as on the development machines, would otherwise
+compile hmmmerge's sources in every process, about 0.08 s).  The outputs of
+both checkouts, minus ``wall_s``, are compared.  Floors
 in the same run: the bare interpreter, ``import numpy``, ``import numba``, and
 "numba floor": ``import numba`` plus the first call of one trivial cached
 kernel (what any process running a numba kernel pays before doing any work),
 also with the cycle collector set as ``hmmmerge``'s program sets it (see
-``hmmmerge.cli._program_collector``).
+``hmmmerge.cli._program_collector``), and also loading the kernel as
+``hmmmerge run`` does (without numba's compiler set-up, see
+``hmmmerge._numba_cache``).
 A breakdown per checkout runs the command once more with CPU timers
 around the phases (benchmark-only wrappers; exclusive times): interpreter
 start and exit, imports, numba load (first call of each kernel: numba's
@@ -191,6 +199,9 @@ def timed_run(argv, root, cwd=None) -> tuple[float, float, str]:
 def paper_run(roots: dict, rounds: int) -> None:
     """The paper run of each checkout, side by side with the floors; then the breakdown of each."""
     outputs = {}
+    for root in roots.values():  # byte-compiled as an installed package is (PYTHONDONTWRITEBYTECODE may be set)
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(Path(root) / "hmmmerge")], check=True,
+                       capture_output=True)
     for name, root in roots.items():  # warm-up: fills numba's cache of that checkout
         out = json.loads(timed_run([sys.executable, "-m", "hmmmerge", *PAPER_RUN], root)[2])
         out.pop("wall_s")
@@ -205,6 +216,11 @@ def paper_run(roots: dict, rounds: int) -> None:
                 sys.executable, "-c", "import numpy, floor_kernel; floor_kernel.total(numpy.ones(3))"],
             "numba floor, collector as hmmmerge's": [
                 sys.executable, "-c", "import atexit, gc; gc.set_threshold(100_000, 10, 10); atexit.register(gc.freeze)"
+                                      "\nimport numpy, floor_kernel; floor_kernel.total(numpy.ones(3))"],
+            "numba floor, collector + lazy load (as run)": [
+                sys.executable, "-c", "import atexit, gc; gc.set_threshold(100_000, 10, 10); atexit.register(gc.freeze)"
+                                      "\nfrom hmmmerge._numba_cache import load_cached_kernels_lazily"
+                                      "\nload_cached_kernels_lazily()"
                                       "\nimport numpy, floor_kernel; floor_kernel.total(numpy.ones(3))"],
         }
         timed_run(probes["numba floor (import + 1st cached call)"], ROOT, cwd=floor_dir)  # compile once
@@ -225,9 +241,10 @@ def paper_run(roots: dict, rounds: int) -> None:
     if len(roots) > 1:
         names = list(roots)
         same = all(outputs[n] == outputs[names[0]] for n in names[1:])
-        best = {n: min(t[0] for t in times[f"paper run ({n})"]) for n in names}
+        best = {n: [min(t[i] for t in times[f"paper run ({n})"]) for i in (0, 1)] for n in names}
         print(f"outputs (minus wall_s) identical across checkouts: {'yes' if same else 'NO'}; "
-              f"wall ratio {names[-1]} / {names[0]}: {best[names[-1]] / best[names[0]]:.2f}")
+              f"{names[0]} / {names[-1]}: wall {best[names[0]][0] / best[names[-1]][0]:.2f}x, "
+              f"CPU {best[names[0]][1] / best[names[-1]][1]:.2f}x")
     rows = {}
     for name, root in roots.items():
         _, cpu, text = timed_run([sys.executable, "-c", BREAKDOWN, *PAPER_RUN], root)
@@ -247,7 +264,27 @@ def main() -> None:
     parser.add_argument("--run-rounds", type=int, default=5, help="paper runs per checkout (best of)")
     parser.add_argument("--skip-run", action="store_true", help="skip the paper run")
     parser.add_argument("--before", type=Path, help="a folder holding another version's hmmmerge/ package")
+    parser.add_argument("--before-rev", metavar="REV",
+                        help="a commit to compare with, checked out in a temporary worktree (removed afterwards)")
     args = parser.parse_args()
+    if args.before and args.before_rev:
+        parser.error("give --before or --before-rev, not both")
+    if args.before_rev:
+        with tempfile.TemporaryDirectory() as tmp:
+            args.before = Path(tmp) / "before"
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(args.before), args.before_rev],
+                           check=True, capture_output=True)
+            try:
+                print(f"before: {args.before_rev} (temporary worktree)")
+                _run(parser, args)
+            finally:
+                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(args.before)],
+                               capture_output=True)
+        return
+    _run(parser, args)
+
+
+def _run(parser, args) -> None:
     imports = {name: (code, ROOT) for name, code in IMPORTS.items()}
     processes = {
         "python -c pass (interpreter, peer)": ([sys.executable, "-c", "pass"], ROOT),

@@ -419,63 +419,42 @@ def stale_clusters(starts, parent, parent_action, next_state, cluster_of, depth,
 
 
 @njit(cache=True)
-def sleep_moves(old, new, k_old):
-    """How a sleep changed C: ``(relabel, moved)``.
-
-    ``relabel[c]`` is the new cluster of one state of old cluster ``c`` (-1 if
-    it had none); a state is ``moved`` if it was unconnected and is connected
-    now, or if its new cluster is not ``relabel`` of its old one.  Every other
-    state kept its cluster up to the relabelling (whole clusters merged or
-    renumbered), so its links need no recount.  ``ok`` is False if a connected
-    state lost its cluster (then T2 is counted afresh).
-    """
-    relabel = np.full(max(k_old, 1), -2, dtype=np.int64)
-    for u in range(old.shape[0]):
-        c = old[u]
-        if c >= 0 and relabel[c] == -2:
-            relabel[c] = new[u]
-    count = 0
-    ok = True
-    for u in range(old.shape[0]):
-        c = old[u]
-        if c < 0:
-            if new[u] >= 0:
-                count += 1
-        elif new[u] < 0:
-            ok = False
-        elif new[u] != relabel[c]:
-            count += 1
-    moved = np.empty(count, dtype=np.int64)
-    q = 0
-    for u in range(old.shape[0]):
-        c = old[u]
-        if (c < 0 and new[u] >= 0) or (c >= 0 and new[u] >= 0 and new[u] != relabel[c]):
-            moved[q] = u
-            q += 1
-    for c in range(k_old):
-        if relabel[c] < 0:
-            relabel[c] = -1
-    return relabel, moved, ok
+def _position(sorted_values, x):
+    """Index of ``x`` in ``sorted_values`` (increasing), -1 if absent (a binary search written out:
+    numba's searchsorted would load its array-math module at start-up)."""
+    lo, hi = 0, sorted_values.shape[0]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if sorted_values[mid] < x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo if lo < sorted_values.shape[0] and sorted_values[lo] == x else -1
 
 
 @njit(cache=True)
-def level2_after_sleep(indptr, indices, counts, first, k_old, k_new, relabel, moved, old, new, next_state,
-                       parent, parent_action):
-    """T2 after a sleep from T2 before it (:func:`level2_transitions` output, consistent with C before).
+def _before(x, moved, was, new):
+    """The cluster of state ``x`` before a sleep, in the ids after it (``moved``/``was``: see
+    :class:`~hmmmerge.clusters.Changes`; a state not moved kept its cluster up to the relabelling)."""
+    q = _position(moved, x)
+    return was[q] if q >= 0 else new[x]
 
-    Entries are relabelled (``relabel``, see :func:`sleep_moves`; entries that
+
+@njit(cache=True)
+def level2_moves(indptr, indices, counts, first, k_old, k_ext, relabel, moved, was, new, next_state, parent,
+                 parent_action):
+    """First part of T2 after a sleep (see :func:`level2_after_sleep`): a hash table of entries.
+
+    Entries of T2 before the sleep are relabelled (``relabel``: old id -> new id,
+    ghosts ``>= k_new`` for emptied clusters, ``k_ext`` ids in all; entries that
     land on one (row, column) add their counts and keep the smaller first
-    source), the links of ``moved`` states are taken out under their old
-    clusters and put back under their new ones; an entry that lost its first
-    source but kept links gets its first source from one ordered pass over the
-    states.  Equal to :func:`level2_transitions` on C after the sleep.
+    source); the links of ``moved`` states are taken out under their clusters
+    before the sleep and put back under their new ones.  Returns the table and
+    ``m`` entries: rows ``a * k_ext + c``, columns, counts, first sources and
+    the flag of entries whose first source left them.
     """
     A = next_state.shape[0]
     n_old_rows = indptr.shape[0] - 1
-    n = old.shape[0]
-    is_moved = np.zeros(n, dtype=np.bool_)
-    for q in range(moved.shape[0]):
-        is_moved[moved[q]] = True
     cap = 16
     while cap < 4 * (counts.shape[0] + 2 * A * moved.shape[0] + 8):
         cap *= 2
@@ -490,62 +469,84 @@ def level2_after_sleep(indptr, indices, counts, first, k_old, k_new, relabel, mo
     for r in range(n_old_rows):  # relabel
         a, c = r // max(k_old, 1), r % max(k_old, 1)
         for p in range(indptr[r], indptr[r + 1]):
-            row, col = a * k_new + relabel[c], relabel[indices[p]]
-            e, m = _entry(table, e_row, e_col, e_cnt, e_first, m, row, col, first[p])
+            e, m = _entry(table, e_row, e_col, e_cnt, e_first, m, a * k_ext + relabel[c], relabel[indices[p]],
+                          first[p])
             e_cnt[e] += counts[p]
-    for q in range(moved.shape[0]):  # take the moved states' links out (old clusters, relabelled)
+    for q in range(moved.shape[0]):  # take the moved states' links out (clusters before the sleep)
         u = moved[q]
+        bu = was[q]
+        if bu < 0:
+            continue
         p = parent[u]
-        if p >= 0 and next_state[parent_action[u], p] == u and old[p] >= 0 and old[u] >= 0:
-            _take_out(table, e_row, e_col, e_cnt, e_first, e_lost, parent_action[u] * k_new + relabel[old[p]],
-                      relabel[old[u]], p)
+        if p >= 0 and next_state[parent_action[u], p] == u:
+            bp = _before(p, moved, was, new)
+            if bp >= 0:
+                _take_out(table, e_row, e_col, e_cnt, e_first, e_lost, parent_action[u] * k_ext + bp, bu, p)
         for a in range(A):
             w = next_state[a, u]
-            if w >= 0 and not is_moved[w] and old[u] >= 0 and old[w] >= 0:
-                _take_out(table, e_row, e_col, e_cnt, e_first, e_lost, a * k_new + relabel[old[u]],
-                          relabel[old[w]], u)
+            if w >= 0 and _position(moved, w) < 0 and new[w] >= 0:
+                _take_out(table, e_row, e_col, e_cnt, e_first, e_lost, a * k_ext + bu, new[w], u)
     for q in range(moved.shape[0]):  # and back in (new clusters)
         u = moved[q]
         p = parent[u]
         if p >= 0 and next_state[parent_action[u], p] == u and new[p] >= 0 and new[u] >= 0:
-            e, m = _entry(table, e_row, e_col, e_cnt, e_first, m, parent_action[u] * k_new + new[p], new[u], p)
+            e, m = _entry(table, e_row, e_col, e_cnt, e_first, m, parent_action[u] * k_ext + new[p], new[u], p)
             e_cnt[e] += 1
         for a in range(A):
             w = next_state[a, u]
-            if w >= 0 and not is_moved[w] and new[u] >= 0 and new[w] >= 0:
-                e, m = _entry(table, e_row, e_col, e_cnt, e_first, m, a * k_new + new[u], new[w], u)
+            if w >= 0 and _position(moved, w) < 0 and new[u] >= 0 and new[w] >= 0:
+                e, m = _entry(table, e_row, e_col, e_cnt, e_first, m, a * k_ext + new[u], new[w], u)
                 e_cnt[e] += 1
-    lost = 0
-    lost_in = np.zeros(max(k_new, 1), dtype=np.bool_)  # clusters whose rows hold such entries
+    return table, e_row, e_col, e_cnt, e_first, e_lost, m
+
+
+@njit(cache=True)
+def lost_first_sources(e_row, e_cnt, e_first, e_lost, m, k_ext, k_new):
+    """Entries that lost their first source but kept links: their flag stays, their first source is
+    reset; returns the number of such entries in the rows of each cluster."""
+    lost = np.zeros(max(k_new, 1), dtype=np.int64)
     for e in range(m):
         if e_lost[e] and e_cnt[e] > 0:
-            lost += 1
             e_first[e] = np.iinfo(np.int64).max
-            lost_in[e_row[e] % k_new] = True
+            c = e_row[e] % k_ext
+            if c < k_new:  # (an emptied cluster's entry: level2_csr refuses it)
+                lost[c] += 1
         else:
             e_lost[e] = False
-    if lost:  # the smallest remaining source of each entry that lost its first one
-        for i in range(n):
-            c = new[i]
-            if c < 0 or not lost_in[c]:
-                continue
+    return lost
+
+
+@njit(cache=True)
+def find_first_sources(table, e_row, e_col, e_first, e_lost, k_ext, ids, ptr, idx, new, next_state):
+    """The smallest source of each flagged entry (see :func:`lost_first_sources`): one pass over the
+    states ``idx[ptr[r]:ptr[r + 1]]`` (any order) of each cluster ``ids[r]`` holding such entries."""
+    A = next_state.shape[0]
+    for r in range(ids.shape[0]):
+        c = ids[r]
+        for q in range(ptr[r], ptr[r + 1]):
+            i = idx[q]
             for a in range(A):
                 j = next_state[a, i]
                 if j < 0 or new[j] < 0:
                     continue
-                h = _find(table, e_row, e_col, a * k_new + c, new[j])
+                h = _find(table, e_row, e_col, a * k_ext + c, new[j])
                 if h >= 0 and e_lost[h] and i < e_first[h]:
                     e_first[h] = i
-                    e_lost[h] = False
-                    lost -= 1
-            if lost == 0:
-                break
-    # CSR: rows in order, within a row by first source
-    rows = A * k_new
+
+
+@njit(cache=True)
+def level2_csr(e_row, e_col, e_cnt, e_first, m, k_ext, k_new, n_actions):
+    """T2 as :func:`level2_transitions` returns it, from the entries of :func:`level2_moves`
+    (rows in order, within a row by first source; entries without links dropped)."""
+    rows = n_actions * k_new
     out_ptr = np.zeros(rows + 1, dtype=np.int64)
     live = 0
     for e in range(m):
         if e_cnt[e] > 0:
+            c = e_row[e] % k_ext
+            if c >= k_new or e_col[e] >= k_new:
+                raise ValueError("T2 after a sleep: an emptied cluster kept links")
+            e_row[e] = (e_row[e] // k_ext) * k_new + c
             out_ptr[e_row[e] + 1] += 1
             live += 1
     for r in range(rows):

@@ -178,7 +178,13 @@ def forward_csr(indptr, indices, data, E, B, em_ptr, em_idx, obs, actions, logp,
     sup = np.empty(H, dtype=np.int64)
     pbuf = np.empty(H)
     ebuf = np.empty(H)
-    b_sup = np.flatnonzero(B)
+    b_sup = np.empty(H, dtype=np.int64)  # the support of B, increasing (a loop: numba's flatnonzero would
+    n_b = 0                              # load its array-math module at start-up)
+    for j in range(H):
+        if B[j] != 0:
+            b_sup[n_b] = j
+            n_b += 1
+    b_sup = b_sup[:n_b]
     for n in range(N):
         m_s = 0
         for t in range(L):

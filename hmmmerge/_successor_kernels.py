@@ -70,61 +70,69 @@ def set_depth_counts(next_state, emission, set_ptr, set_idx, horizon, out, targe
     level 1), and the counts of disjoint sets add up (what lets clusters keep them
     up to date).
     """
-    A = next_state.shape[0]
-    size = 64
-    front = np.empty(size, dtype=np.int64)
-    nxt = np.empty(size, dtype=np.int64)
+    front = np.empty(64, dtype=np.int64)
+    nxt = np.empty(64, dtype=np.int64)
     for s in range(set_ptr.shape[0] - 1):
-        m = set_ptr[s + 1] - set_ptr[s]
-        if m * A > size:
-            size = 2 * m * A
-            front, nxt = np.empty(size, dtype=np.int64), np.empty(size, dtype=np.int64)
-        for q in range(m):
-            front[q] = set_idx[set_ptr[s] + q]
-        for depth in range(horizon):
-            m2 = 0
-            for q in range(m):
-                h = front[q]
-                for a in range(A):
-                    j = next_state[a, h]
-                    if j >= 0:
-                        if m2 == size:
-                            size *= 2
-                            grown = np.empty(size, dtype=np.int64)
-                            grown[:m2] = nxt[:m2]
-                            nxt = grown
-                        nxt[m2] = j
-                        m2 += 1
-            if m2 == 0:
-                break
-            if front.shape[0] < m2:
-                front = np.empty(nxt.shape[0], dtype=np.int64)
-            row = target[s]
-            for q in range(m2):
-                out[row, depth, emission[nxt[q]]] += 1
-                front[q] = nxt[q]
-            m = m2
+        front, nxt = add_depth_counts(next_state, emission, set_idx[set_ptr[s]:set_ptr[s + 1]], horizon,
+                                      out[target[s]], front, nxt)
 
 
 @njit(cache=True)
-def features_from_depth_counts(counts, gamma, out_sf, out_depth):
-    """Successor features and depths reached from per-depth counts (see :func:`set_depth_counts`).
+def add_depth_counts(next_state, emission, states, horizon, out, front, nxt):
+    """Add the per-depth observation counts of one set ``states`` to ``out`` (horizon x n_obs), as
+    :func:`set_depth_counts` does for each of its sets; ``front`` and ``nxt`` are work buffers,
+    returned (grown if they were too small)."""
+    A = next_state.shape[0]
+    m = states.shape[0]
+    if m > front.shape[0] or m * A > nxt.shape[0]:
+        front, nxt = np.empty(2 * m * A, dtype=np.int64), np.empty(2 * m * A, dtype=np.int64)
+    for q in range(m):
+        front[q] = states[q]
+    for depth in range(horizon):
+        m2 = 0
+        for q in range(m):
+            h = front[q]
+            for a in range(A):
+                j = next_state[a, h]
+                if j >= 0:
+                    if m2 == nxt.shape[0]:
+                        grown = np.empty(2 * m2, dtype=np.int64)
+                        grown[:m2] = nxt[:m2]
+                        nxt = grown
+                    nxt[m2] = j
+                    m2 += 1
+        if m2 == 0:
+            break
+        if front.shape[0] < m2:
+            front = np.empty(nxt.shape[0], dtype=np.int64)
+        for q in range(m2):
+            out[depth, emission[nxt[q]]] += 1
+            front[q] = nxt[q]
+        m = m2
+    return front, nxt
+
+
+@njit(cache=True)
+def features_from_depth_counts(counts, rows, gamma, out_sf, out_depth):
+    """Successor features and depths reached from per-depth counts (see :func:`set_depth_counts`) of
+    rows ``rows`` of ``counts``, into ``out_sf[i]`` and ``out_depth[i]`` for ``rows[i]``.
 
     The same floating-point operations in the same order as
     :func:`set_successor_features`, so the results are identical.
     """
-    m, horizon, n_obs = counts.shape
-    for s in range(m):
+    horizon, n_obs = counts.shape[1], counts.shape[2]
+    for s in range(rows.shape[0]):
+        r = rows[s]
         weight = 1.0
         out_depth[s] = 0
         for depth in range(horizon):
             m2 = 0
             for o in range(n_obs):
-                m2 += counts[s, depth, o]
+                m2 += counts[r, depth, o]
             if m2 == 0:
                 break
             for o in range(n_obs):
-                out_sf[s, o] += weight * float(counts[s, depth, o]) / m2
+                out_sf[s, o] += weight * float(counts[r, depth, o]) / m2
             out_depth[s] = depth + 1
             weight *= gamma
 
@@ -158,5 +166,13 @@ def add_new_descendants(new_states, parent, parent_action, next_state, emission,
 
 @njit(cache=True)
 def _contains(sorted_values, x):
-    i = np.searchsorted(sorted_values, x)
-    return i < sorted_values.shape[0] and sorted_values[i] == x
+    """Whether ``x`` is in ``sorted_values`` (increasing): bisection (``np.searchsorted`` would load numba's
+    array-math module, and with it ``scipy.linalg``, when a process first loads this kernel)."""
+    lo, hi = 0, sorted_values.shape[0]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if sorted_values[mid] < x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo < sorted_values.shape[0] and sorted_values[lo] == x

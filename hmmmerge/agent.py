@@ -200,6 +200,7 @@ class TwoLevelMemory(Estimator):
         self._parent = np.full(self.memory_.capacity, -1, dtype=np.int64)
         self._parent_action = np.full(self.memory_.capacity, -1, dtype=np.int64)
         self.clusters_ = Clusters(n_states=0)
+        self._follow_members()
         check_memory(f"first-order counts of {self.n_obs} observations x {self.n_actions} actions",
                      8 * int(self.n_obs) ** 2 * int(self.n_actions))
         self.first_order_counts_ = np.zeros((self.n_obs, self.n_actions, self.n_obs), dtype=np.int64)
@@ -209,9 +210,17 @@ class TwoLevelMemory(Estimator):
         self.sleeps_ = 0
         self.sleep_pending_ = False
         self._purity = (np.nan, np.nan)
+        self._labels_kept = None  # (label counts per cluster, unlabelled connected states), see _label_counts
+        self._label_width = 1
         self._history: list[dict] = []
         self._k = None
         self._set_level2()
+
+    def _follow_members(self) -> None:
+        """Keep the clusters' member lists (no scans of level 1 at sleeps) unless the merger changes C
+        between sleeps or counts level 2 itself (fold)."""
+        if getattr(self.merger_, "place", None) is None and getattr(self.merger_, "level2_transitions", None) is None:
+            self.clusters_.keep_members()
 
     def _started(self) -> bool:
         return hasattr(self, "memory_")
@@ -224,10 +233,10 @@ class TwoLevelMemory(Estimator):
     def _set_level2(self, before=None) -> None:
         """Recompute T2 (stacked CSR, row ``a * k + c``) and the per-colour cluster index.
 
-        ``before``: ``(C, k, T2)`` as they were before a sleep (T2 agreeing with
-        C); T2 is then updated by the states the sleep moved rather than counted
-        from all of level 1 (the same matrix, see
-        :func:`~hmmmerge._agent_kernels.level2_after_sleep`).
+        ``before``: ``(changes, k, T2)``: how a sleep changed C (a
+        :class:`~hmmmerge.clusters.Changes`), and k and T2 before it (T2 agreeing
+        with C); T2 is then updated by the states the sleep moved rather than
+        counted from all of level 1 (the same matrix, see :meth:`_level2_after_sleep`).
         """
         from ._agent_kernels import Level2, level2_transitions, new_belief, new_scratch
 
@@ -251,22 +260,35 @@ class TwoLevelMemory(Estimator):
             self._scratch = new_scratch(k, self.n_obs)
             self._k = k
 
-    def _level2_after_sleep(self, old, k_old, t2_old):
+    def _level2_after_sleep(self, changes, k_old, t2_old):
         """T2 (with counts and first sources) from T2 before a sleep and the states it moved; None
         (count afresh) if a connected state lost its cluster, or where the update would cost more than
-        a recount (see :data:`T2_UPDATE_MAX_ENTRIES_PER_STATE`)."""
-        from ._agent_kernels import level2_after_sleep, sleep_moves
+        a recount (see :data:`T2_UPDATE_MAX_ENTRIES_PER_STATE`).
 
-        new = self.clusters_.assignment[:len(old)]
+        Entries are relabelled, the links of moved states taken out under their old
+        clusters and put back under their new ones; an entry that lost its first
+        source gets it back from one pass over the states of its cluster.
+        """
+        from ._agent_kernels import find_first_sources, level2_csr, level2_moves, lost_first_sources
+
+        n = self.memory_.n_states
         indptr, indices, _, counts, first = t2_old
-        if len(indices) > T2_UPDATE_MAX_ENTRIES_PER_STATE * len(old):  # a recount is cheaper
+        if len(indices) > T2_UPDATE_MAX_ENTRIES_PER_STATE * n:  # a recount is cheaper
             return None
-        relabel, moved, ok = sleep_moves(old, new, k_old)
-        if not ok or len(moved) > T2_UPDATE_MAX_MOVED_SHARE * len(old):
+        if not changes.ok or len(changes.moved) > T2_UPDATE_MAX_MOVED_SHARE * n:
             return None
-        return level2_after_sleep(indptr, indices, counts, first, k_old, self.clusters_.n_clusters, relabel, moved,
-                                  old, np.ascontiguousarray(new), self.memory_._next, self._parent,
-                                  self._parent_action)
+        k_new = self.clusters_.n_clusters
+        k_ext = k_new + changes.n_ghosts
+        new, nxt = self.clusters_.assignment, self.memory_._next
+        table, e_row, e_col, e_cnt, e_first, e_lost, m = level2_moves(
+            indptr, indices, counts, first, k_old, k_ext, changes.relabel, changes.moved, changes.was, new, nxt,
+            self._parent, self._parent_action)
+        lost = lost_first_sources(e_row, e_cnt, e_first, e_lost, m, k_ext, k_new)
+        ids = np.flatnonzero(lost)
+        if len(ids):
+            find_first_sources(table, e_row, e_col, e_first, e_lost, k_ext, ids, *self.clusters_.member_csr(ids),
+                               new, nxt)
+        return level2_csr(e_row, e_col, e_cnt, e_first, m, k_ext, k_new, self.n_actions)
 
     def _refresh_level2(self) -> None:
         """The periodic level-2 refresh: T2 gains the links of the states that joined clusters online
@@ -324,11 +346,19 @@ class TwoLevelMemory(Estimator):
         parents = np.where(acts >= 0, out.state[np.maximum(created - 1, 0)], -1)
         self._parent[out.state[created]] = parents
         self._parent_action[out.state[created]] = acts
+        if len(created):
+            self._label_width = max(self._label_width, int(self.memory_._labels[out.state[created]].max()) + 1)
         k = self.clusters_.n_clusters
         if k == 0:
             return
         cluster_of = self.clusters_.assignment
         joined = states[out.joined[g0:g1]]
+        self.clusters_.note_joined(joined)
+        if self._labels_kept is not None and len(joined):
+            table, unlabelled = self._label_counts_widened()
+            lab = self.memory_._labels[joined]
+            np.add.at(table, (cluster_of[joined[lab >= 0]], lab[lab >= 0]), 1)
+            self._labels_kept = (table, unlabelled + int((lab < 0).sum()))
         nxt = self.memory_._next
         g = np.arange(g0, g1)
         replaced = g[(steps.actions[g0:g1] >= 0) & (out.l1[g0:g1] >= 0) & (out.l1[g0:g1] != steps.obs[g0:g1])]
@@ -345,7 +375,7 @@ class TwoLevelMemory(Estimator):
             if ok.any():
                 from .merging import _set_counts
 
-                _set_counts(self.memory_, [[u] for u in joined[ok]], counts.shape[1], out=counts, rows=owners[ok])
+                _set_counts(self.memory_, joined[ok][:, None], counts.shape[1], out=counts, rows=owners[ok])
         if len(replaced) and kept:  # the tables' own horizon: the merger's may differ from the agent's
             flags = np.zeros(k, dtype=bool)
             stale_clusters(out.state[replaced - 1], self._parent, self._parent_action, nxt, cluster_of,
@@ -368,43 +398,77 @@ class TwoLevelMemory(Estimator):
             self._start()
         n = self.memory_.n_states
         self.clusters_.grow(n)
-        before = None
+        before = changes = None
         if getattr(self.merger_, "level2_transitions", None) is None:  # T2 will follow C's changes
             self._refresh_level2()  # T2 now agrees with C
-            before = (self.clusters_.assignment[:n].copy(), self.clusters_.n_clusters, self._t2)
+            before = (self.clusters_.n_clusters, self._t2)
+            self.clusters_.record_changes()
         reports = self.merger_.sleep(self.memory_, self.clusters_, self.rng_)
+        if before is not None:
+            changes = self.clusters_.changes()
+            before = (changes, *before)
         self.sleeps_ += 1
-        self._purity = self._current_purity()
+        self._purity = self._current_purity(changes)
         self._set_level2(before)
         return reports
 
-    def _current_purity(self) -> tuple[float, float]:
+    def _current_purity(self, changes=None) -> tuple[float, float]:
         """Weighted purity with and without singleton clusters (NaN without true labels), as
-        :func:`~hmmmerge.evaluate.weighted_purity` computes them."""
+        :func:`~hmmmerge.evaluate.weighted_purity` computes them; ``changes``: how the sleep that just
+        ended changed C (see :meth:`_label_counts`)."""
         from .evaluate import cluster_top_counts
 
         own = getattr(self.merger_, "purity", None)  # a merger that keeps label counts per cluster (fold)
         got = own(self.memory_, self.clusters_) if own is not None else None
         if got is not None:
             return got
-        from ._cluster_kernels import cluster_sizes_and_top, label_scan
-
-        n = self.memory_.n_states
-        assignment, labels = self.clusters_.assignment, self.memory_._labels
-        connected, largest = label_scan(assignment, labels, n)
-        if n == 0 or connected == 0 or largest < 0:
-            return float("nan"), float("nan")
-        k = self.clusters_.n_clusters
-        if k * (largest + 1) <= 20_000_000:  # ids are 0..k-1 and labels >= 0: one counting pass, no sort
-            sizes, top = cluster_sizes_and_top(assignment, labels, n, k, largest + 1)
+        kept = self._label_counts(changes)
+        if kept is not None:
+            table, unlabelled = kept
+            if unlabelled or not table.any():
+                return float("nan"), float("nan")
+            sizes, top = table.sum(axis=1), table.max(axis=1)
         else:
-            keep = assignment[:n] >= 0
-            sizes, top = cluster_top_counts(assignment[:n][keep], labels[:n][keep])
+            n = self.memory_.n_states
+            assignment, labels = self.clusters_.assignment[:n], self.memory_._labels[:n]
+            keep = assignment >= 0
+            if not keep.any() or (labels[keep] < 0).any():
+                return float("nan"), float("nan")
+            sizes, top = cluster_top_counts(assignment[keep], labels[keep])
         out = []
         for smallest in (1, 2):
             keep = sizes >= smallest
             out.append(float(top[keep].sum() / sizes[keep].sum()) if keep.any() else float("nan"))
         return out[0], out[1]
+
+    def _label_counts(self, changes=None):
+        """``(table, unlabelled)``: true labels counted per cluster (k x labels) and connected states
+        without a label, kept up to date from the changes of C (online joins, ``changes`` of a sleep)
+        rather than counted from all of level 1; None where the table would be too large
+        (:data:`LABEL_TABLE_MAX_ENTRIES`) or the merger changes C between sleeps."""
+        from ._cluster_kernels import label_table, label_table_after_sleep
+
+        n, k = self.memory_.n_states, self.clusters_.n_clusters
+        if getattr(self.merger_, "place", None) is not None or k * self._label_width > LABEL_TABLE_MAX_ENTRIES:
+            self._labels_kept = None
+            return None
+        kept = self._labels_kept
+        if kept is not None and changes is not None and changes.ok and len(kept[0]) == len(changes.relabel):
+            table, unlabelled = self._label_counts_widened()
+            table, more = label_table_after_sleep(table, changes.relabel, k + changes.n_ghosts, k, changes.moved,
+                                                  changes.was, self.clusters_.assignment, self.memory_._labels)
+            kept = (table, unlabelled + more)
+        elif kept is None or changes is not None or len(kept[0]) != k:
+            kept = label_table(self.clusters_.assignment, self.memory_._labels, n, k, self._label_width)
+        self._labels_kept = kept
+        return kept
+
+    def _label_counts_widened(self):
+        """The kept label table with a column for every label seen so far (new columns are zero)."""
+        table, unlabelled = self._labels_kept
+        if table.shape[1] < self._label_width:
+            table = np.pad(table, ((0, 0), (0, self._label_width - table.shape[1])))
+        return table, unlabelled
 
     # ------------------------------------------------------------ learning
     def fit(self, traj, progress: bool = False) -> "TwoLevelMemory":
@@ -698,6 +762,7 @@ class TwoLevelMemory(Estimator):
         if assignment.shape != (mem.n_states,):
             raise ValueError(f"{src}: assignment has shape {assignment.shape}, expected ({mem.n_states},)")
         agent.clusters_ = Clusters(assignment)
+        agent._follow_members()
         if hasattr(agent.merger_, "load_state_dict"):  # a merger with learned state of its own (fold)
             agent.merger_.load_state_dict(data, source=src)
         fo_counts = np.asarray(data["fo_counts"], dtype=np.int64)
@@ -708,6 +773,8 @@ class TwoLevelMemory(Estimator):
         agent.steps_, agent.episodes_, agent.sleeps_ = int(meta["steps"]), int(meta["episodes"]), int(meta["sleeps"])
         agent.sleep_pending_ = bool(meta["sleep_pending"])
         agent._purity = tuple(float(x) for x in meta["purity"])
+        agent._labels_kept = None
+        agent._label_width = int(mem._labels[:mem.n_states].max(initial=0)) + 1
         agent.rng_.bit_generator.state = meta["rng"]
         agent._popped = int(meta.get("popped", 0))
         agent.saved_extra_ = meta.get("extra")
@@ -732,6 +799,9 @@ class TwoLevelMemory(Estimator):
 #: (merge="none") T2 grows like level 1; random merges move whole large clusters.
 T2_UPDATE_MAX_ENTRIES_PER_STATE = 0.125
 T2_UPDATE_MAX_MOVED_SHARE = 0.05
+#: the largest table of true labels per cluster the agent keeps for purity (entries); beyond it purity is
+#: counted from the states at every sleep
+LABEL_TABLE_MAX_ENTRIES = 20_000_000
 
 _HISTORY_KEYS = (
     ["episode"]

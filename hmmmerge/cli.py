@@ -15,6 +15,10 @@ import sys
 
 COMMANDS = ["env", "run", "evaluate", "baseline", "demo", "reproduce"]
 
+#: commands whose start-up the program shortens by loading cached numba kernels without numba's compiler
+#: set-up (see :mod:`hmmmerge._numba_cache`; results are the same)
+LAZY_NUMBA_COMMANDS = {"run"}
+
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, exit code 2, no usage dump
@@ -109,11 +113,16 @@ def main(argv=None) -> int:
     >>> main(["env", "--colours", "0"])   # bad input: one line on stderr, exit code 2
     2
     """
-    if argv is None:  # the program itself (console script, python -m hmmmerge), not a caller in-process
+    argv_given = argv is not None
+    if not argv_given:  # the program itself (console script, python -m hmmmerge), not a caller in-process
         _program_collector()
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser([argv[0]] if argv and argv[0] in COMMANDS else [])
     args = parser.parse_args(argv)
+    if not argv_given and args.command in LAZY_NUMBA_COMMANDS:
+        from ._numba_cache import load_cached_kernels_lazily
+
+        load_cached_kernels_lazily()
     from ._limits import no_limits
 
     try:

@@ -12,6 +12,8 @@ The level-2 model (Equation ``trans_2dn``, written for row-stochastic ``T``):
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -19,7 +21,27 @@ from ._validation import check_int
 from ._random import as_generator
 from .hmm import ActionHMM
 
-__all__ = ["Clusters", "level2_hmm"]
+__all__ = ["Clusters", "Changes", "level2_hmm"]
+
+
+class Changes(NamedTuple):
+    """How C changed while :meth:`Clusters.record_changes` was on (see :meth:`Clusters.changes`).
+
+    ``relabel[c]``: the id now holding old cluster ``c`` (several old ids may
+    share one: merged; a cluster whose states were all moved or dealt out
+    again: where most of them went), or a *ghost* id ``>= n_clusters`` if all its states lost their
+    clusters (then ``ok`` is False); ``n_ghosts`` such ids follow.  ``moved``
+    (increasing): the states whose cluster is not ``relabel`` of their old one
+    (newly connected states included); ``was``: for each, ``relabel`` of its
+    old cluster (-1: it was not connected).  ``ok`` is False if a connected
+    state lost its cluster or C was edited where it could not be followed.
+    """
+
+    relabel: np.ndarray
+    n_ghosts: int
+    moved: np.ndarray
+    was: np.ndarray
+    ok: bool
 
 
 class Clusters:
@@ -41,6 +63,11 @@ class Clusters:
         if a.size and a.min() < -1:
             raise ValueError("assignment entries must be cluster ids >= 0 or -1 (not connected)")
         self.assignment = a
+        self._journal = None
+        self._lists = None  # member list of every cluster, see keep_members
+        self._stamp, self._epoch = np.zeros(0, dtype=np.int64), 0  # per-state marks of changes()
+        self._free_upto = 0  # every unconnected state below it is in _free (see partition_unassigned)
+        self._free = np.zeros(0, dtype=np.int64)
         self._caches: dict = {}
         self._rep = np.zeros(0, dtype=np.int64)
         self._compact()
@@ -65,12 +92,16 @@ class Clusters:
         return np.bincount(a[a >= 0], minlength=self._k)
 
     def members(self, cluster: int) -> np.ndarray:
-        """The level-1 states of ``cluster``, in increasing order.
+        """The level-1 states of ``cluster``, in increasing order (read-only).
+
+        In O(its size) once :meth:`keep_members` is on, else one pass over all states.
 
         >>> Clusters(np.array([0, 1, 1, -1, 1])).members(1).tolist()
         [1, 2, 4]
         """
-        return np.flatnonzero(self.assignment == cluster)
+        if self._lists is None:
+            return np.flatnonzero(self.assignment == cluster)
+        return np.sort(self._materialise(cluster))
 
     def connection_matrix(self, n_states: int | None = None) -> sp.csr_matrix:
         """C as a sparse (n_states x n_clusters) binary matrix.
@@ -97,6 +128,100 @@ class Clusters:
         rows = np.flatnonzero(a >= 0)
         self._rep = np.zeros(self._k, dtype=np.int64)
         self._rep[a[rows]] = rows
+
+    # ------------------------------------------------------------ member lists
+    @property
+    def keeps_members(self) -> bool:
+        """Whether :meth:`keep_members` is on."""
+        return self._lists is not None
+
+    def keep_members(self) -> None:
+        """Keep every cluster's member list from now on (one pass now), so that :meth:`members` does not
+        scan all states.  Changes must then go through the methods of this class, and states connected
+        from outside (the agent's online joins) be announced with :meth:`note_joined`; :meth:`compact`
+        (after direct edits) drops the lists.  The lists are kept in no particular order (a change costs
+        the size of the clusters it touches, no sort); :meth:`members` sorts the one it returns.
+
+        >>> cl = Clusters(np.array([1, 0, 1])); cl.keep_members(); cl.merge([(0, 1)]); cl.members(0).tolist()
+        [0, 1, 2]
+        """
+        a = self.assignment
+        order = np.argsort(a, kind="stable")
+        bounds = np.searchsorted(a[order], np.arange(self._k + 1))
+        self._lists = [_frozen(order[bounds[c]:bounds[c + 1]]) for c in range(self._k)]
+        self._extra, self._joined = {}, []
+
+    def member_csr(self, ids) -> tuple[np.ndarray, np.ndarray]:
+        """The members of clusters ``ids`` as CSR ``(ptr, idx)``; with :meth:`keep_members` on, each
+        cluster's states in no particular order.
+
+        >>> ptr, idx = Clusters(np.array([1, 0, 1, -1])).member_csr([1, 0]); ptr.tolist(), idx.tolist()
+        ([0, 2, 3], [0, 2, 1])
+        """
+        if self._lists is None:
+            sets = [self.members(c) for c in np.asarray(ids, dtype=np.int64).tolist()]
+        else:
+            sets = [self._materialise(c) for c in np.asarray(ids, dtype=np.int64).tolist()]
+        ptr = np.zeros(len(sets) + 1, dtype=np.int64)
+        ptr[1:] = np.cumsum([len(x) for x in sets])
+        return ptr, np.concatenate(sets) if sets else np.zeros(0, dtype=np.int64)
+
+    def note_joined(self, states) -> None:
+        """States that were connected by writing :attr:`assignment` directly (to a cluster, from -1):
+        their clusters' member lists gain them (when next read).
+
+        >>> cl = Clusters(np.array([0, -1])); cl.keep_members(); cl.assignment[1] = 0; cl.note_joined([1])
+        >>> cl.members(0).tolist()
+        [0, 1]
+        """
+        if self._lists is not None and len(states):
+            self._journal_cannot_follow()
+            self._joined.append(np.array(states, dtype=np.int64))
+
+    def _journal_cannot_follow(self) -> None:
+        if self._journal is not None:  # a direct edit while recording
+            self._journal["ok"] = False
+
+    def _group_joined(self) -> None:
+        """Announced states go to their clusters' pending additions (O(announced))."""
+        if self._joined:
+            states = np.concatenate(self._joined)
+            self._joined = []
+            owner = self.assignment[states]
+            order = np.argsort(owner, kind="stable")
+            bounds = np.searchsorted(owner[order], np.arange(self._k + 1))
+            for x in np.unique(owner).tolist():
+                self._extra.setdefault(x, []).append(states[order[bounds[x]:bounds[x + 1]]])
+
+    def _materialise(self, c: int) -> np.ndarray:
+        """Cluster ``c``'s member list (any order) with the joined states added."""
+        self._group_joined()
+        extra = self._extra.pop(c, None)
+        if extra is not None:
+            self._lists[c] = _frozen(np.concatenate([self._lists[c], *extra]))
+        return self._lists[c]
+
+    def _drop_from_lists(self, states, owner) -> None:
+        """Member lists lose ``states`` (their clusters ``owner``, -1: none)."""
+        for c in np.unique(owner[owner >= 0]).tolist():
+            lst = self._materialise(c)
+            self._lists[c] = _frozen(lst[~np.isin(lst, states[owner == c])])
+
+    def _remap_lists(self, new_of_old, k_new) -> None:
+        """Member lists follow a renumbering (``new_of_old[c]`` < 0: ``c`` is gone; shared ids merge);
+        announced states must be grouped (under the old ids) before C is renumbered."""
+        if self._lists is None:
+            return
+        m = np.asarray(new_of_old)
+        hits = np.bincount(m[m >= 0], minlength=max(k_new, 1))
+        for c in np.flatnonzero((m >= 0) & (hits[np.maximum(m, 0)] > 1)).tolist():
+            self._materialise(c)  # clusters that merge: their lists are joined below
+        parts = [[] for _ in range(k_new)]
+        for c, t in enumerate(m.tolist()):
+            if t >= 0:
+                parts[t].append(self._lists[c])
+        self._lists = [p[0] if len(p) == 1 else _frozen(np.concatenate(p)) if p else _EMPTY for p in parts]
+        self._extra = {int(m[c]): x for c, x in self._extra.items() if m[c] >= 0}
 
     # ------------------------------------------------------------ per-cluster caches
     def depth_counts(self, key, horizon: int, n_obs: int) -> tuple[np.ndarray, np.ndarray] | None:
@@ -173,6 +298,64 @@ class Clusters:
                 np.add.at(x, target, counts[live])
             self._caches[key] = (v, x)
 
+    # ------------------------------------------------------------ change journal
+    def record_changes(self) -> None:
+        """Start following the changes of C for :meth:`changes` (in O(changes), without a copy of C).
+
+        >>> cl = Clusters(np.array([0, 0, 1, 2, -1])); cl.record_changes()
+        >>> cl.merge([(2, 1)]); _ = cl.add_clusters([[4]]); cl.assign([1], 2)
+        >>> ch = cl.changes(); ch.relabel.tolist(), ch.moved.tolist(), ch.was.tolist(), ch.ok
+        ([0, 1, 1], [1, 4], [0, -1], True)
+        """
+        self._journal = {"relabel": np.arange(self._k, dtype=np.int64), "full": np.zeros(self._k, dtype=bool),
+                         "states": [], "was": [], "ghosts": 0, "ok": True}
+
+    def changes(self) -> Changes:
+        """How C changed since :meth:`record_changes` (a :class:`Changes`); stops recording.
+
+        Equal to comparing C before and after (any state not in ``moved`` is in
+        ``relabel`` of its old cluster), without a copy of C or a pass over it:
+        the journal holds the states given to :meth:`add_clusters`,
+        :meth:`assign`, :meth:`assign_each`, :meth:`split` and :meth:`disconnect`,
+        and renumberings relabel it.
+
+        >>> cl = Clusters(np.array([0, 1, 1])); cl.record_changes(); cl.disconnect([0])
+        >>> ch = cl.changes(); ch.relabel.tolist(), ch.n_ghosts, ch.moved.tolist(), ch.ok   # 0 emptied: a ghost
+        ([1, 0], 1, [], False)
+        """
+        from ._cluster_kernels import journal_changes
+
+        j, self._journal = self._journal, None
+        if j is None:
+            raise ValueError("changes() needs record_changes() first")
+        states = np.concatenate(j["states"]) if j["states"] else np.zeros(0, dtype=np.int64)
+        was = np.concatenate(j["was"]) if j["was"] else np.zeros(0, dtype=np.int64)
+        if len(self._stamp) < self.n_states:  # fresh marks, room to grow
+            self._stamp, self._epoch = np.zeros(2 * self.n_states, dtype=np.int64), 0
+        self._epoch += 1
+        relabel, n_ghosts, moved, was, ok = journal_changes(states, was, self.assignment, self._stamp, self._epoch,
+                                                            j["relabel"], j["full"], j["ghosts"], self._k)
+        order = np.argsort(moved)
+        return Changes(relabel, int(n_ghosts), moved[order], was[order], bool(ok and j["ok"]))
+
+    def _log(self, states, was) -> None:
+        """Journal: ``states`` change cluster now; ``was``: their clusters before (current ids)."""
+        if self._journal is not None and len(states):
+            self._journal["states"].append(np.array(states, dtype=np.int64))
+            self._journal["was"].append(np.array(was, dtype=np.int64))
+
+    def _log_renumbering(self, new_of_old) -> None:
+        """Journal: ids are renumbered (``new_of_old[c]`` < 0: ``c`` emptied, it becomes a ghost)."""
+        j = self._journal
+        if j is None:
+            return
+        gone = np.flatnonzero(np.asarray(new_of_old) < 0)
+        code = np.asarray(new_of_old, dtype=np.int64).copy()
+        code[gone] = -2 - (j["ghosts"] + np.arange(len(gone)))  # ghosts are coded -2, -3, ...
+        j["ghosts"] += len(gone)
+        j["relabel"] = _apply_ids(code, j["relabel"])
+        j["was"] = [_apply_ids(code, np.concatenate(j["was"]))] if j["was"] else []
+
     # ------------------------------------------------------------ changes
     def grow(self, n_states: int) -> None:
         """Extend to ``n_states`` level-1 states; new states are not connected.
@@ -197,8 +380,11 @@ class Clusters:
             g = np.asarray(g, dtype=np.int64)
             if (self.assignment[g] >= 0).any():
                 raise ValueError("add_clusters: a state is already connected to a cluster")
+            self._log(g, np.full(len(g), -1))
             self.assignment[g] = cid
         self._remap_caches(np.arange(self._k), self._k + len(groups))  # new rows start invalid
+        if self._lists is not None:
+            self._lists.extend(_frozen(np.array(g, dtype=np.int64)) for g in groups)
         self._rep = np.concatenate([self._rep, [int(np.max(g)) for g in groups]]).astype(np.int64)
         self._k += len(groups)
         return ids
@@ -212,6 +398,11 @@ class Clusters:
         states = np.asarray(states, dtype=np.int64)
         self.invalidate(np.unique(self.assignment[states]))
         self.invalidate([cluster])
+        self._log(states, self.assignment[states])
+        if self._lists is not None:
+            arriving = np.unique(states[self.assignment[states] != cluster])
+            self._drop_from_lists(arriving, self.assignment[arriving])
+            self._lists[cluster] = _frozen(np.concatenate([self._materialise(cluster), arriving]))
         self.assignment[states] = cluster
 
     def merge(self, pairs) -> None:
@@ -235,6 +426,48 @@ class Clusters:
         _, roots = connected_components(graph, directed=False)
         self._compact(roots)
 
+    def assign_each(self, states, clusters, whole=None) -> None:
+        """Move each of ``states`` into its cluster of ``clusters`` (existing ids), like :meth:`assign`.
+
+        ``whole``: ids of clusters whose states were pooled and dealt out again
+        among them (a merge with split): every move is from one of them to
+        another, and :meth:`changes` can then relabel each to where most of its
+        states went.
+
+        >>> cl = Clusters(np.array([0, 0, 1, 2])); cl.assign_each([1, 3], [2, 1]); cl.assignment.tolist()
+        [0, 2, 1, 1]
+        """
+        states, clusters = np.asarray(states, dtype=np.int64), np.asarray(clusters, dtype=np.int64)
+        if states.shape != clusters.shape:
+            raise ValueError(f"assign_each: {len(states)} states but {len(clusters)} clusters")
+        owner = self.assignment[states]
+        if whole is not None:
+            whole = np.asarray(whole, dtype=np.int64)
+            if not (np.isin(owner, whole).all() and np.isin(clusters, whole).all()):
+                raise ValueError("assign_each: a move leaves the clusters given as whole")
+        self.invalidate(np.unique(owner))
+        self.invalidate(np.unique(clusters))
+        if whole is not None and self._lists is not None:  # deal the whole clusters' members out again
+            from ._cluster_kernels import member_lists
+
+            pool = self.member_csr(whole)[1]
+            self._log(pool, self.assignment[pool])  # every member, moved or not: changes() knows them all
+            if self._journal is not None:
+                self._journal["full"] |= np.isin(self._journal["relabel"], whole)
+            self.assignment[states] = clusters
+            position = np.full(self._k, -1, dtype=np.int64)
+            position[whole] = np.arange(len(whole))
+            ptr, idx = member_lists(pool, self.assignment, position, len(whole))
+            for r, c in enumerate(whole.tolist()):
+                self._lists[c] = _frozen(idx[ptr[r]:ptr[r + 1]])
+            return
+        self._log(states, owner)
+        if self._lists is not None:
+            self._drop_from_lists(states, owner)
+            for c in np.unique(clusters).tolist():
+                self._lists[c] = _frozen(np.concatenate([self._materialise(c), states[clusters == c]]))
+        self.assignment[states] = clusters
+
     def disconnect(self, states) -> None:
         """Separate level-1 states back out of their clusters (the paper's reversibility).
 
@@ -244,6 +477,10 @@ class Clusters:
         """
         states = np.asarray(states, dtype=np.int64)
         self.invalidate(np.unique(self.assignment[states]))
+        self._log(states, self.assignment[states])
+        self._free = np.union1d(self._free, states[states < self._free_upto])
+        if self._lists is not None:
+            self._drop_from_lists(states, self.assignment[states])
         self.assignment[states] = -1
         self._compact()
 
@@ -261,6 +498,10 @@ class Clusters:
         self.invalidate(owners)
         self._remap_caches(np.arange(self._k), self._k + 1)
         self._rep = np.append(self._rep, states.max())
+        self._log(states, self.assignment[states])
+        if self._lists is not None:
+            self._drop_from_lists(states, self.assignment[states])
+            self._lists.append(_frozen(np.unique(states)))
         self.assignment[states] = self._k
         self._k += 1
         self._compact()
@@ -280,10 +521,14 @@ class Clusters:
         if m.shape != (self._k,) or (m.size and m.min() < 0) or np.bincount(m, minlength=k_new).min(initial=1) == 0:
             raise ValueError(f"new_of_old must map the {self._k} cluster ids onto 0..k'-1, each used")
         moved = np.flatnonzero(m != np.arange(self._k))
+        if self._lists is not None:
+            self._group_joined()  # under the old ids
         if len(moved):  # ids below the first one that moves stay: their (usually many) states are not touched
             a = self.assignment
             idx = np.flatnonzero(a >= moved[0])
             a[idx] = m[a[idx]]
+        self._log_renumbering(m)
+        self._remap_lists(m, k_new)
         self._remap_caches(m, k_new)
         rep = np.zeros(k_new, dtype=np.int64)
         rep[m] = self._rep
@@ -300,6 +545,9 @@ class Clusters:
         [0, 0, 1]
         """
         self.invalidate(np.arange(self._k))
+        self._journal_cannot_follow()  # direct edits cannot be followed
+        self._lists = None
+        self._free_upto = 0
         self._compact()
         self._set_reps()
 
@@ -317,6 +565,8 @@ class Clusters:
 
         a = self.assignment
         k_before = getattr(self, "_k", 0)
+        if getattr(self, "_lists", None) is not None:
+            self._group_joined()  # under the old ids
         top = max(int(a.max(initial=-1)) + 1, k_before)
         roots = np.arange(top, dtype=np.int64) if ids is None else np.asarray(ids, dtype=np.int64)
         present, new_id, k = renumber(a, roots)
@@ -325,6 +575,8 @@ class Clusters:
             present = np.concatenate([present, np.zeros(max(k_before - len(present), 0), dtype=bool)])[:k_before]
             new_of_old = np.full(k_before, -1, dtype=np.int64)
             new_of_old[present] = new_id[roots[:k_before][present]]
+            self._log_renumbering(new_of_old)
+            self._remap_lists(new_of_old, self._k)
             self._remap_caches(new_of_old, self._k)
             rep = np.zeros(self._k, dtype=np.int64)
             live = np.flatnonzero(new_of_old >= 0)
@@ -347,7 +599,11 @@ class Clusters:
         check_int(size, "size", low=1)
         rng = as_generator(seed)
         n = self.n_states if n_states is None else int(n_states)
-        free = np.flatnonzero(self.assignment[:n] < 0)
+        if n < self._free_upto:
+            free = np.flatnonzero(self.assignment[:n] < 0)
+        else:  # the states left over last time and the states added since (no pass over all states)
+            free = np.concatenate([self._free[self._free < n], np.arange(self._free_upto, n)])
+            free = free[self.assignment[free] < 0]
         colours = emission[free]
         groups = []
         for o in np.unique(colours):
@@ -355,6 +611,7 @@ class Clusters:
             full = (len(states) // size) * size
             groups.extend(states[:full].reshape(-1, size))
         self.add_clusters(groups)
+        self._free, self._free_upto = free[self.assignment[free] < 0], n
         return len(groups)
 
     # ------------------------------------------------------------ files
@@ -366,6 +623,22 @@ class Clusters:
         (2, 1)
         """
         return Clusters(self.assignment)
+
+
+def _frozen(x):
+    x.flags.writeable = False
+    return x
+
+
+_EMPTY = _frozen(np.zeros(0, dtype=np.int64))
+
+
+def _apply_ids(code, ids):
+    """``code[ids]`` where ``ids >= 0``; other entries (-1: not connected, <= -2: ghosts) unchanged."""
+    out = ids.copy()
+    live = ids >= 0
+    out[live] = code[ids[live]]
+    return out
 
 
 def level2_hmm(memory, C, n_states: int | None = None):

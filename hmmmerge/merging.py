@@ -162,8 +162,9 @@ class SFMerger(NoMerger):
         """Breadth-first depths whose counts :meth:`features_from_counts` needs (the per-cluster cache)."""
         return self.horizon
 
-    def features_from_counts(self, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`features` of sets from their per-depth observation counts (identical results).
+    def features_from_counts(self, counts: np.ndarray, rows=None) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`features` of sets from their per-depth observation counts (identical results): of the sets
+        whose counts are ``counts[rows]`` (default: all rows), without copying them.
 
         >>> from hmmmerge import Environment
         >>> from hmmmerge._successor_kernels import set_depth_counts
@@ -176,9 +177,10 @@ class SFMerger(NoMerger):
         """
         from ._successor_kernels import features_from_depth_counts
 
-        sf = np.zeros((counts.shape[0], counts.shape[2]))
-        depth = np.zeros(counts.shape[0], dtype=np.int64)
-        features_from_depth_counts(counts, float(self.gamma), sf, depth)
+        rows = np.arange(len(counts)) if rows is None else np.asarray(rows, dtype=np.int64)
+        sf = np.zeros((len(rows), counts.shape[2]))
+        depth = np.zeros(len(rows), dtype=np.int64)
+        features_from_depth_counts(counts, rows, float(self.gamma), sf, depth)
         return sf, depth
 
     def features(self, memory, sets) -> tuple[np.ndarray, np.ndarray]:
@@ -239,8 +241,9 @@ class RandomMerger(SFMerger):
     def count_horizon(self) -> int:
         return self.min_depth
 
-    def features_from_counts(self, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def features_from_counts(self, counts: np.ndarray, rows=None) -> tuple[np.ndarray, np.ndarray]:
         """Zeros and the depth reached (capped at ``min_depth``), like :meth:`features`."""
+        counts = counts if rows is None else counts[rows]
         reached = counts.sum(axis=2) > 0
         return np.zeros((counts.shape[0], counts.shape[2])), reached.sum(axis=1)
 
@@ -323,8 +326,7 @@ def merge_iteration(memory, clusters, merger, seed=0, emptied=None) -> dict:
         return report
     colour = int(rng.choice(memory.n_obs, p=weights / weights.sum()))
     ids = np.flatnonzero(colour_of == colour)
-    ptr, idx = cluster_sets(clusters.assignment[:n], ids, memory.states_emitting(colour))
-    sf, depth = _cluster_features(memory, clusters, merger, ids, ptr, idx)
+    sf, depth, ptr, idx = _cluster_features(memory, clusters, merger, ids, memory.states_emitting(colour))
     eligible = rng.permutation(np.flatnonzero(depth >= merger.min_depth))
     half = len(eligible) // 2
     probes, candidates = eligible[:half], eligible[half:]
@@ -333,24 +335,29 @@ def merge_iteration(memory, clusters, merger, seed=0, emptied=None) -> dict:
         return report
     sf = sf * merger.sf_scale
     pi, ci = merger.select_pairs(sf[probes], sf[candidates], rng)
-    pairs = np.column_stack([ids[probes[pi]], ids[candidates[ci]]])
     before = clusters.n_clusters
     if merger.split_contradictions:
-        members = {int(c): idx[ptr[i]:ptr[i + 1]] for i, c in enumerate(ids)}
-        gone = merge_with_split(memory, clusters, pairs, members, count_horizon=merger.count_horizon,
-                                compact=emptied is None)
+        pairs = np.column_stack([probes[pi], candidates[ci]])
+        if ptr is None:  # member lists kept: read those of the pairs' clusters only
+            involved, pairs = np.unique(pairs, return_inverse=True)
+            ids, pairs = ids[involved], pairs.reshape(-1, 2)
+            ptr, idx = clusters.member_csr(ids)
+        gone = _apply_pairs(memory, clusters, ids, ptr, idx, pairs, merger.count_horizon, compact=emptied is None)
         if emptied is not None:
             emptied[gone] = True
             report["merges"] = len(gone)
             return report
     else:
-        clusters.merge(pairs)
+        clusters.merge(np.column_stack([ids[probes[pi]], ids[candidates[ci]]]))
     report["merges"] = before - clusters.n_clusters
     return report
 
 
-def _cluster_features(memory, clusters, merger, ids, ptr, idx):
-    """``merger.features`` of clusters ``ids`` (members: CSR ``ptr``/``idx``), from kept per-depth counts.
+def _cluster_features(memory, clusters, merger, ids, states):
+    """``merger.features`` of clusters ``ids`` (sorted) from kept per-depth counts, and their members among
+    ``states`` (increasing) as CSR ``(ptr, idx)``: ``(sf, depth, ptr, idx)``; ``ptr`` and ``idx`` are None
+    where ``clusters`` keeps member lists (stale clusters are then counted from their lists, without a
+    pass over ``states``).
 
     The per-depth observation counts of a cluster (see
     :meth:`~hmmmerge.clusters.Clusters.depth_counts`) are kept up to date as its
@@ -358,28 +365,39 @@ def _cluster_features(memory, clusters, merger, ids, ptr, idx):
     again from the cluster's states.  Without a kept table (too large), every
     cluster of ``ids`` is counted afresh.
     """
+    from ._merge_kernels import members_and_counts
+
     horizon = merger.count_horizon
     kept = clusters.depth_counts(("depth-counts", horizon), horizon, memory.n_obs)
-    if kept is None:
-        return merger.features_from_counts(_set_counts(memory, [idx[ptr[r]:ptr[r + 1]] for r in range(len(ids))],
-                                                       horizon))
-    valid, counts = kept
-    rows = np.flatnonzero(~valid[ids])
-    if len(rows):
-        counts[ids[rows]] = _set_counts(memory, [idx[ptr[r]:ptr[r + 1]] for r in rows], horizon)
-        valid[ids[rows]] = True
-    return merger.features_from_counts(counts[ids])
+    if kept is None:  # every cluster counted afresh, in a table of its own
+        valid, counts = np.zeros(len(ids), dtype=bool), np.zeros((len(ids), horizon, memory.n_obs), np.int64)
+        rows = np.arange(len(ids))
+    else:
+        (valid, counts), rows = kept, ids
+    nxt, emission, _ = memory.kernel_arrays()
+    if clusters.keeps_members:
+        stale = np.flatnonzero(~valid[rows])
+        members_and_counts(clusters.member_csr(ids[stale])[1], clusters.assignment, ids[stale], nxt, emission,
+                           rows[stale], valid, counts)
+        return (*merger.features_from_counts(counts, rows), None, None)
+    ptr, idx = members_and_counts(states, clusters.assignment, ids, nxt, emission, rows, valid, counts)
+    return (*merger.features_from_counts(counts, rows), ptr, idx)
 
 
 def _set_counts(memory, state_sets, horizon, out=None, rows=None):
-    """Per-depth counts (see :func:`~hmmmerge._successor_kernels.set_depth_counts`) of a list of state sets,
-    as a new array, or added to rows ``rows`` of ``out``."""
+    """Per-depth counts (see :func:`~hmmmerge._successor_kernels.set_depth_counts`) of a list of state sets
+    (or of the rows of a 2-D array, e.g. single states as a column), as a new array, or added to rows
+    ``rows`` of ``out``."""
     from ._successor_kernels import set_depth_counts
 
     nxt, emission, _ = memory.kernel_arrays()
-    ptr = np.zeros(len(state_sets) + 1, dtype=np.int64)
-    ptr[1:] = np.cumsum([len(x) for x in state_sets])
-    idx = np.concatenate(state_sets).astype(np.int64) if state_sets else np.zeros(0, dtype=np.int64)
+    if isinstance(state_sets, np.ndarray) and state_sets.ndim == 2:
+        ptr = np.arange(len(state_sets) + 1, dtype=np.int64) * state_sets.shape[1]
+        idx = state_sets.astype(np.int64).ravel()
+    else:
+        ptr = np.zeros(len(state_sets) + 1, dtype=np.int64)
+        ptr[1:] = np.cumsum([len(x) for x in state_sets])
+        idx = np.concatenate(state_sets).astype(np.int64) if len(state_sets) else np.zeros(0, dtype=np.int64)
     if out is None:
         out, rows = np.zeros((len(state_sets), horizon, memory.n_obs), dtype=np.int64), np.arange(len(state_sets))
     set_depth_counts(nxt, emission, ptr, idx, horizon, out, np.asarray(rows, dtype=np.int64))
@@ -400,16 +418,12 @@ def split_by_next_observation(memory, states: np.ndarray) -> np.ndarray:
     >>> split_by_next_observation(Memory(), np.array([0, 1, 2])).tolist()  # successors see 1, 2, unknown
     [True, False, True]
     """
-    nxt, emission, _ = memory.kernel_arrays()
-    succ = nxt[:, states]
-    action = int(np.argmin((succ < 0).sum(axis=1)))
-    known = succ[action] >= 0
-    if not known.any():
-        return np.ones(len(states), dtype=bool)
-    seen = emission[succ[action, known]]
-    majority = int(np.bincount(seen).argmax())
-    agree = np.ones(len(states), dtype=bool)
-    agree[known] = seen == majority
+    from ._merge_kernels import split_mask
+
+    nxt, emission, n_obs = memory.kernel_arrays()
+    states = np.asarray(states, dtype=np.int64)
+    agree = np.empty(len(states), dtype=bool)
+    split_mask(nxt, emission, n_obs, states, agree)
     return agree
 
 
@@ -439,54 +453,36 @@ def merge_with_split(memory, clusters, pairs, members: dict | None = None, count
     >>> _ = merge_with_split(mem, cl, [(1, 2)]); cl.n_clusters   # both emit 1, state 2 has a successor
     3
     """
-    assignment = clusters.assignment
-    absorbed: dict[int, int] = {}
-    members = dict(members or {})
+    pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+    if pairs.size and (pairs.min() < 0 or pairs.max() >= clusters.n_clusters):
+        raise ValueError(f"merge pairs refer to clusters outside 0..{clusters.n_clusters - 1}")
+    ids, pos_pairs = np.unique(pairs, return_inverse=True)
+    members = members or {}
+    sets = [np.asarray(members[c], dtype=np.int64) if c in members else clusters.members(c) for c in ids.tolist()]
+    ptr = np.zeros(len(sets) + 1, dtype=np.int64)
+    ptr[1:] = np.cumsum([len(x) for x in sets])
+    idx = np.concatenate(sets) if sets else np.zeros(0, dtype=np.int64)
+    return _apply_pairs(memory, clusters, ids, ptr, idx, pos_pairs.reshape(-1, 2), count_horizon, compact).tolist()
 
-    def states_of(c):
-        if c not in members:
-            members[c] = np.flatnonzero(assignment == c)
-        return members[c]
 
-    def resolve(c):
-        while c in absorbed:
-            c = absorbed[c]
-        return c
+def _apply_pairs(memory, clusters, ids, ptr, idx, pairs, count_horizon, compact) -> np.ndarray:
+    """:func:`merge_with_split` of ``pairs`` given as positions in ``ids`` (sorted cluster ids, members CSR
+    ``ptr``/``idx``); returns the ids of the clusters left empty (increasing)."""
+    from ._merge_kernels import merge_pairs_with_split
 
     kept = None
     if count_horizon is not None:
         kept = clusters.depth_counts(("depth-counts", count_horizon), count_horizon, memory.n_obs)
-    rows: dict[int, np.ndarray | None] = {}
-
-    def counts_of(c):
-        if c not in rows:
-            rows[c] = kept[1][c].copy() if kept is not None and kept[0][c] else None
-        return rows[c]
-
-    touched = set()
-    for probe, cand in np.asarray(pairs, dtype=np.int64).reshape(-1, 2).tolist():
-        probe, cand = resolve(probe), resolve(cand)
-        if probe == cand:
-            continue
-        pooled = np.concatenate([states_of(probe), states_of(cand)])
-        agree = split_by_next_observation(memory, pooled)
-        members[probe], members[cand] = pooled[agree], pooled[~agree]
-        touched.update((probe, cand))
-        if not len(members[cand]):
-            absorbed[cand] = probe
-        x, y = counts_of(probe), counts_of(cand)
-        if x is not None and y is not None:
-            rows[cand] = _set_counts(memory, [members[cand]], count_horizon)[0] if len(members[cand]) else np.zeros_like(y)
-            rows[probe] = x + y - rows[cand]
-        else:
-            rows[probe] = rows[cand] = None
-    for c in sorted(touched):
-        clusters.assign(members[c], c)
+    valid, counts = kept if kept is not None else (np.zeros(0, dtype=bool), np.zeros((0, 1, 1), dtype=np.int64))
+    nxt, emission, n_obs = memory.kernel_arrays()
+    ids = np.asarray(ids, dtype=np.int64)
+    moved, target, touched, sizes, known, rows = merge_pairs_with_split(
+        nxt, emission, n_obs, ids, ptr, idx, np.ascontiguousarray(pairs, dtype=np.int64), kept is not None, valid,
+        counts)
+    clusters.assign_each(moved, target, whole=ids[touched])
+    clusters.invalidate(ids[touched])  # as if every touched cluster had been assigned its members
     if kept is not None:
-        valid, counts = kept
-        for c in touched:
-            if rows[c] is not None and len(members[c]):
-                counts[c], valid[c] = rows[c], True
+        counts[ids[known]], valid[ids[known]] = rows, True
     if compact:
         clusters.compact_assigned()
-    return sorted(c for c in touched if not len(members[c]))
+    return ids[touched & (sizes == 0)]

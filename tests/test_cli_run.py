@@ -60,25 +60,67 @@ def test_bad_arguments(capsys):
         assert err and "Traceback" not in err and len(err.splitlines()) == 1
 
 
-def test_collector_tuned_only_for_the_program(capsys):
-    """`python -m hmmmerge` tunes the cycle collector (larger young generation, frozen at exit) and prints the
-    same as `main` called in-process, which leaves the caller's collector as it was."""
+def test_collector_and_numba_loading_tuned_only_for_the_program(capsys):
+    """`python -m hmmmerge` tunes the cycle collector (larger young generation, frozen at exit) and loads
+    cached numba kernels without numba's compiler set-up, and prints the same as `main` called in-process,
+    which leaves the caller's collector and numba as they were."""
     import gc
     import os
     import subprocess
     import sys
 
+    from numba.core.caching import Cache
+
     args = ["run", "--episodes", "5", "--eval-episodes", "3", "--json"]
     before = gc.get_threshold(), gc.get_freeze_count()
     assert main(args) == 0
     assert (gc.get_threshold(), gc.get_freeze_count()) == before
+    assert not getattr(Cache.load_overload, "lazy", False)
     inproc = json.loads(capsys.readouterr().out)
     probe = ("import gc, sys\nfrom hmmmerge.cli import main\nsys.argv = ['hmmmerge', *sys.argv[1:]]\n"
-             "code = main()\nprint(gc.get_threshold()[0], file=sys.stderr)\nsys.exit(code)")
+             "code = main()\nfrom numba.core.caching import Cache\n"
+             "print(gc.get_threshold()[0], getattr(Cache.load_overload, 'lazy', False), file=sys.stderr)\n"
+             "sys.exit(code)")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, check=True,
                          cwd=root, env={**os.environ, "PYTHONPATH": root})
-    assert out.stderr.split()[-1] == "100000"
+    assert out.stderr.split()[-2:] == ["100000", "True"]
     program = json.loads(out.stdout)
     inproc.pop("wall_s"), program.pop("wall_s")
     assert program == inproc
+
+
+LAZY_KERNELS = """
+import numpy as np
+from numba import njit
+
+@njit(cache=True)
+def grown(n):
+    out = np.empty(n, dtype=np.int64)  # allocates through numba's runtime
+    for i in range(n):
+        out[i] = i * i
+    return out, out.sum()
+"""
+
+
+def test_lazy_numba_loading_compiles_then_loads_the_same(tmp_path):
+    """With :func:`hmmmerge._numba_cache.load_cached_kernels_lazily`, a kernel missing from the cache compiles
+    (numba's compiler sets itself up), the next process loads it from the cache without numba's
+    implementation registries (polynomials stand for them), and both give what a process without it gives."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "lazy_kernels.py").write_text(LAZY_KERNELS)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    probe = ("import sys\nfrom hmmmerge._numba_cache import load_cached_kernels_lazily\n"
+             "applied = load_cached_kernels_lazily() if sys.argv[1] == 'lazy' else False\n"
+             "import lazy_kernels\nvalues, total = lazy_kernels.grown(5)\n"
+             "print(values.tolist(), total, applied, 'numba.np.polynomial.polynomial_functions' in sys.modules)")
+    env = {**os.environ, "PYTHONPATH": root + os.pathsep + str(tmp_path), "NUMBA_CACHE_DIR": str(tmp_path / "cache")}
+    runs = [subprocess.run([sys.executable, "-c", probe, mode], capture_output=True, text=True, check=True,
+                           cwd=tmp_path, env=env).stdout.split("] ") for mode in ("lazy", "lazy", "plain")]
+    assert [r[0] for r in runs] == ["[0, 1, 4, 9, 16"] * 3
+    assert [r[1].split() for r in runs] == [["30", "True", "True"],    # compiled: numba set itself up
+                                            ["30", "True", "False"],   # loaded: no registries imported
+                                            ["30", "False", "True"]]

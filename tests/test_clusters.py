@@ -159,3 +159,95 @@ def test_level2_bad_inputs():
         level2_hmm(mem, -np.ones((mem.n_states, 2)))
     with pytest.raises(ValueError, match="cluster ids"):
         Clusters(np.array([0, -2]))
+
+
+def _random_edits(cl, rng, n_ops, emission, joins=False):
+    """Random changes of C through the Clusters methods a sleep uses (and a few more); ``joins``: also
+    connect states by writing C directly and announcing them (the agent's online joins)."""
+    for _ in range(n_ops):
+        k, a = cl.n_clusters, cl.assignment
+        op = rng.integers(9 if joins else 8)
+        free, used = np.flatnonzero(a < 0), np.flatnonzero(a >= 0)
+        if op == 0 and len(free):
+            cl.add_clusters([rng.choice(free, size=min(len(free), rng.integers(1, 4)), replace=False)])
+        elif op == 1 and k >= 2:
+            cl.merge(rng.integers(0, k, size=(rng.integers(1, 3), 2)))
+        elif op == 2 and k and len(used):
+            cl.assign(rng.choice(used, size=rng.integers(1, 4)), int(rng.integers(k)))
+            cl.compact_assigned()
+        elif op == 3 and k:
+            members = cl.members(int(rng.integers(k)))
+            cl.split(members[:max(1, len(members) // 2)])
+        elif op == 4 and k:
+            cl.relabel(rng.permutation(k))
+        elif op == 5 and len(used) and rng.random() < 0.3:
+            cl.disconnect(rng.choice(used, size=1))
+        elif op == 6:
+            cl.partition_unassigned(emission, size=2, seed=int(rng.integers(1000)))
+        elif op == 7 and k >= 2:  # pool two clusters and deal their states out again (a merge with split)
+            x, y = rng.choice(k, size=2, replace=False)
+            pooled = np.concatenate([cl.members(x), cl.members(y)])
+            to = np.where(rng.random(len(pooled)) < rng.random(), x, y)
+            change = cl.assignment[pooled] != to
+            cl.assign_each(pooled[change], to[change], whole=[x, y])
+            cl.compact_assigned()
+        elif op == 8 and k and len(free):
+            joined = rng.choice(free, size=min(len(free), 2), replace=False)
+            a[joined] = rng.integers(0, k)
+            cl.note_joined(joined)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10**6), n=st.integers(1, 30), n_ops=st.integers(0, 12))
+def test_changes_match_a_comparison_of_c_before_and_after(seed, n, n_ops):
+    """What the journal reports equals comparing C before and after: every state not ``moved`` is in
+    ``relabel`` of its old cluster, a moved one is not (``was`` = that image), relabel maps old ids
+    consistently, emptied ids get ghosts; ok is False iff a connected state lost its cluster."""
+    rng = np.random.default_rng(seed)
+    emission = rng.integers(0, 2, n)
+    cl = Clusters(np.where(rng.random(n) < 0.5, rng.integers(0, 4, n), -1))
+    _random_edits(cl, rng, 3, emission)
+    old, k_old = cl.assignment.copy(), cl.n_clusters
+    cl.record_changes()
+    _random_edits(cl, rng, n_ops, emission)
+    ch = cl.changes()
+    new, k = cl.assignment, cl.n_clusters
+    assert ch.relabel.shape == (k_old,) and (ch.relabel >= 0).all() and (ch.relabel < k + ch.n_ghosts).all()
+    image = np.append(ch.relabel, -1)[old]  # -1 (not connected) picks the appended -1
+    moved = np.zeros(n, dtype=bool)
+    moved[ch.moved] = True
+    assert np.array_equal(ch.moved, np.sort(ch.moved))
+    assert np.array_equal(ch.was, image[ch.moved])
+    assert np.array_equal(moved, (new >= 0) & (new != image))
+    assert ch.ok == (not ((old >= 0) & (new < 0)).any())
+    for g in range(k, k + ch.n_ghosts):  # a ghost holds no state now
+        assert not (new == g).any()
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10**6), n=st.integers(1, 30))
+def test_partition_of_the_states_left_over_equals_a_partition_of_all(seed, n):
+    """partition_unassigned looks only at states left over last time and new ones: the same clusters
+    as a fresh Clusters that scans every state."""
+    rng = np.random.default_rng(seed)
+    emission = rng.integers(0, 3, n)
+    cl = Clusters(np.full(n // 2, -1))
+    _random_edits(cl, rng, 4, emission[:n // 2])
+    cl.grow(n)
+    twin = Clusters(cl.assignment)
+    assert cl.partition_unassigned(emission, 2, seed=seed) == twin.partition_unassigned(emission, 2, seed=seed)
+    assert np.array_equal(cl.assignment, twin.assignment)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10**6), n=st.integers(1, 30), n_ops=st.integers(0, 15))
+def test_kept_member_lists_equal_a_scan(seed, n, n_ops):
+    """With keep_members on, every change (methods, announced direct joins) keeps members(c) equal to
+    the states a scan of C finds, in increasing order."""
+    rng = np.random.default_rng(seed)
+    emission = rng.integers(0, 2, n)
+    cl = Clusters(np.where(rng.random(n) < 0.5, rng.integers(0, 4, n), -1))
+    cl.keep_members()
+    _random_edits(cl, rng, n_ops, emission, joins=True)
+    for c in range(cl.n_clusters):
+        assert np.array_equal(cl.members(c), np.flatnonzero(cl.assignment == c))

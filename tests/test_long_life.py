@@ -65,13 +65,19 @@ def test_checkpoint_needs_out(capsys):
     assert "--out" in capsys.readouterr().err
 
 
-def _full_features(memory, clusters, merger, ids, ptr, idx):
-    """Reference: features of every cluster of the colour recomputed from scratch (no cache)."""
+def _full_features(memory, clusters, merger, ids, states):
+    """Reference: features of every cluster of the colour recomputed from scratch (no cache), members found
+    by a scan of C (kept member lists must equal them)."""
     import scipy.sparse as sp
 
+    from hmmmerge.merging import cluster_sets
+
     n = memory.n_states
+    ptr, idx = cluster_sets(clusters.assignment[:n], ids, states)
+    if clusters.keeps_members:
+        assert all(np.array_equal(clusters.members(c), idx[ptr[r]:ptr[r + 1]]) for r, c in enumerate(ids))
     sets = sp.csr_matrix((np.ones(len(idx)), idx, ptr), shape=(len(ids), n))
-    return merger.features(memory, sets)
+    return (*merger.features(memory, sets), ptr, idx)
 
 
 def _same_agent(a, b):
@@ -135,6 +141,7 @@ def test_kept_counts_and_t2_match_a_recount_after_every_block(merge, noise, monk
     from hmmmerge import gridworld
     from hmmmerge._agent_kernels import level2_transitions
     from hmmmerge.agent import TwoLevelMemory
+    from hmmmerge.evaluate import weighted_purity
     from hmmmerge.merging import _set_counts
 
     import hmmmerge.agent
@@ -145,11 +152,17 @@ def test_kept_counts_and_t2_match_a_recount_after_every_block(merge, noise, monk
     agent = TwoLevelMemory(10, 4, merge=merge, seed=3, sleep_every=137, refresh_every=61)
     sleeps = []
 
+    def purity_recount(self):
+        n = self.memory_.n_states
+        args = (self.clusters_.assignment[:n], self.memory_._labels[:n])
+        return weighted_purity(*args, include_singletons=True), weighted_purity(*args)
+
     def sleep_then_compare(self):
         reports = TwoLevelMemory.sleep(self)
         full = level2_transitions(self.memory_._next, self.memory_.n_states, self.clusters_.assignment,
                                   self.clusters_.n_clusters)
-        sleeps.append(all(np.array_equal(x, y) for x, y in zip(full, self._t2)))
+        sleeps.append(all(np.array_equal(x, y) for x, y in zip(full, self._t2))
+                      and self._labels_kept is not None and self._purity == purity_recount(self))
         return reports
 
     agent.sleep = sleep_then_compare.__get__(agent)
@@ -167,5 +180,7 @@ def test_kept_counts_and_t2_match_a_recount_after_every_block(merge, noise, monk
         full = level2_transitions(agent.memory_._next, n, cl.assignment, cl.n_clusters)
         for x, y in zip(full, agent._t2):
             assert np.array_equal(x, y)
+        assert agent._current_purity() == purity_recount(agent)  # label counts kept through online joins
+        assert all(np.array_equal(cl.members(c), np.flatnonzero(cl.assignment[:n] == c)) for c in range(cl.n_clusters))
     assert checked > 500 and (refreshed > 5 or noise)
     assert len(sleeps) > 10 and all(sleeps)

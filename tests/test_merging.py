@@ -171,3 +171,91 @@ def test_sf_scale_changes_similarities(memory):
         cl.partition_unassigned(memory.emission, 10, seed=5)
         report = merge_iteration(memory, cl, SFMerger(sf_scale=scale), seed=6)
         assert (report["merges"] > 0) == expect_merges
+
+
+def _split_reference(memory, states):
+    """split_by_next_observation in plain numpy (the oracle of the kernel)."""
+    nxt, emission, _ = memory.kernel_arrays()
+    succ = nxt[:, states]
+    action = int(np.argmin((succ < 0).sum(axis=1)))
+    known = succ[action] >= 0
+    agree = np.ones(len(states), dtype=bool)
+    if known.any():
+        seen = emission[succ[action, known]]
+        agree[known] = seen == int(np.bincount(seen).argmax())
+    return agree
+
+
+def _merge_with_split_reference(memory, clusters, pairs, count_horizon):
+    """merge_with_split pair by pair with Python sets and fresh counts (the oracle of the kernel):
+    assignment, kept counts (valid rows) and the emptied ids."""
+    from hmmmerge.merging import _set_counts
+
+    valid, counts = clusters.depth_counts(("depth-counts", count_horizon), count_horizon, memory.n_obs)
+    members, absorbed, rows, touched = {}, {}, {}, set()
+
+    def resolve(c):
+        while c in absorbed:
+            c = absorbed[c]
+        return c
+
+    for probe, cand in pairs:
+        probe, cand = resolve(probe), resolve(cand)
+        if probe == cand:
+            continue
+        for c in (probe, cand):
+            members.setdefault(c, clusters.members(c))
+            rows.setdefault(c, counts[c].copy() if valid[c] else None)
+        pooled = np.concatenate([members[probe], members[cand]])
+        agree = _split_reference(memory, pooled)
+        members[probe], members[cand] = pooled[agree], pooled[~agree]
+        touched.update((probe, cand))
+        if not len(members[cand]):
+            absorbed[cand] = probe
+        if rows[probe] is not None and rows[cand] is not None:
+            fresh = _set_counts(memory, [members[cand]], count_horizon)[0]
+            rows[probe], rows[cand] = rows[probe] + rows[cand] - fresh, fresh
+        else:
+            rows[probe] = rows[cand] = None
+    for c in touched:
+        clusters.assignment[members[c]] = c
+        valid[c] = rows[c] is not None and len(members[c]) > 0
+        if valid[c]:
+            counts[c] = rows[c]
+    return sorted(c for c in touched if not len(members[c]))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_merge_with_split_kernel_equals_reference(memory, seed):
+    """The one-call kernel gives the assignment, kept counts and emptied clusters of the pair-by-pair
+    reference, with chains (a candidate chosen twice, probes absorbed later) and partly stale counts."""
+    from hmmmerge.merging import _set_counts
+
+    horizon = 6
+    runs = []
+    for apply in (merge_with_split, _merge_with_split_reference):
+        cl = Clusters(n_states=memory.n_states)
+        cl.partition_unassigned(memory.emission, 1 + seed, seed=seed)
+        valid, counts = cl.depth_counts(("depth-counts", horizon), horizon, memory.n_obs)
+        k = cl.n_clusters
+        counts[:k] = _set_counts(memory, [cl.members(c) for c in range(k)], horizon)
+        valid[:k] = np.random.default_rng(seed).random(k) < 0.8
+        ids = np.flatnonzero(cl.cluster_emission(memory.emission) == seed % memory.n_obs)
+        pairs = np.random.default_rng(seed).choice(ids, size=(3 * len(ids) // 4, 2))  # chains, absorbed probes
+        before = cl.assignment.copy()
+        if apply is merge_with_split:
+            gone = merge_with_split(memory, cl, pairs, count_horizon=horizon, compact=False)
+        else:
+            gone = apply(memory, cl, pairs.tolist(), horizon)
+        runs.append((cl.assignment.copy(), valid[:k].copy(), counts[:k][valid[:k]].copy(), gone))
+    (a, v, c, g), (ra, rv, rc, rg) = runs
+    assert np.array_equal(a, ra) and np.array_equal(v, rv) and np.array_equal(c, rc) and g == rg
+    assert len(g) > 0 and v.sum() > 0 and not np.array_equal(a, before)  # the case is not trivial
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_split_by_next_observation_equals_numpy(memory, seed):
+    rng = np.random.default_rng(seed)
+    for size in (0, 1, 2, 5, 40, 400):
+        states = rng.choice(memory.n_states, size=size, replace=False)
+        assert np.array_equal(split_by_next_observation(memory, states), _split_reference(memory, states))
