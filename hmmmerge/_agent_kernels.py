@@ -15,7 +15,11 @@ positional arguments:
 
 The level-2 prediction step is :func:`hmmmerge._forward.csr_propagate`, the
 same step the forward filter of :class:`~hmmmerge.hmm.ActionHMM` uses;
-conditioning is simpler here because every cluster emits one observation.
+conditioning is simpler here because every cluster emits one observation,
+unless the merger gives each cluster an emission distribution (``Level2.soft``,
+fold-noisy's noise-aware emissions): then the predicted distribution mixes the
+clusters' emissions and conditioning weighs each cluster by its probability of
+the observation (a noisy observation no longer loses the belief).
 """
 
 from __future__ import annotations
@@ -45,6 +49,8 @@ class Level2(NamedTuple):
     cluster_obs: np.ndarray  # (n_clusters,) observation of each cluster
     em_ptr: np.ndarray       # CSR by observation of the clusters emitting it
     em_idx: np.ndarray
+    soft: np.ndarray         # (n_clusters, O) emission probabilities of the merger (fold-noisy), or
+                             # (0, O): every cluster emits its ``cluster_obs``
 
 
 class Belief(NamedTuple):
@@ -100,6 +106,13 @@ def _predict(bel, a, l2, s):
                        s.pred, s.touched, s.tlist)
     s.obs_dist[:] = 0.0
     total = 0.0
+    if l2.soft.shape[0] > 0:
+        for q in range(mt):
+            j = s.tlist[q]
+            for o in range(s.obs_dist.shape[0]):
+                s.obs_dist[o] += s.pred[j] * l2.soft[j, o]
+            total += s.pred[j]
+        return mt, total
     for q in range(mt):
         j = s.tlist[q]
         s.obs_dist[l2.cluster_obs[j]] += s.pred[j]
@@ -112,12 +125,14 @@ def _condition(bel, mt, total, o, l2, s):
     """Condition the propagated belief on ``o``; clear the scratch; set the new support size (0 = lost)."""
     m_new = 0
     z = 0.0
+    soft = l2.soft.shape[0] > 0
     if total > 0.0:
         for q in range(mt):
             j = s.tlist[q]
-            if l2.cluster_obs[j] == o and s.pred[j] > 0.0:
-                bel.p[j] = s.pred[j]
-                z += s.pred[j]
+            w = s.pred[j] * l2.soft[j, o] if soft else (s.pred[j] if l2.cluster_obs[j] == o else 0.0)
+            if w > 0.0:
+                bel.p[j] = w
+                z += w
                 bel.support[m_new] = j
                 m_new += 1
     clear_touched(s.pred, s.touched, s.tlist, mt)
@@ -153,9 +168,23 @@ def _set_onehot(bel, c):
 
 @njit(cache=True)
 def _set_emitters(bel, o, l2):
-    """Uniform over the clusters that emit ``o`` (none: the belief is lost)."""
+    """Uniform over the clusters that emit ``o`` (none: the belief is lost); with emission
+    distributions, proportional to each cluster's probability of ``o``."""
     for q in range(bel.size[0]):
         bel.p[bel.support[q]] = 0.0
+    if l2.soft.shape[0] > 0:
+        z = 0.0
+        n = 0
+        for c in range(l2.n_clusters):
+            if l2.soft[c, o] > 0.0:
+                bel.p[c] = l2.soft[c, o]
+                z += l2.soft[c, o]
+                bel.support[n] = c
+                n += 1
+        for q in range(n):
+            bel.p[bel.support[q]] /= z
+        bel.size[0] = n
+        return
     n = l2.em_ptr[o + 1] - l2.em_ptr[o]
     for q in range(n):
         c = l2.em_idx[l2.em_ptr[o] + q]

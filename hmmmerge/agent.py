@@ -108,7 +108,9 @@ class TwoLevelMemory(Estimator):
     ----------
     n_obs, n_actions : alphabet sizes.
     merge : a key of :data:`MERGE_MODES`: ``"sf"`` (Algorithm 3), ``"random"``, ``"none"`` or
-        ``"fold"`` (:class:`~hmmmerge.fold.FoldMerger`, evidence-driven folding; ``merge_params`` go to it).
+        ``"fold"`` (:class:`~hmmmerge.fold.FoldMerger`, evidence-driven folding; ``merge_params`` go to it)
+        or ``"fold-noisy"`` (:class:`~hmmmerge.fold_noisy.StatisticalFoldMerger`; its noise-aware
+        emissions feed the online predictors and :meth:`level2_hmm`).
     initial_size : size of the initial random clusters (1, 10, 100 in the paper).
     merge_iterations : merge iterations per sleep (5).
     refresh_every, sleep_every : in steps (200, 500).
@@ -254,11 +256,20 @@ class TwoLevelMemory(Estimator):
         em_idx = order[cluster_obs[order] >= 0].astype(np.int64)
         em_ptr = np.zeros(self.n_obs + 1, dtype=np.int64)
         em_ptr[1:] = np.cumsum(np.bincount(cluster_obs[cluster_obs >= 0], minlength=self.n_obs))
-        self._level2 = Level2(k, *t2[:3], self.clusters_.assignment, cluster_obs, em_ptr, em_idx)
+        self._level2 = Level2(k, *t2[:3], self.clusters_.assignment, cluster_obs, em_ptr, em_idx,
+                              self._soft_emission(k))
         if self._k != k:  # beliefs over the old clusters are dropped
             self._anchored, self._filtered = new_belief(k), new_belief(k)
             self._scratch = new_scratch(k, self.n_obs)
             self._k = k
+
+    def _soft_emission(self, k: int) -> np.ndarray:
+        """The merger's emission distribution per cluster (fold-noisy), or an empty (0, n_obs) array:
+        the online predictors then take one colour per cluster (``cluster_obs``)."""
+        own = getattr(self.merger_, "emission", None)  # a merger with noise-aware emissions (fold-noisy)
+        if own is None or k == 0:
+            return np.zeros((0, self.n_obs))
+        return np.ascontiguousarray(own(self.clusters_, self.memory_.n_states), dtype=np.float64)
 
     def _level2_after_sleep(self, changes, k_old, t2_old):
         """T2 (with counts and first sources) from T2 before a sleep and the states it moved; None
@@ -548,6 +559,8 @@ class TwoLevelMemory(Estimator):
                 if place is not None and place(mem, self.clusters_, out.state[g:stop], self.rng_):
                     self.clusters_.grow(mem.capacity)
                     self._set_level2()
+                elif self._level2.soft.shape[0]:  # emissions follow the counts of the placed visits
+                    self._level2 = self._level2._replace(soft=self._soft_emission(self._level2.n_clusters))
                 g = stop
                 if self.steps_ >= next_refresh:
                     self.clusters_.grow(mem.capacity)
@@ -664,7 +677,8 @@ class TwoLevelMemory(Estimator):
     def level2_hmm(self):
         """Level 2 as an :class:`~hmmmerge.hmm.ActionHMM` (clusters are its states).
 
-        With clusters of one state and no merges, level 2 is level 1 on the clustered states:
+        :func:`~hmmmerge.clusters.level2_hmm` (``E2 = C^T E1``), or the merger's own model when it
+        has one (fold-noisy: the same T2 with noise-aware emissions).  With clusters of one state and no merges, level 2 is level 1 on the clustered states:
 
         >>> from hmmmerge import gridworld, random_walk
         >>> traj = random_walk(gridworld(), 20, seed=0)
@@ -674,6 +688,9 @@ class TwoLevelMemory(Estimator):
         (True, 0.0)
         """
         self.clusters_.grow(self.memory_.n_states)
+        own = getattr(self.merger_, "level2_hmm", None)  # a merger with a level-2 model of its own (fold-noisy)
+        if own is not None:
+            return own(self.memory_, self.clusters_)
         return level2_hmm(self.memory_, self.clusters_)
 
     # ------------------------------------------------------------ files

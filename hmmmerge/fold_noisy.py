@@ -90,27 +90,49 @@ the noise section (3 runs per world): with ``min_visits=1`` held-out accuracy
 was 0.862 on the paper's world (one run 0.784), 0.880 on two rooms and 0.658
 on the random graph, with 3 it is 0.912, 0.949 and 0.903.
 
+Provisional decisions.  Blocks that wait keep their subtrees -- the rest of
+each episode that entered them, one block per step, seen once -- and those
+were most of the clusters (221-467 on five of the seven noisy worlds of the
+benchmark: 190-470 single-visit blocks below 10-20 waiting blue blocks).  So
+C is written with the waiting blue blocks decided *provisionally*: the same
+blue-fringe pass, now also for blocks seen fewer than ``min_visits`` times,
+comparing a blue block with the red blocks of its most frequent colour
+only, merging it into the best one when that leads the runner-up and "a new
+cell" by ``provisional_lead`` nats (default 0.5, odds 1.6:1: the most probable
+decision, not a confident one) and promoting it when every such red block
+refutes it (1000:1), recursively.  Every change of that pass is journaled and
+rolled back once C is written: the committed blocks are exactly those of a
+merger without it (tested sleep by sleep), so a provisional decision that
+later evidence refutes is simply not made at the next sleep, and one that
+stands is committed once its blocks have the visits.  Between sleeps a new
+level-1 state joins its committed block, which keeps the cluster id C gave
+it.  The price is CPU: the provisional pass is redone at every sleep (paper's
+world 9-19 s for 1,000 episodes instead of about 4 s).
+
 Measured (``benchmarks/bench_fold.py --sections noise --learner fold-noisy``,
 1,000 episodes of 50 moves, 5% noise, 3 runs per world; BENCHMARKS.md):
 held-out accuracy against the noisy stream is within 0.02 of EM (clone HMM)
-on the same data or above it on all seven worlds (paper's world 0.912 vs
-0.875, random graph 0.903 vs 0.898, torus 0.869 vs 0.867); the exact fold
-scores 0.67 on the noisy paper world.  The cluster count is within 2x the
-world's states on the cscg room and the aliased loop only (221-467 elsewhere:
-blocks still waiting for evidence).  On noise-free walks it pays: paper's
-world 0.951 held-out, purity 0.967, against the exact fold's 0.9995 and 1.000.
+on the same data or above it on all seven worlds (paper's world 0.946 vs
+0.875, random graph 0.900 vs 0.898, torus 0.938 vs 0.867); online ``l2``
+accuracy over the last 50 episodes 0.90-0.96, against about 0.955 for a
+perfect map (0.95 + 0.05 / colours).  Clusters (mean of 3 runs) within 2x
+the world's states on four of the seven worlds (paper's world 148, cscg room
+49, aliased loop 3, random graph 91) and not on the maze (132 for 51
+states), two rooms (172 for 53) and the torus (259: one run keeps 576 after
+a wrong merge that is never undone).  The exact fold scores 0.67 held-out
+on the noisy paper world.  On noise-free walks it pays: BENCHMARKS.md.
 
 Limits.  Moves must be deterministic and episodes must share a start (as for
-the exact fold).  Merges are not undone: a wrong merge stays (the test's risk
-is what bounds them).  The agent's ``place`` hook receives level-1 states but
-not actions: the action of a new state is read from the level-1 link of its
-parent; when a link was replaced within the same chunk of steps the action is
-matched to the state that replaced it, and ambiguous matches are counted in
-``stats["ambiguous"]``.  The agent's online ``l2`` predictor (see
-:mod:`hmmmerge.agent`) takes one colour per cluster (that of one member state)
-and loses its belief at a noisy observation; the held-out score through
-:func:`~hmmmerge.clusters.level2_hmm` and the evaluator uses the full
-emission counts.
+the exact fold).  Committed merges are not undone: a wrong merge stays (the
+test's risk is what bounds them; provisional decisions are redone at every
+sleep).  The agent's ``place`` hook receives level-1 states but not actions:
+the action of a new state is read from the level-1 link of its parent; when a
+link was replaced within the same chunk of steps the action is matched to the
+state that replaced it, and ambiguous matches are counted in
+``stats["ambiguous"]``.  The agent uses the noise-aware :meth:`emission` of
+each cluster in its online predictors (``l2``, ``l2_filter``: a noisy
+observation is weighed, not a contradiction) and its
+:meth:`~StatisticalFoldMerger.level2_hmm` as level 2.
 
 Examples
 --------
@@ -138,7 +160,7 @@ from ._validation import check_int
 
 __all__ = ["StatisticalFoldMerger", "pair_llr"]
 
-_UNION, _DELTA = 0, 1
+_UNION, _DELTA, _PROMOTE = 0, 1, 2
 _STATS = ("merges", "promotions", "ambiguous", "sleeps")
 _REFUTE = math.log(1000.0)
 """Log odds against one cell at which a comparison refutes a merge (fixed: ``risk`` sets acceptance only)."""
@@ -190,6 +212,11 @@ class StatisticalFoldMerger:
         at every sleep from the positions near the start).
     min_visits : a blue block is neither merged nor promoted before its own transition was
         traversed this often (ALERGIA's ``t0``; default 3, see the module docstring).
+    provisional_lead : C is written with the blue blocks that still wait decided provisionally
+        (merged into their best red block when it leads the runner-up and "a new cell" by this
+        many nats, promoted when every red block of their colour refutes them), then rolled back;
+        default 0.5 (odds 1.6:1, the most probable decision); None: blocks that wait stay clusters
+        of their own (module docstring, "Provisional decisions").
 
     Attributes
     ----------
@@ -215,7 +242,8 @@ class StatisticalFoldMerger:
     (2, 22)
     """
 
-    def __init__(self, risk: float = 1e-3, noise: float | None = None, min_visits: int = 3):
+    def __init__(self, risk: float = 1e-3, noise: float | None = None, min_visits: int = 3,
+                 provisional_lead: float | None = 0.5):
         if isinstance(risk, bool) or not isinstance(risk, (int, float)) or not 0 < risk < 1:
             raise ValueError(f"risk must be a number in (0, 1), got {risk!r}")
         if noise is not None and (isinstance(noise, bool) or not isinstance(noise, (int, float))
@@ -224,6 +252,11 @@ class StatisticalFoldMerger:
         self.risk = float(risk)
         self.min_visits = check_int(min_visits, "min_visits", low=1)
         self.noise = None if noise is None else float(noise)
+        if provisional_lead is not None and (isinstance(provisional_lead, bool)
+                                             or not isinstance(provisional_lead, (int, float))
+                                             or not 0 <= provisional_lead < math.inf):
+            raise ValueError(f"provisional_lead must be None or a number >= 0, got {provisional_lead!r}")
+        self.provisional_lead = None if provisional_lead is None else float(provisional_lead)
         self._cap = True
         self._skip_root = True
         self._A = None
@@ -244,7 +277,8 @@ class StatisticalFoldMerger:
         self._red = [True]
         self._reds: list[int] = []               # red roots (node 0, the virtual start, is red but not listed)
         self._journal: list[tuple] = []
-        self._cid: dict[int, int] = {}
+        self._cid: dict[int, int] = {}          # block root -> cluster id (as last written or placed)
+        self._cid_counts = np.zeros((0, n_obs), dtype=np.int64)   # per cluster id: colour counts of its blocks
         self._total = [0] * n_obs                # visits per colour, over all blocks
         self._pos = [-1]                         # per node: action-path position if at depth <= 2, else -1
         self._shallow = [[0] * n_obs for _ in range(1 + n_actions + n_actions ** 2)]   # colour counts per position
@@ -444,8 +478,29 @@ class StatisticalFoldMerger:
                 self._visit(node)
                 if assignment[h] < 0:
                     assignment[h] = self._cid[self._find(node)]
+        cids = assignment[np.asarray(states, dtype=np.int64)]
+        self._count_cids(cids, memory.emission[np.asarray(states, dtype=np.int64)])
         self._last = states[-1]
         return bool(added)
+
+    def _count_cids(self, cids, colours) -> None:
+        """Add visits (cluster id, colour) to the per-cluster colour counts behind :meth:`emission`."""
+        cids = np.asarray(cids, dtype=np.int64)
+        need = int(cids.max(initial=-1)) + 1
+        if need > len(self._cid_counts):
+            grown = np.zeros((max(need, 2 * len(self._cid_counts)), self._K), dtype=np.int64)
+            grown[:len(self._cid_counts)] = self._cid_counts
+            self._cid_counts = grown
+        np.add.at(self._cid_counts, (cids, np.asarray(colours, dtype=np.int64)), 1)
+
+    def _recount_cids(self) -> None:
+        """Per-cluster colour counts from the blocks' counts and ``_cid`` (after a write or a load)."""
+        k = max(self._cid.values(), default=-1) + 1
+        self._cid_counts = np.zeros((k, self._K), dtype=np.int64)
+        if k:
+            roots, ids = (list(v) for v in zip(*self._cid.items()))
+            np.add.at(self._cid_counts, np.asarray(ids, dtype=np.int64),
+                      np.asarray([self._cnt[r] for r in roots], dtype=np.int64))
 
     def observe_tree(self, memory) -> None:
         """Record every unrecorded state of a prefix-tree ``memory`` from its links (one visit each).
@@ -478,27 +533,31 @@ class StatisticalFoldMerger:
             self._record(h + 1, pnode, a, int(memory.emission[h]))
 
     # ------------------------------------------------------------ the test
-    def _set_noise(self) -> None:
-        """The noise rate and colour prior of this sleep (see the module docstring)."""
+    def _noise_model(self) -> tuple[float, list[float], float]:
+        """``(eps, log pi, L)`` from the counts so far (see the module docstring; a function of the saved state)."""
         K = self._K
         total = [1.0 + v for v in self._total]
         minority, visits = 1.0, 100.0
         for c in self._shallow:
             minority += sum(c) - max(c)
             visits += sum(c)
-        if self.noise is not None:
-            eps = self.noise
-        else:
-            eps = min(0.5, minority / visits * K / max(K - 1, 1))
-        self.noise_ = eps
+        eps = self.noise if self.noise is not None else min(0.5, minority / visits * K / max(K - 1, 1))
         s = sum(total)
-        self._log_pi = [math.log(t / s) for t in total]
-        self._L = math.log((1 - eps + eps / K) / (eps / K))
+        return eps, [math.log(t / s) for t in total], math.log((1 - eps + eps / K) / (eps / K))
+
+    def _set_noise(self) -> None:
+        """The noise rate and colour prior of this sleep."""
+        self.noise_, self._log_pi, self._L = self._noise_model()
+        self._F: dict[tuple, float] = {}       # F(counts) of this sleep's noise model (a cache)
 
     def _llr(self, x, y) -> float:
-        lp, L = self._log_pi, self._L
-        xy = [a + b for a, b in zip(x, y)]
-        return _log_marginal(xy, lp, L) - _log_marginal(x, lp, L) - _log_marginal(y, lp, L)
+        F = self._F
+        xy = tuple([a + b for a, b in zip(x, y)])
+        x, y = tuple(x), tuple(y)
+        for c in (xy, x, y):
+            if c not in F:
+                F[c] = _log_marginal(c, self._log_pi, self._L)
+        return F[xy] - F[x] - F[y]
 
     def _fold(self, r: int, b: int) -> float | None:
         """Merge block ``b`` into ``r`` and, recursively, their successors; the evidence, or None (refuted).
@@ -566,6 +625,9 @@ class StatisticalFoldMerger:
                 cx, cy = cnt[x], cnt[y]
                 for k in range(len(cx)):
                     cx[k] -= cy[k]
+            elif op[0] == _PROMOTE:
+                self._red[op[1]] = False
+                self._reds.pop()
             else:
                 _, x, a, old = op
                 delta[x][a] = old
@@ -589,15 +651,23 @@ class StatisticalFoldMerger:
                         out.add(t)
         return sorted(out, key=lambda b: (-sum(self._cnt[b]), b))
 
-    def _score(self, b: int) -> tuple[float, float, int, bool]:
-        """(best evidence, runner-up, best red, refuted by every red) of blue ``b``."""
+    def _score(self, b: int, min_visits: int | None = None) -> tuple[float, float, int, bool]:
+        """(best evidence, runner-up, best red, refuted by every red) of blue ``b``.
+
+        ``min_visits`` given (the provisional pass): only red blocks whose most
+        frequent colour is ``b``'s are compared, as the exact fold compares
+        blocks of one colour (a tenth of the work with 10 colours).
+        """
         tau = self._refute
         best, runner, best_r, refuted = -math.inf, -math.inf, -1, True
         cb = self._cnt[b]
-        if sum(cb) < self.min_visits:     # too little data of its own: it waits (ALERGIA's t0)
+        if sum(cb) < (self.min_visits if min_visits is None else min_visits):   # it waits (ALERGIA's t0)
             return best, runner, best_r, False
+        colour = cb.index(max(cb)) if min_visits is not None else -1   # provisional: reds of its colour only
         for r in self._reds:
             if self._uf[r] != r:
+                continue
+            if colour >= 0 and self._cnt[r].index(max(self._cnt[r])) != colour:
                 continue
             if self._llr(self._cnt[r], cb) < -tau:
                 continue
@@ -624,20 +694,32 @@ class StatisticalFoldMerger:
         m = max(min(need, self.n_red - 1), min(need, 2))
         return min(self._tau, (m - 0.5) * g)
 
-    def _blue_fringe(self) -> None:
+    def _blue_fringe(self, commit: bool = True) -> int:
+        """Promote and merge blue blocks until nothing changes; the number of decisions.
+
+        ``commit=False``: the provisional pass -- blocks seen fewer than
+        ``min_visits`` times are decided too, and every change stays in the
+        journal (promotions included) for :meth:`_end_provisional` to roll back.
+        """
+        min_visits = None if commit else 1
+        decisions = 0
         while True:
-            tau = self._attainable()
+            tau = self._attainable() if commit else self.provisional_lead
             changed = False
             pending = []
             for b in self._blues():
                 if self._uf[b] != b or self._red[b]:
                     continue
-                best, runner, r, refuted = self._score(b)
+                best, runner, r, refuted = self._score(b, min_visits)
                 if refuted:
                     self._red[b] = True
                     self._reds.append(b)
-                    self.stats["promotions"] += 1
+                    if commit:
+                        self.stats["promotions"] += 1
+                    else:
+                        self._journal.append((_PROMOTE, b))
                     changed = True
+                    decisions += 1
                     continue
                 lead = best - max(runner, 0.0)
                 if best >= tau and lead >= tau:
@@ -650,11 +732,32 @@ class StatisticalFoldMerger:
                 if s is None or s < tau:
                     self._rollback(mark)
                     continue
-                self._journal.clear()     # committed
-                self.stats["merges"] += 1
+                if commit:
+                    self._journal.clear()     # committed
+                    self.stats["merges"] += 1
                 changed = True
+                decisions += 1
             if not changed:
-                return
+                return decisions
+
+    def _provisional_folds(self) -> None:
+        """Decide the blue blocks seen fewer than ``min_visits`` times too, provisionally (journaled).
+
+        C is written with these decisions; :meth:`_end_provisional` then rolls
+        them back, so the next sleep decides again on its own data: a
+        provisional fold that later evidence refutes is simply not made again,
+        and one that stands is made for good once its blocks have the visits.
+        """
+        self._provisional = self._blue_fringe(commit=False) if self.provisional_lead is not None else 0
+
+    def _end_provisional(self) -> None:
+        """Roll the provisional folds back; their blocks keep the cluster ids C was written with."""
+        if not self._journal:
+            return
+        unions = [op[1] for op in self._journal if op[0] == _UNION]
+        cid = {y: self._cid[self._find(y)] for y in unions}
+        self._rollback(0)
+        self._cid.update(cid)
 
     # ------------------------------------------------------------ sleep
     def sleep(self, memory, clusters, rng=None) -> list[dict]:
@@ -681,9 +784,11 @@ class StatisticalFoldMerger:
         self._set_noise()
         self._blue_fringe()
         self.stats["sleeps"] += 1
+        self._provisional_folds()
         self.write_clusters(clusters, memory.n_states)
+        self._end_provisional()
         report = {k: self.stats[k] - before[k] for k in ("merges", "promotions")}
-        report.update(noise=self.noise_, red=self.n_red, clusters=clusters.n_clusters)
+        report.update(provisional=self._provisional, noise=self.noise_, red=self.n_red, clusters=clusters.n_clusters)
         return [report]
 
     # ------------------------------------------------------------ clusters
@@ -695,20 +800,12 @@ class StatisticalFoldMerger:
         >>> fold = StatisticalFoldMerger(); fold.observe_tree(mem); fold.block_of(3).tolist()
         [1, 2, -1]
         """
-        if self._A is None:
-            return np.full(n_states, -1, dtype=np.int64)
-        uf = np.asarray(self._uf, dtype=np.int64)
-        m = min(n_states, len(uf) - 1)
-        root = uf[1:m + 1]
-        placed = root >= 0
-        root = np.where(placed, root, 0)
-        while True:
-            up = uf[root]
-            if np.array_equal(up, root):
-                break
-            root = up
+        from ._fold_kernels import roots_of   # the exact fold's union-find walk
+
         out = np.full(n_states, -1, dtype=np.int64)
-        out[:m] = np.where(placed, root, -1)
+        if self._A is not None:
+            m = min(n_states, len(self._uf) - 1)
+            out[:m] = roots_of(np.asarray(self._uf, dtype=np.int64), m)
         return out
 
     def write_clusters(self, clusters, n_states: int) -> None:
@@ -725,21 +822,24 @@ class StatisticalFoldMerger:
         roots = self.block_of(n_states)
         clusters.assignment[:] = -1
         clusters.assignment[:n_states] = roots
-        clusters.compact()
-        blocks, first = np.unique(roots, return_index=True)
-        ids = clusters.assignment[:n_states][first]
-        keep = blocks >= 0
-        self._cid = dict(zip(blocks[keep].tolist(), ids[keep].tolist()))
+        clusters.compact()   # ids in order of the root nodes
+        blocks = np.unique(roots)
+        self._cid = dict(zip(blocks[blocks >= 0].tolist(), range(clusters.n_clusters)))
+        self._recount_cids()
 
     def emission(self, clusters, n_states: int) -> np.ndarray:
-        """Noise-aware emission of each cluster: the posterior predictive of its block's colour counts.
+        """Noise-aware emission of each cluster: the posterior predictive of its blocks' colour counts.
 
-        Under the noise model a block whose visits show counts ``c`` is a cell
-        of colour ``k`` with probability ``∝ pi_k exp(L c_k)``; it emits ``j``
-        with probability ``sum_k P(k | c) p_k(j)``.  Every colour keeps at
-        least ``noise / K``, so a noisy observation never has probability 0
+        Under the noise model a cell whose visits show counts ``c`` has colour
+        ``k`` with probability ``∝ pi_k exp(L c_k)``; it emits ``j`` with
+        probability ``sum_k P(k | c) p_k(j)``.  Every colour keeps at least
+        ``noise / K``, so a noisy observation never has probability 0
         (``level2_hmm``'s ``C^T E1`` gives 0 to every colour no member state
-        happened to show, and a filter loses its belief there).
+        happened to show, and a filter loses its belief there).  The noise
+        rate and colour prior are estimated from the counts so far (also
+        before the first sleep).  ``clusters`` must be as this merger last
+        wrote or placed them; ``n_states`` is not used (kept for callers that
+        pass the memory's size).
 
         >>> from hmmmerge.episodic import EpisodicMemory
         >>> from hmmmerge.clusters import Clusters
@@ -749,22 +849,17 @@ class StatisticalFoldMerger:
         >>> fold.emission(cl, mem.n_states).round(2).tolist()
         [[0.95, 0.05], [0.05, 0.95]]
         """
-        if self._A is None or self.noise_ is None:
-            raise ValueError("no sleep yet: the noise rate and the blocks are not known")
-        K, eps = self._K, self.noise_
-        assignment = np.asarray(clusters.assignment[:n_states])
-        roots = self.block_of(n_states)
+        if self._A is None:
+            raise ValueError("no level-1 state recorded yet: the blocks are not known")
         k = clusters.n_clusters
-        root_of = np.full(k, -1, dtype=np.int64)
-        ok = assignment >= 0
-        root_of[assignment[ok]] = roots[ok]
-        if (root_of < 0).any():
-            raise ValueError("a cluster holds no level-1 state recorded by this merger")
-        counts = np.array([self._cnt[r] for r in root_of.tolist()], dtype=np.float64)
-        logit = np.asarray(self._log_pi)[None, :] + self._L * counts
+        if len(self._cid_counts) < k or (k and len(self._cid) < k):
+            raise ValueError("the clusters are not the ones this merger wrote")
+        counts = self._cid_counts[:k].astype(np.float64)
+        eps, log_pi, L = self._noise_model()
+        logit = np.asarray(log_pi)[None, :] + L * counts
         post = np.exp(logit - logit.max(axis=1, keepdims=True))
         post /= post.sum(axis=1, keepdims=True)
-        return post * (1 - eps) + eps / K
+        return post * (1 - eps) + eps / self._K
 
     def level2_hmm(self, memory, clusters):
         """:func:`~hmmmerge.clusters.level2_hmm` with the noise-aware :meth:`emission` in place of ``C^T E1``.
@@ -856,6 +951,9 @@ class StatisticalFoldMerger:
         self._cnt = [row if ok else None for row, ok in zip(arr["counts"].astype(np.int64).tolist(), has)]
         self._reds = arr["reds"].astype(np.int64).tolist()
         self._cid = {int(r): int(c) for r, c in arr["cid"].tolist()}
+        if any(not 0 <= r < n for r in self._cid) or any(c < 0 for c in self._cid.values()):
+            raise ValueError(f"{source}: fold-noisy merger arrays hold out-of-range values")
+        self._recount_cids()
         self.stats = dict(zip(_STATS, arr["stats"].astype(np.int64).tolist()))
         roots = np.flatnonzero(uf == np.arange(n))
         self._total = arr["counts"][roots].sum(axis=0).astype(np.int64).tolist()

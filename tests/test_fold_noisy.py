@@ -53,11 +53,12 @@ def test_pair_llr_signs():
 
 
 @pytest.mark.parametrize("kw", [{"risk": 0}, {"risk": 1.0}, {"risk": "x"}, {"noise": 0}, {"noise": 1.5},
-                                {"noise": True}, {"min_visits": 0}])
+                                {"noise": True}, {"min_visits": 0}, {"provisional_lead": -1},
+                                {"provisional_lead": True}])
 def test_bad_parameters_are_refused(kw):
-    with pytest.raises((ValueError, TypeError), match="risk|noise|min_visits"):
+    with pytest.raises((ValueError, TypeError), match="risk|noise|min_visits|provisional_lead"):
         StatisticalFoldMerger(**kw)
-    with pytest.raises((ValueError, TypeError), match="risk|noise|min_visits"):
+    with pytest.raises((ValueError, TypeError), match="risk|noise|min_visits|provisional_lead"):
         TwoLevelMemory(4, 4, merge="fold-noisy", merge_params=kw)
 
 
@@ -88,6 +89,35 @@ def test_every_state_in_one_cluster_and_level2_deterministic(seed, noise, every)
             assert (np.diff(T.tocsr().indptr) <= 1).all()
 
 
+@pytest.mark.parametrize("seed", [0, 3])
+def test_provisional_decisions_never_change_the_committed_ones(seed):
+    """Provisional folds are rolled back exactly: sleep by sleep, the committed blocks, counts and red
+    blocks are those of a merger without them; C differs only by the provisional merges (coarser)."""
+    env = gridworld(5, 5, n_colours=5, seed=seed)
+    train, _ = noisy_walks(env, 120, 30, seed)
+    mem = EpisodicMemory(env.n_obs, env.n_actions)
+    runs = [(StatisticalFoldMerger(), Clusters(n_states=0)), (StatisticalFoldMerger(provisional_lead=None),
+                                                              Clusters(n_states=0))]
+    provisional, coarser = 0, False
+    for e in range(0, 120, 10):
+        part = train[e:e + 10]
+        states, _ = mem.observe_trajectories(part)
+        for fold, cl in runs:
+            fold.observe(mem, states, part.actions)
+            report = fold.sleep(mem, cl)[0]
+        provisional += runs[0][0]._provisional
+        (a, ca), (b, cb) = runs
+        da, db = a.state_dict(), b.state_dict()
+        for key in da:
+            if key != "foldnoisy_cid":
+                np.testing.assert_array_equal(da[key], db[key], err_msg=key)
+        n = mem.n_states
+        pairs = np.unique(np.stack([cb.assignment[:n], ca.assignment[:n]]), axis=1)
+        assert len(np.unique(pairs[0])) == pairs.shape[1]       # each committed block in one cluster of C
+        coarser |= ca.n_clusters < cb.n_clusters
+    assert provisional > 0 and coarser
+
+
 def test_noisy_siblings_join_one_block():
     """Children of one block under one action are one cell whatever colour they showed."""
     mem = EpisodicMemory(3, 1)
@@ -106,12 +136,14 @@ def test_blocks_seen_less_than_min_visits_wait():
     mem = EpisodicMemory(2, 1)
     states = [mem.observe(o, -1 if t == 0 else 0) for t, o in enumerate([0, 1] * 10)]
     out = {}
-    for t0 in (1, 3):
-        fold, cl = StatisticalFoldMerger(min_visits=t0), Clusters(n_states=0)
+    for t0, lead in ((1, None), (3, None), (3, 0.5)):
+        fold, cl = StatisticalFoldMerger(min_visits=t0, provisional_lead=lead), Clusters(n_states=0)
         fold.observe(mem, [states], [[-1] + [0] * 19])
-        fold.sleep(mem, cl)
-        out[t0] = cl.n_clusters
-    assert out == {1: 2, 3: mem.n_states}
+        report = fold.sleep(mem, cl)[0]
+        out[t0, lead] = cl.n_clusters, report["merges"], report["provisional"] > 0
+    # a provisional decision shapes C but is not committed: the blocks still wait
+    assert out == {(1, None): (2, 1, False), (3, None): (mem.n_states, 0, False), (3, 0.5): (2, 0, True)}
+    assert fold.n_red == 0 and len(np.unique(fold.block_of(mem.n_states))) == mem.n_states
     # walked three times, the same loop folds with the default
     for _ in range(2):
         rows = [mem.observe(o, -1 if t == 0 else 0) for t, o in enumerate([0, 1] * 10)]
@@ -149,6 +181,28 @@ def test_small_noisy_world_within_the_noise_target(seed):
     assert agent.n_clusters_ <= 2 * env.n_states
     own = score_trajectories(agent.merger_.level2_hmm(agent.memory_, agent.clusters_), fresh).accuracy
     assert own >= ours - 1e-9 or own >= em - 0.02
+
+
+# ---------------------------------------------------------------- the agent with noise-aware emissions
+@pytest.mark.parametrize("seed", [0, 1])
+def test_online_predictor_uses_the_noise_aware_emissions(seed):
+    """5x5 grid, 5 colours, 5% noise: a noisy observation no longer loses the online belief, so online
+    accuracy comes near the ceiling of a perfect map (0.95 + 0.05 / 5); one colour per cluster gave ~0.3."""
+    env = gridworld(5, 5, n_colours=5, seed=seed)
+    train, _ = noisy_walks(env, 300, 30, seed)
+    agent = TwoLevelMemory(env.n_obs, env.n_actions, merge="fold-noisy", seed=seed).fit(train)
+    h = agent.history()
+    assert h["l2_accuracy"][-50:].mean() >= 0.90 and h["l2_no_prediction"][-50:].max() == 0
+    # the emission counts behind it are every visit of the walk, by the cluster of its level-1 state
+    k, states = agent.n_clusters_, agent.last_states_.ravel()
+    counts = np.zeros((k, env.n_obs), dtype=np.int64)
+    np.add.at(counts, (agent.clusters_.assignment[states], agent.memory_.emission[states]), 1)
+    np.testing.assert_array_equal(agent.merger_._cid_counts[:k], counts)
+    # the agent's level 2 is the merger's model: T2 of C, noise-aware emissions
+    ours, base = agent.level2_hmm(), level2_hmm(agent.memory_, agent.clusters_)
+    assert all((a != b).nnz == 0 for a, b in zip(ours.T, base.T))
+    np.testing.assert_allclose(ours.E, agent.merger_.emission(agent.clusters_, agent.memory_.n_states))
+    assert (ours.E > 0).all() and np.allclose(ours.E.sum(axis=1), 1)
 
 
 # ---------------------------------------------------------------- files, CLI
