@@ -546,12 +546,14 @@ def lost_first_sources(e_row, e_cnt, e_first, e_lost, m, k_ext, k_new):
 
 
 @njit(cache=True)
-def find_first_sources(table, e_row, e_col, e_first, e_lost, k_ext, ids, ptr, idx, new, next_state):
-    """The smallest source of each flagged entry (see :func:`lost_first_sources`): one pass over the
-    states ``idx[ptr[r]:ptr[r + 1]]`` (any order) of each cluster ``ids[r]`` holding such entries."""
+def find_first_sources(table, e_row, e_col, e_first, e_lost, k_ext, ids, ptr, idx, lost, new, next_state):
+    """The smallest source of each flagged entry (see :func:`lost_first_sources`): for each cluster
+    ``ids[r]``, one ordered pass over its states ``idx[ptr[r]:ptr[r + 1]]`` (increasing) until its
+    ``lost`` entries are found."""
     A = next_state.shape[0]
     for r in range(ids.shape[0]):
         c = ids[r]
+        left = lost[c]
         for q in range(ptr[r], ptr[r + 1]):
             i = idx[q]
             for a in range(A):
@@ -561,6 +563,10 @@ def find_first_sources(table, e_row, e_col, e_first, e_lost, k_ext, ids, ptr, id
                 h = _find(table, e_row, e_col, a * k_ext + c, new[j])
                 if h >= 0 and e_lost[h] and i < e_first[h]:
                     e_first[h] = i
+                    e_lost[h] = False
+                    left -= 1
+            if left == 0:
+                break
 
 
 @njit(cache=True)

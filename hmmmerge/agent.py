@@ -278,7 +278,7 @@ class TwoLevelMemory(Estimator):
 
         Entries are relabelled, the links of moved states taken out under their old
         clusters and put back under their new ones; an entry that lost its first
-        source gets it back from one pass over the states of its cluster.
+        source gets it back from one ordered pass over the states of its cluster.
         """
         from ._agent_kernels import find_first_sources, level2_csr, level2_moves, lost_first_sources
 
@@ -289,6 +289,9 @@ class TwoLevelMemory(Estimator):
         if not changes.ok or len(changes.moved) > T2_UPDATE_MAX_MOVED_SHARE * n:
             return None
         k_new = self.clusters_.n_clusters
+        left = np.unique(changes.was[(changes.was >= 0) & (changes.was < k_new)])  # rows that may lose sources
+        if self.clusters_.sizes_of(left).sum() > T2_UPDATE_MAX_SCANNED_SHARE * n:
+            return None
         k_ext = k_new + changes.n_ghosts
         new, nxt = self.clusters_.assignment, self.memory_._next
         table, e_row, e_col, e_cnt, e_first, e_lost, m = level2_moves(
@@ -297,8 +300,8 @@ class TwoLevelMemory(Estimator):
         lost = lost_first_sources(e_row, e_cnt, e_first, e_lost, m, k_ext, k_new)
         ids = np.flatnonzero(lost)
         if len(ids):
-            find_first_sources(table, e_row, e_col, e_first, e_lost, k_ext, ids, *self.clusters_.member_csr(ids),
-                               new, nxt)
+            ptr, idx = self.clusters_.member_csr(ids, increasing=True)
+            find_first_sources(table, e_row, e_col, e_first, e_lost, k_ext, ids, ptr, idx, lost, new, nxt)
         return level2_csr(e_row, e_col, e_cnt, e_first, m, k_ext, k_new, self.n_actions)
 
     def _refresh_level2(self) -> None:
@@ -816,6 +819,9 @@ class TwoLevelMemory(Estimator):
 #: (merge="none") T2 grows like level 1; random merges move whole large clusters.
 T2_UPDATE_MAX_ENTRIES_PER_STATE = 0.125
 T2_UPDATE_MAX_MOVED_SHARE = 0.05
+#: ... and while the clusters that moved states left (where entries may lose their first source, then
+#: searched state by state) hold at most this share of the states (random merges: huge clusters)
+T2_UPDATE_MAX_SCANNED_SHARE = 0.1
 #: the largest table of true labels per cluster the agent keeps for purity (entries); beyond it purity is
 #: counted from the states at every sleep
 LABEL_TABLE_MAX_ENTRIES = 20_000_000

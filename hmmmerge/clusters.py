@@ -91,6 +91,17 @@ class Clusters:
         a = self.assignment
         return np.bincount(a[a >= 0], minlength=self._k)
 
+    def sizes_of(self, ids) -> np.ndarray:
+        """The number of states of each cluster of ``ids`` (O(len(ids)) once :meth:`keep_members` is on).
+
+        >>> Clusters(np.array([0, 1, 1, -1, 1])).sizes_of([1, 0]).tolist()
+        [3, 1]
+        """
+        ids = np.asarray(ids, dtype=np.int64)
+        if self._lists is None:
+            return self.sizes()[ids]
+        return np.array([len(self._materialise(c)) for c in ids.tolist()], dtype=np.int64)
+
     def members(self, cluster: int) -> np.ndarray:
         """The level-1 states of ``cluster``, in increasing order (read-only).
 
@@ -151,17 +162,21 @@ class Clusters:
         self._lists = [_frozen(order[bounds[c]:bounds[c + 1]]) for c in range(self._k)]
         self._extra, self._joined = {}, []
 
-    def member_csr(self, ids) -> tuple[np.ndarray, np.ndarray]:
+    def member_csr(self, ids, increasing: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """The members of clusters ``ids`` as CSR ``(ptr, idx)``; with :meth:`keep_members` on, each
-        cluster's states in no particular order.
+        cluster's states in no particular order unless ``increasing``.
 
         >>> ptr, idx = Clusters(np.array([1, 0, 1, -1])).member_csr([1, 0]); ptr.tolist(), idx.tolist()
         ([0, 2, 3], [0, 2, 1])
         """
+        ids = np.asarray(ids, dtype=np.int64).tolist()
         if self._lists is None:
-            sets = [self.members(c) for c in np.asarray(ids, dtype=np.int64).tolist()]
+            sets = [self.members(c) for c in ids]
         else:
-            sets = [self._materialise(c) for c in np.asarray(ids, dtype=np.int64).tolist()]
+            sets = [self._materialise(c) for c in ids]
+            if increasing:  # kept sorted from now on (any order is a valid order)
+                for r, c in enumerate(ids):
+                    self._lists[c] = sets[r] = _frozen(np.sort(sets[r]))
         ptr = np.zeros(len(sets) + 1, dtype=np.int64)
         ptr[1:] = np.cumsum([len(x) for x in sets])
         return ptr, np.concatenate(sets) if sets else np.zeros(0, dtype=np.int64)
