@@ -202,7 +202,6 @@ class TwoLevelMemory(Estimator):
         self._parent = np.full(self.memory_.capacity, -1, dtype=np.int64)
         self._parent_action = np.full(self.memory_.capacity, -1, dtype=np.int64)
         self.clusters_ = Clusters(n_states=0)
-        self._follow_members()
         check_memory(f"first-order counts of {self.n_obs} observations x {self.n_actions} actions",
                      8 * int(self.n_obs) ** 2 * int(self.n_actions))
         self.first_order_counts_ = np.zeros((self.n_obs, self.n_actions, self.n_obs), dtype=np.int64)
@@ -219,9 +218,12 @@ class TwoLevelMemory(Estimator):
         self._set_level2()
 
     def _follow_members(self) -> None:
-        """Keep the clusters' member lists (no scans of level 1 at sleeps) unless the merger changes C
-        between sleeps or counts level 2 itself (fold)."""
-        if getattr(self.merger_, "place", None) is None and getattr(self.merger_, "level2_transitions", None) is None:
+        """Keep the clusters' member lists from now on (sleeps then read the clusters they touch instead
+        of scanning a colour's states) once level 1 holds :data:`KEEP_TABLES_FROM_STATES` states, unless
+        the merger changes C between sleeps or counts level 2 itself (fold).  Results are the same."""
+        if (not self.clusters_.keeps_members and self.memory_.n_states >= KEEP_TABLES_FROM_STATES
+                and getattr(self.merger_, "place", None) is None
+                and getattr(self.merger_, "level2_transitions", None) is None):
             self.clusters_.keep_members()
 
     def _started(self) -> bool:
@@ -412,6 +414,7 @@ class TwoLevelMemory(Estimator):
             self._start()
         n = self.memory_.n_states
         self.clusters_.grow(n)
+        self._follow_members()
         before = changes = None
         if getattr(self.merger_, "level2_transitions", None) is None:  # T2 will follow C's changes
             self._refresh_level2()  # T2 now agrees with C
@@ -458,14 +461,18 @@ class TwoLevelMemory(Estimator):
     def _label_counts(self, changes=None):
         """``(table, unlabelled)``: true labels counted per cluster (k x labels) and connected states
         without a label, kept up to date from the changes of C (online joins, ``changes`` of a sleep)
-        rather than counted from all of level 1; None where the table would be too large
-        (:data:`LABEL_TABLE_MAX_ENTRIES`) or the merger changes C between sleeps."""
+        rather than counted from all of level 1 (from :data:`KEEP_TABLES_FROM_STATES` states on; counted
+        afresh below); None where the table would be too large (:data:`LABEL_TABLE_MAX_ENTRIES`) or the
+        merger changes C between sleeps."""
         from ._cluster_kernels import label_table, label_table_after_sleep
 
         n, k = self.memory_.n_states, self.clusters_.n_clusters
         if getattr(self.merger_, "place", None) is not None or k * self._label_width > LABEL_TABLE_MAX_ENTRIES:
             self._labels_kept = None
             return None
+        if n < KEEP_TABLES_FROM_STATES:
+            self._labels_kept = None
+            return label_table(self.clusters_.assignment, self.memory_._labels, n, k, self._label_width)
         kept = self._labels_kept
         if kept is not None and changes is not None and changes.ok and len(kept[0]) == len(changes.relabel):
             table, unlabelled = self._label_counts_widened()
@@ -782,7 +789,6 @@ class TwoLevelMemory(Estimator):
         if assignment.shape != (mem.n_states,):
             raise ValueError(f"{src}: assignment has shape {assignment.shape}, expected ({mem.n_states},)")
         agent.clusters_ = Clusters(assignment)
-        agent._follow_members()
         if hasattr(agent.merger_, "load_state_dict"):  # a merger with learned state of its own (fold)
             agent.merger_.load_state_dict(data, source=src)
         fo_counts = np.asarray(data["fo_counts"], dtype=np.int64)
@@ -822,6 +828,9 @@ T2_UPDATE_MAX_MOVED_SHARE = 0.05
 #: ... and while the clusters that moved states left (where entries may lose their first source, then
 #: searched state by state) hold at most this share of the states (random merges: huge clusters)
 T2_UPDATE_MAX_SCANNED_SHARE = 0.1
+#: level-1 states from which the agent keeps member lists of the clusters and the table of true labels per
+#: cluster up to date (below, scanning the states is cheaper; about 4,500 episodes of the paper's protocol)
+KEEP_TABLES_FROM_STATES = 200_000
 #: the largest table of true labels per cluster the agent keeps for purity (entries); beyond it purity is
 #: counted from the states at every sleep
 LABEL_TABLE_MAX_ENTRIES = 20_000_000

@@ -173,7 +173,8 @@ class Clusters:
         if self._lists is None:
             sets = [self.members(c) for c in ids]
         else:
-            sets = [self._materialise(c) for c in ids]
+            self._group_joined()
+            sets = [self._materialise(c) if c in self._extra else self._lists[c] for c in ids]
             if increasing:  # kept sorted from now on (any order is a valid order)
                 for r, c in enumerate(ids):
                     self._lists[c] = sets[r] = _frozen(np.sort(sets[r]))
@@ -228,6 +229,11 @@ class Clusters:
         if self._lists is None:
             return
         m = np.asarray(new_of_old)
+        live = np.flatnonzero(m >= 0)
+        if np.array_equal(m[live], np.arange(k_new)):  # emptied ids dropped, the others keep their order
+            self._lists = [self._lists[c] for c in live.tolist()]
+            self._extra = {int(m[c]): x for c, x in self._extra.items() if m[c] >= 0}
+            return
         hits = np.bincount(m[m >= 0], minlength=max(k_new, 1))
         for c in np.flatnonzero((m >= 0) & (hits[np.maximum(m, 0)] > 1)).tolist():
             self._materialise(c)  # clusters that merge: their lists are joined below
@@ -441,13 +447,13 @@ class Clusters:
         _, roots = connected_components(graph, directed=False)
         self._compact(roots)
 
-    def assign_each(self, states, clusters, whole=None) -> None:
+    def assign_each(self, states, clusters, whole=None, members=None) -> None:
         """Move each of ``states`` into its cluster of ``clusters`` (existing ids), like :meth:`assign`.
 
         ``whole``: ids of clusters whose states were pooled and dealt out again
         among them (a merge with split): every move is from one of them to
         another, and :meth:`changes` can then relabel each to where most of its
-        states went.
+        states went; ``members``: their states before the moves, if known.
 
         >>> cl = Clusters(np.array([0, 0, 1, 2])); cl.assign_each([1, 3], [2, 1]); cl.assignment.tolist()
         [0, 2, 1, 1]
@@ -456,32 +462,33 @@ class Clusters:
         if states.shape != clusters.shape:
             raise ValueError(f"assign_each: {len(states)} states but {len(clusters)} clusters")
         owner = self.assignment[states]
-        if whole is not None:
-            whole = np.asarray(whole, dtype=np.int64)
-            if not (np.isin(owner, whole).all() and np.isin(clusters, whole).all()):
-                raise ValueError("assign_each: a move leaves the clusters given as whole")
         self.invalidate(np.unique(owner))
         self.invalidate(np.unique(clusters))
-        if whole is not None and self._lists is not None:  # deal the whole clusters' members out again
-            from ._cluster_kernels import member_lists
-
-            pool = self.member_csr(whole)[1]
-            self._log(pool, self.assignment[pool])  # every member, moved or not: changes() knows them all
-            if self._journal is not None:
-                self._journal["full"] |= np.isin(self._journal["relabel"], whole)
+        if whole is None or self._lists is None:
+            self._log(states, owner)
+            if self._lists is not None:
+                self._drop_from_lists(states, owner)
+                for c in np.unique(clusters).tolist():
+                    self._lists[c] = _frozen(np.concatenate([self._materialise(c), states[clusters == c]]))
             self.assignment[states] = clusters
-            position = np.full(self._k, -1, dtype=np.int64)
-            position[whole] = np.arange(len(whole))
-            ptr, idx = member_lists(pool, self.assignment, position, len(whole))
-            for r, c in enumerate(whole.tolist()):
-                self._lists[c] = _frozen(idx[ptr[r]:ptr[r + 1]])
             return
-        self._log(states, owner)
-        if self._lists is not None:
-            self._drop_from_lists(states, owner)
-            for c in np.unique(clusters).tolist():
-                self._lists[c] = _frozen(np.concatenate([self._materialise(c), states[clusters == c]]))
+        from ._cluster_kernels import member_lists
+
+        whole = np.asarray(whole, dtype=np.int64)  # deal the whole clusters' members out again
+        position = np.full(self._k, -1, dtype=np.int64)
+        position[whole] = np.arange(len(whole))
+        if (position[owner] < 0).any() or (position[clusters] < 0).any():
+            raise ValueError("assign_each: a move leaves the clusters given as whole")
+        pool = self.member_csr(whole)[1] if members is None else np.asarray(members, dtype=np.int64)
+        self._log(pool, self.assignment[pool])  # every member, moved or not: changes() knows them all
+        if self._journal is not None:
+            relabel = self._journal["relabel"]
+            live = relabel >= 0
+            self._journal["full"][live] |= position[relabel[live]] >= 0
         self.assignment[states] = clusters
+        ptr, idx = member_lists(pool, self.assignment, position, len(whole))
+        for r, c in enumerate(whole.tolist()):
+            self._lists[c] = _frozen(idx[ptr[r]:ptr[r + 1]])
 
     def disconnect(self, states) -> None:
         """Separate level-1 states back out of their clusters (the paper's reversibility).

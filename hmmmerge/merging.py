@@ -381,8 +381,9 @@ def _cluster_features(memory, clusters, merger, ids, states):
     nxt, emission, _ = memory.kernel_arrays()
     if clusters.keeps_members:
         stale = np.flatnonzero(~valid[rows])
-        members_and_counts(clusters.member_csr(ids[stale])[1], clusters.assignment, ids[stale], nxt, emission,
-                           rows[stale], valid, counts)
+        if len(stale):
+            members_and_counts(clusters.member_csr(ids[stale])[1], clusters.assignment, ids[stale], nxt, emission,
+                               rows[stale], valid, counts)
         return (*merger.features_from_counts(counts, rows), None, None)
     ptr, idx = members_and_counts(states, clusters.assignment, ids, nxt, emission, rows, valid, counts)
     return (*merger.features_from_counts(counts, rows), ptr, idx)
@@ -483,7 +484,8 @@ def _apply_pairs(memory, clusters, ids, ptr, idx, pairs, count_horizon, compact)
     moved, target, touched, sizes, known, rows = merge_pairs_with_split(
         nxt, emission, n_obs, ids, ptr, idx, np.ascontiguousarray(pairs, dtype=np.int64), kept is not None, valid,
         counts)
-    clusters.assign_each(moved, target, whole=ids[touched])
+    pool = idx[np.repeat(touched, np.diff(ptr))]  # the touched clusters' states, before the moves
+    clusters.assign_each(moved, target, whole=ids[touched], members=pool)
     clusters.invalidate(ids[touched])  # as if every touched cluster had been assigned its members
     if kept is not None:
         counts[ids[known]], valid[ids[known]] = rows, True

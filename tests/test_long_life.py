@@ -106,6 +106,8 @@ def test_incremental_equals_full_recomputation(merge, monkeypatch, tmp_path):
 
     monkeypatch.setattr(hmmmerge.agent, "T2_UPDATE_MAX_ENTRIES_PER_STATE", 1e9)  # always update T2 after sleeps
     monkeypatch.setattr(hmmmerge.agent, "T2_UPDATE_MAX_MOVED_SHARE", 1.0)
+    monkeypatch.setattr(hmmmerge.agent, "T2_UPDATE_MAX_SCANNED_SHARE", 1.0)
+    monkeypatch.setattr(hmmmerge.agent, "KEEP_TABLES_FROM_STATES", 3000)  # member lists from mid-life on
     env = gridworld(seed=1)
     for seed in (0, 1, 2):
         traj = random_walk(env, 200, seed=seed)
@@ -148,6 +150,8 @@ def test_kept_counts_and_t2_match_a_recount_after_every_block(merge, noise, monk
 
     monkeypatch.setattr(hmmmerge.agent, "T2_UPDATE_MAX_ENTRIES_PER_STATE", 1e9)  # always update T2 after sleeps
     monkeypatch.setattr(hmmmerge.agent, "T2_UPDATE_MAX_MOVED_SHARE", 1.0)
+    monkeypatch.setattr(hmmmerge.agent, "T2_UPDATE_MAX_SCANNED_SHARE", 1.0)
+    monkeypatch.setattr(hmmmerge.agent, "KEEP_TABLES_FROM_STATES", 0)  # member lists from the start
     env, rng = gridworld(seed=2), np.random.default_rng(7)
     agent = TwoLevelMemory(10, 4, merge=merge, seed=3, sleep_every=137, refresh_every=61)
     sleeps = []
