@@ -376,7 +376,8 @@ def speed(out, learner, quick, repeats=3, before=BEFORE) -> list[str]:
             rows.append(("fold, pure-Python merger (tests/fold_reference.py), this agent", "fold", reference, None,
                          here, {}))
         if old_tree is not None:
-            rows.append((f"fold at {before} (before the kernels)", "fold", "", old_tree, before, {}))
+            note = " (before the kernels)" if before == BEFORE else ""
+            rows.append((f"fold at {before}{note}", "fold", "", old_tree, before, {}))
     rows.append(("SF merges (this checkout)", "sf", "", None, here, {}))
     results = {}
     for label, merge, ref, tree, code, params in rows:

@@ -349,7 +349,64 @@ def blues(st, out):
 
 
 @njit(cache=True)
-def blue_fringe(st, k, k_single, stuck):
+def _promote(st, b):
+    st.red[b] = True
+    st.reds[st.sc[NRED]] = b
+    st.sc[NRED] += 1
+    _log(st, RED, b, -1, -1, -1)
+    st.sc[PROMOTIONS] += 1
+
+
+@njit(cache=True)
+def _merge(st, r, b, stack):
+    """Fold ``b`` into ``r`` as a merge decision; True if done (rolled back on a clash)."""
+    mark = st.sc[JLEN]
+    st.decisions[st.sc[NDEC]] = mark
+    st.sc[NDEC] += 1
+    if fold(st, r, b, stack) < 0:
+        rollback(st, mark, np.zeros(0, dtype=np.int64))
+        return False
+    st.sc[MERGES] += 1
+    for j in range(mark, st.sc[JLEN]):  # the unions of the merge, in order: link counts follow
+        if st.journal[j, 0] == UNION:
+            y = st.journal[j, 1]
+            _add_links(st, st.uf[y], y)
+    return True
+
+
+@njit(cache=True)
+def _evaluate(st, b, clashes, stack):
+    """Tentative folds of blue block ``b`` into each red block of its colour (clashes remembered):
+    ``(consistent red blocks, best evidence, its red block, runner-up's evidence)``."""
+    empty = np.zeros(0, dtype=np.int64)
+    cb = st.colour[b]
+    consistent, ev_b, r_b, runner_up = 0, -1, -1, 0
+    j = 0
+    while j < st.sc[NRED]:  # promotions earlier in this round join the candidates
+        r = st.reds[j]
+        j += 1
+        if st.colour[r] != cb:
+            continue
+        key = b * _KEY + r
+        if key in clashes:
+            continue
+        mark = st.sc[JLEN]
+        ev = fold(st, r, b, stack)
+        rollback(st, mark, empty)
+        if ev < 0:
+            clashes.add(key)
+            continue
+        consistent += 1
+        if ev > ev_b:
+            runner_up = max(runner_up, ev_b)
+            ev_b, r_b = ev, r
+        else:
+            runner_up = max(runner_up, ev)
+    return consistent, ev_b, r_b, runner_up
+
+
+@njit(cache=True)
+def blue_fringe(st, k, k_single, provisional):
     """Promote, then merge (most evidence first) until every blue block waits for evidence.
 
     A blue block is merged into the consistent red block of its colour with
@@ -357,21 +414,24 @@ def blue_fringe(st, k, k_single, stuck):
     least the evidence minimum ``k`` (lowered to what ``n_red`` red blocks can
     show: ``max(min(k, n_red - 1), min(k, 2))``), or if that red block is the
     only consistent one and the evidence is at least ``k_single`` (``< 0``:
-    no such rule; the provisional pass of a sleep calls this with its own
-    ``k_single``); the pair with the largest lead goes first.  Clashes are remembered within the call (a clash stays a
-    clash as the automaton grows).  Returns 0 when done, ``NEED_ROOM`` (before
-    a round, where stopping changes nothing) when the journal or the decision
-    list could overflow in the next round.
+    no such rule); the pair with the largest lead goes first.  Clashes are
+    remembered within the call (a clash stays a clash as the automaton
+    grows).  ``provisional`` (the provisional pass of a sleep: ``k`` its lead,
+    ``k_single`` 0) merges every eligible pair of a round, largest lead first
+    (a fold that now clashes is rolled back), and when no pair is eligible
+    promotes every waiting blue block, until no blue block is left.  Returns
+    0 when done, ``NEED_ROOM`` (before a round, where stopping changes
+    nothing) when the journal or the decision list could overflow in the next
+    round.
     """
     A1 = st.delta.shape[1]
     clashes = set()
     clashes.add(np.int64(-1))
-    empty = np.zeros(0, dtype=np.int64)
     stack = np.empty((2 + A1 * (st.sc[NROOTS] + 1), 2), dtype=np.int64)
     out = np.empty(A1 * (st.sc[NRED] + st.sc[NROOTS] + 1), dtype=np.int64)
     while True:
         room = (st.sc[NROOTS] + 1) * (2 * A1 + 4) + 16
-        if st.journal.shape[0] - st.sc[JLEN] < room or st.decisions.shape[0] - st.sc[NDEC] < 1:
+        if st.journal.shape[0] - st.sc[JLEN] < room or st.decisions.shape[0] - st.sc[NDEC] < st.sc[NROOTS] + 1:
             return NEED_ROOM
         n_red = st.sc[NRED]
         kk = max(min(k, n_red - 1), min(k, 2))
@@ -381,70 +441,46 @@ def blue_fringe(st, k, k_single, stuck):
         if m == 0:
             return 0
         best, best_r, best_b = -1, -1, -1
-        stuck_ev, stuck_b = np.int64(1) << 62, -1
+        elig_b = np.empty(m, dtype=np.int64)
+        elig_r = np.empty(m, dtype=np.int64)
+        elig_lead = np.empty(m, dtype=np.int64)
+        waiting = np.empty(m, dtype=np.int64)
+        n_elig, n_wait = 0, 0
         promoted = False
         for i in range(m):
             b = out[i]
-            cb = st.colour[b]
-            consistent, ev_b, r_b, runner_up = 0, -1, -1, 0
-            j = 0
-            while j < st.sc[NRED]:  # promotions earlier in this round join the candidates
-                r = st.reds[j]
-                j += 1
-                if st.colour[r] != cb:
-                    continue
-                key = b * _KEY + r
-                if key in clashes:
-                    continue
-                mark = st.sc[JLEN]
-                ev = fold(st, r, b, stack)
-                rollback(st, mark, empty)
-                if ev < 0:
-                    clashes.add(key)
-                    continue
-                consistent += 1
-                if ev > ev_b:
-                    runner_up = max(runner_up, ev_b)
-                    ev_b, r_b = ev, r
-                else:
-                    runner_up = max(runner_up, ev)
+            consistent, ev_b, r_b, runner_up = _evaluate(st, b, clashes, stack)
             lead = ev_b - runner_up
             eligible = consistent > 0 and (lead >= kk or (consistent == 1 and 0 <= k_single <= ev_b))
-            if eligible and lead > best:
-                best, best_r, best_b = lead, r_b, b
-            if consistent > 0 and not eligible and ev_b < stuck_ev:
-                stuck_ev, stuck_b = ev_b, b
-            if consistent == 0:
-                st.red[b] = True
-                st.reds[st.sc[NRED]] = b
-                st.sc[NRED] += 1
-                _log(st, RED, b, -1, -1, -1)
-                st.sc[PROMOTIONS] += 1
+            if eligible:
+                elig_b[n_elig], elig_r[n_elig], elig_lead[n_elig] = b, r_b, lead
+                n_elig += 1
+                if lead > best:
+                    best, best_r, best_b = lead, r_b, b
+            elif consistent > 0:
+                waiting[n_wait] = b
+                n_wait += 1
+            else:
+                _promote(st, b)
                 promoted = True
-        if not promoted and best < 0 and stuck and stuck_b >= 0:  # stuck: promote the waiting block with least evidence
-            b = stuck_b
-            st.red[b] = True
-            st.reds[st.sc[NRED]] = b
-            st.sc[NRED] += 1
-            _log(st, RED, b, -1, -1, -1)
-            st.sc[PROMOTIONS] += 1
-            promoted = True
         if promoted:
             continue
-        if best < 0:
-            return 0
-        mark = st.sc[JLEN]
-        st.decisions[st.sc[NDEC]] = mark
-        st.sc[NDEC] += 1
-        if fold(st, best_r, best_b, stack) < 0:  # cannot happen after a complete tentative fold; kept safe
-            rollback(st, mark, empty)
-            clashes.add(best_b * _KEY + best_r)
+        if not provisional:
+            if best < 0:
+                return 0
+            if not _merge(st, best_r, best_b, stack):  # cannot happen after a complete tentative fold; kept safe
+                clashes.add(best_b * _KEY + best_r)
+        elif n_elig > 0:
+            order = np.argsort(-elig_lead[:n_elig], kind="mergesort")  # ties in block order
+            for i in order:
+                b = elig_b[i]
+                if find(st.uf, b) == b:  # not merged by an earlier fold of this round
+                    _merge(st, find(st.uf, elig_r[i]), b, stack)
+        elif n_wait > 0:
+            for i in range(n_wait):
+                _promote(st, waiting[i])
         else:
-            st.sc[MERGES] += 1
-            for j in range(mark, st.sc[JLEN]):  # the unions of the merge, in order: link counts follow
-                if st.journal[j, 0] == UNION:
-                    y = st.journal[j, 1]
-                    _add_links(st, st.uf[y], y)
+            return 0
 
 
 @njit(cache=True)

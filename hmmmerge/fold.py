@@ -34,9 +34,9 @@ With one start state, Algorithm 1's level 1 is a prefix tree of
 * **provisional pass**: the merges above are *consolidated*.  After them a
   sleep folds what still waits, provisionally: a blue block is merged into
   its best consistent red block when that block is the only consistent one
-  or leads the runner-up by ``provisional_lead`` (default 1), and when
-  nothing qualifies the waiting blue block with least evidence is promoted,
-  until no blue block is left.  Level 2 (C) and the online placing use
+  or leads the runner-up by ``provisional_lead`` (default 1), every such
+  pair of a round at once (largest lead first), and when none qualifies
+  every waiting blue block is promoted, until no blue block is left.  Level 2 (C) and the online placing use
   the provisional automaton; the next sleep first rolls the whole pass back
   (with everything placed after it, placed again), so a provisional merge
   never becomes evidence for a consolidated one and a wrong one lasts one
@@ -52,8 +52,9 @@ level 1, and writing C renumbers only the clusters whose id changed
 worked on by the numba kernels of :mod:`hmmmerge._fold_kernels`; they
 reproduce the first, pure-Python version decision for decision
 (``tests/fold_reference.py``).  On one core, a 1,000-episode run of the
-paper's world takes about 0.3 s of CPU and 10,000 episodes about 9x that
-(``python benchmarks/bench_fold.py --sections speed``).
+paper's world takes about 0.6 s of CPU and 10,000 episodes about 7.4x that,
+1.7x what fold takes without its provisional pass (``python
+benchmarks/bench_fold.py --sections speed``).
 
 Default evidence minimum.  Evidence counts the distinct blocks that the
 blue side agreed with (a self-loop at a wall or two paths that met add
@@ -68,14 +69,16 @@ decisions, so chance merges are rare, and undo repairs the one that slips
 through.  ``single_evidence`` (off by default) adds a rule: a blue block that
 clashes with every red block of its colour but one is either that block's
 cell or a cell not yet in the automaton, so fewer agreements (``e``, chance
-``n_obs**-e``) could do.  It helps where blue blocks in rarely visited
-corners wait for a thinly explored red block (``bench_fold.py --sections
-evidence``: paper's world, 6 runs, ``e = 2``: 144 clusters instead of 211,
-episodes 100-200 0.872 instead of 0.858), but it is not stable: on the walk
-of ``--sections speed`` (``gridworld(seed=0)``, walk seed 0) ``e = 2`` lets a
-wrong merge pollute a red block, duplicates get promoted (917 promotions) and
-the run ends with 1,361 clusters and 0.970 online; ``e = 1`` thrashes on the
-random graph.  Hence not the default.
+``n_obs**-e``) could do.  It was meant for blue blocks in rarely visited
+corners that wait for a thinly explored red block, but it is not stable: a wrong merge it makes is
+consolidated, pollutes a red block, and the genuine blue copies of that
+cell clash with it and are promoted as duplicates (before the provisional
+pass, on the walk of ``--sections speed``, ``e = 2``: 917 promotions, 1,361
+clusters, 0.970 online; ``e = 1`` thrashes on the random graph).  The
+provisional pass below does the same job without that risk; with it,
+``single_evidence`` is worse than off on the paper's world and with 4
+colours and better only over episodes 100-200 of the random graph
+(``e = 2``; ``bench_fold.py --sections evidence``).  Hence off by default.
 
 Default provisional lead.  Blue blocks wait where the data are thin, and
 thin data stay thin: in a rarely visited corner each entrance to a cell
@@ -99,20 +102,22 @@ deterministic world, a level-1 state's true position is a function of its
 path, so one colour clash in a shared future proves two blocks differ, and
 folding (determinisation) spreads every accepted identification to all
 futures at once.  Measured on the paper's world (10x10, 10 colours, 1,000
-episodes of 50 moves, sleeps every 500 steps, colouring and walk seeds
-0-4): online ``l2`` accuracy over the last 50 episodes 0.991-1.0 (mean
-0.997), purity with singletons >= 0.9999, 0-1 undo per run; over episodes
-100-200 0.80-0.89 (mean 0.85), where no predictor anchored to level 1 can
-exceed 0.95-0.98 (an episode's steps after its first never-traversed
-transition cannot be predicted).  Blocks that still wait for evidence in
-rarely visited corners keep 159-226 clusters instead of 100.  Four colours:
-0.997-1.0; the aliased loop folds to its 3-state minimal machine.  It does not
+episodes of 50 moves, sleeps every 500 steps, colourings 0-2 x walk seeds
+0-4, ``bench_fold.py``): online ``l2`` accuracy over the last 50 episodes
+0.9992 (worst run 0.992), over episodes 100-200 0.929, purity with
+singletons 1.000, 100.6 clusters for 100 cells; without the provisional
+pass 0.998, 0.862 and 192 clusters (blocks waiting in rarely visited
+corners).  An episode's steps after its first never-traversed transition
+cannot be predicted by a predictor anchored to level 1, which bounds
+episodes 100-200 below 1.  Four colours: 0.994 online, 114 clusters; the
+aliased loop folds to its 3-state minimal machine.  It does not
 hold without a common start: the first observations then contradict each
 other with no merge to undo, nothing is ever merged, and level 2 stays level
-1 (random start cells on the paper's world: 0.05 online, 50,765 clusters).
+1 (random start cells on the paper's world: 0.06 online, 50,187 clusters).
 Noisy observations break the exact clash test: with 5% of the colours
 replaced at random, contradictions are everywhere (1,734 in a run, 168
-undos, 43,367 clusters, 0.11 online, 348 s before the kernels); the
+undos, 43,367 clusters, 0.11 online, 348 s before the kernels; with the
+provisional pass 21,894 clusters, 0.16 online, 140 s); the
 statistical variant ``merge="fold-noisy"`` (:mod:`hmmmerge.fold_noisy`) is
 built for that case.  In a world with random transitions
 two visits of one position have different futures, so clashes prove nothing
@@ -415,7 +420,7 @@ class FoldMerger:
         self._place_all(h + 1)
 
     # ------------------------------------------------------------ folding
-    def _blue_fringe(self, k_single: int | None = None, stuck: bool = False, k: int | None = None) -> None:
+    def _blue_fringe(self, k_single: int | None = None, provisional: bool = False, k: int | None = None) -> None:
         """Promote, then merge (most evidence first) until every blue block waits for evidence
         (:func:`hmmmerge._fold_kernels.blue_fringe`; ``k_single``: that rule's minimum, default the merger's)."""
         from ._fold_kernels import NEED_ROOM, NROOTS, blue_fringe
@@ -425,13 +430,14 @@ class FoldMerger:
         while True:
             roots = int(self._st.sc[NROOTS])
             self._room(journal=(roots + 1) * (2 * self._A + 6) + 64, decisions=roots + 2)
-            if blue_fringe(self._st, k, k_single, stuck) != NEED_ROOM:
+            if blue_fringe(self._st, k, k_single, provisional) != NEED_ROOM:
                 return
 
     def _provisional_pass(self) -> None:
-        """Fold what waits, provisionally (the module docstring): a blue block merges into the only
-        consistent red block or one leading by ``provisional_lead``; when stuck, the waiting blue block with
-        least evidence is promoted.  :meth:`_drop_provisional` takes it all back at the next sleep."""
+        """Fold what waits, provisionally (the module docstring): blue blocks merge into the only
+        consistent red block or one leading by ``provisional_lead``, all of a round at once; when none
+        can, every waiting blue block is promoted.  :meth:`_drop_provisional` takes it all back at the
+        next sleep."""
         from ._fold_kernels import JLEN, MERGES, PROMOTIONS
 
         self._prov = [-1, 0, 0]
@@ -439,7 +445,7 @@ class FoldMerger:
             return
         sc = self._st.sc
         mark, merges, promotions = int(sc[JLEN]), int(sc[MERGES]), int(sc[PROMOTIONS])
-        self._blue_fringe(k_single=0, stuck=True, k=self._k_prov)
+        self._blue_fringe(k_single=0, provisional=True, k=self._k_prov)
         sc = self._st.sc
         done = [int(sc[MERGES]) - merges, int(sc[PROMOTIONS]) - promotions]
         sc[MERGES], sc[PROMOTIONS] = merges, promotions   # the counters count consolidated decisions

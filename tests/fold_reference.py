@@ -3,7 +3,7 @@ reference for ``hmmmerge.fold``: the numba kernels must reproduce it decision fo
 (``tests/test_fold_kernels.py``; ``benchmarks/bench_fold.py --sections speed`` times both).  Not part of
 the package.  Change it only together with the algorithm, in the same way (it is the readable
 specification).  Changes since 0b8663b: the provisional pass (``provisional_lead``; ``_blue_fringe``
-with ``provisional=True``, ``_drop_provisional``)."""
+with ``provisional=True``, ``_provisional_pass``, ``_drop_provisional``)."""
 from __future__ import annotations
 from hmmmerge.fold import default_min_evidence
 import numpy as np
@@ -262,66 +262,73 @@ class FoldMerger:
         out.sort()
         return out
 
+    def _evaluate(self, b: int, clashes: set) -> tuple[int, int, int, int]:
+        consistent, ev_b, r_b, runner_up = (0, -1, -1, 0)
+        for r in self._reds_by_colour.get(self._colour[b], ()):
+            if (b, r) in clashes:
+                continue
+            mark = len(self._journal)
+            ev = self._fold(r, b)
+            self._rollback(mark)
+            if ev < 0:
+                clashes.add((b, r))
+                continue
+            consistent += 1
+            if ev > ev_b:
+                runner_up = max(runner_up, ev_b)
+                ev_b, r_b = (ev, r)
+            else:
+                runner_up = max(runner_up, ev)
+        return (consistent, ev_b, r_b, runner_up)
+
     def _blue_fringe(self, lead: int | None=None, provisional: bool=False) -> None:
         clashes: set[tuple[int, int]] = set()
-        cache: dict[tuple[int, int], tuple[int, int]] = {}
-        epoch = 0
         while True:
             k = self._attainable_minimum(self._k if lead is None else lead)
             blues = self._blues()
             if not blues:
                 return
             best, best_pair, promoted = (-1, None, False)
-            stuck_ev, stuck = (float('inf'), None)
+            eligible_pairs, waiting = ([], [])
             for b in blues:
-                consistent, ev_b, r_b, runner_up = (0, -1, -1, 0)
-                for r in self._reds_by_colour.get(self._colour[b], ()):
-                    if (b, r) in clashes:
-                        continue
-                    got = cache.get((b, r))
-                    if got is not None and got[0] == epoch:
-                        ev = got[1]
-                    else:
-                        mark = len(self._journal)
-                        ev = self._fold(r, b)
-                        self._rollback(mark)
-                        if ev < 0:
-                            clashes.add((b, r))
-                        else:
-                            cache[b, r] = (epoch, ev)
-                    if ev >= 0:
-                        consistent += 1
-                        if ev > ev_b:
-                            runner_up = max(runner_up, ev_b)
-                            ev_b, r_b = (ev, r)
-                        else:
-                            runner_up = max(runner_up, ev)
-                lead_b = ev_b - runner_up
-                eligible = consistent and (lead_b >= k or (provisional and consistent == 1))
-                if eligible and lead_b > best:
-                    best, best_pair = (lead_b, (r_b, b))
-                if consistent and not eligible and ev_b < stuck_ev:
-                    stuck_ev, stuck = (ev_b, b)
-                if not consistent:
+                consistent, ev_b, r_b, runner_up = self._evaluate(b, clashes)
+                if consistent and (ev_b - runner_up >= k or (provisional and consistent == 1)):
+                    eligible_pairs.append((ev_b - runner_up, r_b, b))
+                    if ev_b - runner_up > best:
+                        best, best_pair = (ev_b - runner_up, (r_b, b))
+                elif consistent:
+                    waiting.append(b)
+                else:
                     self._set_red(b)
                     self.stats['promotions'] += 1
                     promoted = True
-            epoch += 1
-            if provisional and not promoted and best < 0 and stuck is not None:
-                self._set_red(stuck)
-                self.stats['promotions'] += 1
-                promoted = True
             if promoted:
+                continue
+            if provisional:
+                if eligible_pairs:
+                    for _, r, b in sorted(eligible_pairs, key=lambda e: -e[0]):
+                        if self._find(b) == b:
+                            self._merge(self._find(r), b)
+                elif waiting:
+                    for b in waiting:
+                        self._set_red(b)
+                        self.stats['promotions'] += 1
+                else:
+                    return
                 continue
             if best < 0:
                 return
-            mark = len(self._journal)
-            self._decisions.append(mark)
-            if self._fold(*best_pair) < 0:
-                self._rollback(mark)
+            if not self._merge(*best_pair):
                 clashes.add(best_pair[::-1])
-            else:
-                self.stats['merges'] += 1
+
+    def _merge(self, r: int, b: int) -> bool:
+        mark = len(self._journal)
+        self._decisions.append(mark)
+        if self._fold(r, b) < 0:
+            self._rollback(mark)
+            return False
+        self.stats['merges'] += 1
+        return True
 
     def _attainable_minimum(self, k: int) -> int:
         return max(min(k, self.n_red - 1), min(k, 2))

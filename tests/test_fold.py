@@ -286,6 +286,33 @@ def test_after_any_sleep_every_state_is_in_one_cluster_and_level2_is_determinist
     check_invariants(agent.memory_, agent.clusters_)
 
 
+@settings(max_examples=25, deadline=None)
+@given(env=small_worlds(), seed=st.integers(0, 1000), k=st.integers(1, 4), sleep_every=st.integers(5, 60))
+def test_the_provisional_pass_never_changes_the_consolidated_automaton(env, seed, k, sleep_every):
+    # after every sleep, taking the provisional pass back leaves exactly the clusters of a merger without it
+    traj = random_walk(env, 12, 9, seed=seed)
+    agents = [TwoLevelMemory(env.n_obs, env.n_actions, merge="fold", sleep_every=sleep_every, refresh_every=7,
+                             seed=seed, merge_params={"min_evidence": k, "provisional_lead": lead})
+              for lead in (1, None)]
+    for e in range(0, 12, 3):
+        part = type(traj)(traj.obs[e:e + 3], traj.actions[e:e + 3], traj.states[e:e + 3])
+        for agent in agents:
+            agent.partial_fit(part)
+            agent.sleep()
+        with_pass, without = agents[0].merger_, agents[1].merger_
+        mem = agents[0].memory_
+        back = FoldMerger()
+        back.load_state_dict(with_pass.state_dict())
+        back._drop_provisional()
+        back._place_pending()
+        cl_back, cl_without = Clusters(n_states=0), Clusters(n_states=0)
+        back.write_clusters(cl_back, mem.n_states)
+        without.write_clusters(cl_without, mem.n_states)
+        np.testing.assert_array_equal(cl_back.assignment[:mem.n_states], cl_without.assignment[:mem.n_states])
+        assert {k: v for k, v in with_pass.stats.items() if k != "conflicts"} == \
+            {k: v for k, v in without.stats.items() if k != "conflicts"}
+
+
 # ---------------------------------------------------------------- O(level 2) shortcuts vs from scratch
 @settings(max_examples=30, deadline=None)
 @given(env=small_worlds(), seed=st.integers(0, 1000), k=st.integers(0, 4), noise=st.booleans())
