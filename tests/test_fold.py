@@ -396,3 +396,20 @@ def test_episodes_without_a_common_start_leave_contradictions_without_crashing()
     agent.sleep()
     assert agent.merger_.stats["conflicts"] > 0
     check_invariants(agent.memory_, agent.clusters_, deterministic=False)
+
+
+def test_files_without_a_provisional_pass_load_and_a_malformed_one_is_refused():
+    # files written before the provisional pass have no fold_provisional: nothing is in force
+    mem, st, ac = _two_branches(last=4)
+    fold, cl = FoldMerger(min_evidence=4), Clusters(n_states=0)
+    fold.observe(mem, st, ac)
+    fold.sleep(mem, cl)
+    d = fold.state_dict()
+    assert d["fold_provisional"].tolist()[1:] == [1, 0]
+    old = {k: v for k, v in d.items() if k != "fold_provisional"}
+    back = FoldMerger(min_evidence=4)
+    back.load_state_dict(old)
+    assert back.provisional == {"merges": 0, "promotions": 0}
+    for bad in (np.array([-1, 0]), np.array([10**9, 1, 0])):
+        with pytest.raises(ValueError, match="provisional"):
+            FoldMerger().load_state_dict(dict(d, fold_provisional=bad), source="f.npz")
