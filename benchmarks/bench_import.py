@@ -34,8 +34,9 @@ also with the cycle collector set as ``hmmmerge``'s program sets it (see
 ``hmmmerge.cli._program_collector``), and also loading the kernel as
 ``hmmmerge run`` does (without numba's compiler set-up, see
 ``hmmmerge._numba_cache``).
-A breakdown per checkout runs the command once more with CPU timers
-around the phases (benchmark-only wrappers; exclusive times): interpreter
+A breakdown per checkout runs the command ``--breakdown-rounds`` more times with CPU
+timers around the phases (benchmark-only wrappers; exclusive times; each
+phase's least time over the rounds): interpreter
 start and exit, imports, numba load (first call of each kernel: numba's
 target set-up and the cached machine code), learner (``partial_fit``),
 held-out scoring, JSON, cycle collections (Python's ``gc``, wherever they
@@ -196,7 +197,7 @@ def timed_run(argv, root, cwd=None) -> tuple[float, float, str]:
     return wall, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime), out.stdout
 
 
-def paper_run(roots: dict, rounds: int) -> None:
+def paper_run(roots: dict, rounds: int, breakdown_rounds: int = 3) -> None:
     """The paper run of each checkout, side by side with the floors; then the breakdown of each."""
     outputs = {}
     for root in roots.values():  # byte-compiled as an installed package is (PYTHONDONTWRITEBYTECODE may be set)
@@ -245,23 +246,27 @@ def paper_run(roots: dict, rounds: int) -> None:
         print(f"outputs (minus wall_s) identical across checkouts: {'yes' if same else 'NO'}; "
               f"{names[0]} / {names[-1]}: wall {best[names[0]][0] / best[names[-1]][0]:.2f}x, "
               f"CPU {best[names[0]][1] / best[names[-1]][1]:.2f}x")
-    rows = {}
-    for name, root in roots.items():
-        _, cpu, text = timed_run([sys.executable, "-c", BREAKDOWN, *PAPER_RUN], root)
-        phases = json.loads(text)
-        phases = {"python start + exit": cpu - phases.pop("in_process"), **phases}
-        rows[name] = phases
+    rows = {name: {} for name in roots}
+    for _ in range(breakdown_rounds):  # interleaved; each phase's least CPU time over the rounds
+        for name, root in roots.items():
+            _, cpu, text = timed_run([sys.executable, "-c", BREAKDOWN, *PAPER_RUN], root)
+            phases = json.loads(text)
+            phases = {"python start + exit": cpu - phases.pop("in_process"), **phases}
+            for key, value in phases.items():
+                rows[name][key] = min(value, rows[name].get(key, value))
     keys = list(dict.fromkeys(k for phases in rows.values() for k in phases))
-    print(f"\nbreakdown (one instrumented run each, CPU s, exclusive){''.join(f'{n:>12}' for n in rows)}")
+    print(f"\nbreakdown (instrumented runs, CPU s, exclusive, least of {breakdown_rounds} per phase)"
+          f"{''.join(f'{n:>12}' for n in rows)}")
     for key in keys:
         print(f"{key:<56}" + "".join(f"{rows[n].get(key, 0.0):>12.3f}" for n in rows))
-    print(f"{'total':<56}" + "".join(f"{sum(rows[n].values()):>12.3f}" for n in rows))
+    print(f"{'total (sum of the phases)':<56}" + "".join(f"{sum(rows[n].values()):>12.3f}" for n in rows))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--run-rounds", type=int, default=5, help="paper runs per checkout (best of)")
+    parser.add_argument("--breakdown-rounds", type=int, default=3, help="instrumented paper runs per checkout")
     parser.add_argument("--skip-run", action="store_true", help="skip the paper run")
     parser.add_argument("--before", type=Path, help="a folder holding another version's hmmmerge/ package")
     parser.add_argument("--before-rev", metavar="REV",
@@ -319,7 +324,8 @@ def _run(parser, args) -> None:
     for name in processes:
         print(f"{name:<44}{med[name]:>8.3f}{med[name] / base:>18.2f}")
     if not args.skip_run:
-        paper_run({**({"before": args.before.resolve()} if args.before else {}), "now": ROOT}, args.run_rounds)
+        paper_run({**({"before": args.before.resolve()} if args.before else {}), "now": ROOT}, args.run_rounds,
+                  args.breakdown_rounds)
 
 
 if __name__ == "__main__":

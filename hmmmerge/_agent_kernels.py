@@ -31,6 +31,7 @@ from numba import njit
 
 from ._episodic_kernels import CURRENT, l1_observe
 from ._forward import clear_touched, csr_propagate
+from ._successor_kernels import position
 
 
 class Level1(NamedTuple):
@@ -448,24 +449,10 @@ def stale_clusters(starts, parent, parent_action, next_state, cluster_of, depth,
 
 
 @njit(cache=True)
-def _position(sorted_values, x):
-    """Index of ``x`` in ``sorted_values`` (increasing), -1 if absent (a binary search written out:
-    numba's searchsorted would load its array-math module at start-up)."""
-    lo, hi = 0, sorted_values.shape[0]
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if sorted_values[mid] < x:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo if lo < sorted_values.shape[0] and sorted_values[lo] == x else -1
-
-
-@njit(cache=True)
 def _before(x, moved, was, new):
     """The cluster of state ``x`` before a sleep, in the ids after it (``moved``/``was``: see
     :class:`~hmmmerge.clusters.Changes`; a state not moved kept its cluster up to the relabelling)."""
-    q = _position(moved, x)
+    q = position(moved, x)
     return was[q] if q >= 0 else new[x]
 
 
@@ -513,7 +500,7 @@ def level2_moves(indptr, indices, counts, first, k_old, k_ext, relabel, moved, w
                 _take_out(table, e_row, e_col, e_cnt, e_first, e_lost, parent_action[u] * k_ext + bp, bu, p)
         for a in range(A):
             w = next_state[a, u]
-            if w >= 0 and _position(moved, w) < 0 and new[w] >= 0:
+            if w >= 0 and position(moved, w) < 0 and new[w] >= 0:
                 _take_out(table, e_row, e_col, e_cnt, e_first, e_lost, a * k_ext + bu, new[w], u)
     for q in range(moved.shape[0]):  # and back in (new clusters)
         u = moved[q]
@@ -523,7 +510,7 @@ def level2_moves(indptr, indices, counts, first, k_old, k_ext, relabel, moved, w
             e_cnt[e] += 1
         for a in range(A):
             w = next_state[a, u]
-            if w >= 0 and _position(moved, w) < 0 and new[u] >= 0 and new[w] >= 0:
+            if w >= 0 and position(moved, w) < 0 and new[u] >= 0 and new[w] >= 0:
                 e, m = _entry(table, e_row, e_col, e_cnt, e_first, m, a * k_ext + new[u], new[w], u)
                 e_cnt[e] += 1
     return table, e_row, e_col, e_cnt, e_first, e_lost, m

@@ -165,9 +165,9 @@ def add_new_descendants(new_states, parent, parent_action, next_state, emission,
 
 
 @njit(cache=True)
-def _contains(sorted_values, x):
-    """Whether ``x`` is in ``sorted_values`` (increasing): bisection (``np.searchsorted`` would load numba's
-    array-math module, and with it ``scipy.linalg``, when a process first loads this kernel)."""
+def position(sorted_values, x):
+    """Index of ``x`` in ``sorted_values`` (increasing), -1 if absent: bisection (``np.searchsorted`` would
+    load numba's array-math module, and with it ``scipy.linalg``, when a process first loads a kernel)."""
     lo, hi = 0, sorted_values.shape[0]
     while lo < hi:
         mid = (lo + hi) // 2
@@ -175,4 +175,10 @@ def _contains(sorted_values, x):
             lo = mid + 1
         else:
             hi = mid
-    return lo < sorted_values.shape[0] and sorted_values[lo] == x
+    return lo if lo < sorted_values.shape[0] and sorted_values[lo] == x else -1
+
+
+@njit(cache=True)
+def _contains(sorted_values, x):
+    """Whether ``x`` is in ``sorted_values`` (increasing)."""
+    return position(sorted_values, x) >= 0

@@ -202,7 +202,11 @@ class SFMerger(NoMerger):
         """
         best = sim.argmax(axis=1)
         top = sim[np.arange(len(sim)), best]
-        mean, std = sim.mean(axis=1), sim.std(axis=1)
+        # sim.mean(axis=1) and sim.std(axis=1), the same operations as numpy's, without their Python wrappers
+        k = sim.shape[1]
+        mean = np.add.reduce(sim, axis=1) / k
+        dev = sim - mean[:, None]
+        std = np.sqrt(np.add.reduce(np.multiply(dev, dev, out=dev), axis=1) / k)
         z = np.divide(top - mean, std, out=np.zeros_like(top), where=std > 0)
         return best, top, ndtr(z)  # the standard normal CDF Phi
 

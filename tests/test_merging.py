@@ -259,3 +259,17 @@ def test_split_by_next_observation_equals_numpy(memory, seed):
     for size in (0, 1, 2, 5, 40, 400):
         states = rng.choice(memory.n_states, size=size, replace=False)
         assert np.array_equal(split_by_next_observation(memory, states), _split_reference(memory, states))
+
+
+def test_acceptance_statistics_equal_numpy_mean_and_std():
+    """acceptance computes the row means and deviations as numpy's mean and std do, bit for bit."""
+    from scipy.special import ndtr
+
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        n, k = rng.integers(1, 40), rng.integers(1, 300)
+        sim = np.exp(-rng.random((n, k)) * rng.choice([0.1, 1.0, 10.0, 100.0]))
+        best, top, p = SFMerger().acceptance(sim)
+        mean, std = sim.mean(axis=1), sim.std(axis=1)
+        z = np.divide(top - mean, std, out=np.zeros_like(top), where=std > 0)
+        assert np.array_equal(best, sim.argmax(axis=1)) and np.array_equal(p, ndtr(z))
