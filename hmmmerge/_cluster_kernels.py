@@ -16,13 +16,12 @@ def renumber(assignment, roots):
     ``0..k-1`` in increasing order; returns ``(present, new_id, k)`` (``present[c]``: old id ``c``
     had a state; ``new_id[r]``: the new id of root ``r``).  ``roots`` must cover every id used."""
     n = assignment.shape[0]
-    k_old = 0
-    for i in range(n):
-        if assignment[i] + 1 > k_old:
-            k_old = assignment[i] + 1
+    k_old = roots.shape[0]
     present = np.zeros(k_old, dtype=np.bool_)
     for i in range(n):
         if assignment[i] >= 0:
+            if assignment[i] >= k_old:
+                raise ValueError("renumber: a cluster id has no root")
             present[assignment[i]] = True
     k_root = 0
     for c in range(k_old):

@@ -579,17 +579,19 @@ class Clusters:
         >>> cl = Clusters(np.array([0, 1, 2])); cl.assign([1], 0); cl.compact_assigned(); cl.assignment.tolist()
         [0, 0, 1]
         """
-        self._compact()
+        self._compact(top=self._k)  # ids below k: no pass to find the largest
 
-    def _compact(self, ids=None) -> None:
-        """Renumber clusters ``0..k-1`` keeping their order; ``ids`` optionally maps old ids first."""
+    def _compact(self, ids=None, top=None) -> None:
+        """Renumber clusters ``0..k-1`` keeping their order; ``ids`` optionally maps old ids first; ``top``:
+        a bound on the ids in use (found by a pass over C if not given)."""
         from ._cluster_kernels import renumber
 
         a = self.assignment
         k_before = getattr(self, "_k", 0)
         if getattr(self, "_lists", None) is not None:
             self._group_joined()  # under the old ids
-        top = max(int(a.max(initial=-1)) + 1, k_before)
+        if top is None:
+            top = max(int(a.max(initial=-1)) + 1, k_before)
         roots = np.arange(top, dtype=np.int64) if ids is None else np.asarray(ids, dtype=np.int64)
         present, new_id, k = renumber(a, roots)
         self._k = int(k)
