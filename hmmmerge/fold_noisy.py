@@ -217,6 +217,9 @@ class StatisticalFoldMerger:
         many nats, promoted when every red block of their colour refutes them), then rolled back;
         default 0.5 (odds 1.6:1, the most probable decision); None: blocks that wait stay clusters
         of their own (module docstring, "Provisional decisions").
+    patience : in the provisional pass, a blue block that neither merges nor is refuted through this
+        many rounds in which other blocks changed (or through one round without changes) is promoted
+        provisionally, so that no blue block is left (default 3; module docstring).
 
     Attributes
     ----------
@@ -243,7 +246,7 @@ class StatisticalFoldMerger:
     """
 
     def __init__(self, risk: float = 1e-3, noise: float | None = None, min_visits: int = 3,
-                 provisional_lead: float | None = 0.5):
+                 provisional_lead: float | None = 0.5, patience: int = 3):
         if isinstance(risk, bool) or not isinstance(risk, (int, float)) or not 0 < risk < 1:
             raise ValueError(f"risk must be a number in (0, 1), got {risk!r}")
         if noise is not None and (isinstance(noise, bool) or not isinstance(noise, (int, float))
@@ -258,6 +261,7 @@ class StatisticalFoldMerger:
             raise ValueError(f"provisional_lead must be None or a number >= 0, got {provisional_lead!r}")
         self.provisional_lead = None if provisional_lead is None else float(provisional_lead)
         self._cap = True
+        self.patience = check_int(patience, "patience", low=1)
         self._skip_root = True
         self._A = None
         self.noise_ = None
@@ -278,6 +282,7 @@ class StatisticalFoldMerger:
         self._reds: list[int] = []               # red roots (node 0, the virtual start, is red but not listed)
         self._journal: list[tuple] = []
         self._cid: dict[int, int] = {}          # block root -> cluster id (as last written or placed)
+        self._next_cid: dict[tuple, int] = {}   # (cluster id, action) -> cluster id, as C was last written
         self._cid_counts = np.zeros((0, n_obs), dtype=np.int64)   # per cluster id: colour counts of its blocks
         self._total = [0] * n_obs                # visits per colour, over all blocks
         self._pos = [-1]                         # per node: action-path position if at depth <= 2, else -1
@@ -469,9 +474,15 @@ class StatisticalFoldMerger:
             if node in new and self._parent[node] < 0:
                 pnode, a = new[node]
                 if self._record(node, pnode, a, int(emission[h])):
-                    assignment[h] = -1
-                    self._cid[node] = int(clusters.add_clusters([[h]])[0])
-                    added = True
+                    # a new block: the cluster the last sleep's automaton (C) leads to, else a new one
+                    c = self._next_cid.get((self._cid.get(self._find(pnode), -1), a))
+                    if c is None:
+                        assignment[h] = -1
+                        c = int(clusters.add_clusters([[h]])[0])
+                        added = True
+                    else:
+                        assignment[h] = c
+                    self._cid[node] = c
                 else:
                     assignment[h] = self._cid[self._uf[node]]
             else:
@@ -703,14 +714,16 @@ class StatisticalFoldMerger:
         """
         min_visits = None if commit else 1
         decisions = 0
+        stale: dict[int, int] = {}
         while True:
             tau = self._attainable() if commit else self.provisional_lead
             changed = False
-            pending = []
+            pending, waiting = [], []
             for b in self._blues():
                 if self._uf[b] != b or self._red[b]:
                     continue
                 best, runner, r, refuted = self._score(b, min_visits)
+                waiting.append(b)
                 if refuted:
                     self._red[b] = True
                     self._reds.append(b)
@@ -737,6 +750,18 @@ class StatisticalFoldMerger:
                     self.stats["merges"] += 1
                 changed = True
                 decisions += 1
+            if not commit:
+                # a blue block that waited through a round of changes, or when nothing qualifies: "a new
+                # cell", so that its successors become blue blocks and are decided in turn
+                waiting = [b for b in waiting if self._uf[b] == b and not self._red[b]]
+                stale = {b: stale.get(b, 0) + 1 for b in waiting}
+                promote = [b for b in waiting if stale[b] > self.patience or not changed]
+                for b in promote:
+                    self._red[b] = True
+                    self._reds.append(b)
+                    self._journal.append((_PROMOTE, b))
+                changed = changed or bool(promote)
+                decisions += len(promote)
             if not changed:
                 return decisions
 
@@ -749,6 +774,22 @@ class StatisticalFoldMerger:
         and one that stands is made for good once its blocks have the visits.
         """
         self._provisional = self._blue_fringe(commit=False) if self.provisional_lead is not None else 0
+
+    def _write_next_cids(self) -> None:
+        """The transitions of C as written (cluster, action) -> cluster, for placing new blocks until the next sleep.
+
+        Key cluster -1 is the virtual start state.  O(blocks x actions).
+        """
+        cid, delta, nxt = self._cid, self._delta, {}
+        for x, c in [(0, -1)] + list(cid.items()):
+            if self._uf[x] != x:
+                continue
+            for a, t in enumerate(delta[x]):
+                if t >= 0:
+                    ct = cid.get(self._find(t))
+                    if ct is not None:
+                        nxt[c, a] = ct
+        self._next_cid = nxt
 
     def _end_provisional(self) -> None:
         """Roll the provisional folds back; their blocks keep the cluster ids C was written with."""
@@ -786,6 +827,7 @@ class StatisticalFoldMerger:
         self.stats["sleeps"] += 1
         self._provisional_folds()
         self.write_clusters(clusters, memory.n_states)
+        self._write_next_cids()
         self._end_provisional()
         report = {k: self.stats[k] - before[k] for k in ("merges", "promotions")}
         report.update(provisional=self._provisional, noise=self.noise_, red=self.n_red, clusters=clusters.n_clusters)
@@ -910,6 +952,8 @@ class StatisticalFoldMerger:
             "foldnoisy_has_row": has_row, "foldnoisy_delta": delta, "foldnoisy_counts": cnt,
             "foldnoisy_reds": np.asarray(self._reds, dtype=np.int64),
             "foldnoisy_cid": np.array(sorted(self._cid.items()), dtype=np.int64).reshape(-1, 2),
+            "foldnoisy_next_cid": np.array(sorted((c, a, t) for (c, a), t in self._next_cid.items()),
+                                           dtype=np.int64).reshape(-1, 3),
             "foldnoisy_stats": np.array([self.stats[k] for k in _STATS], dtype=np.int64),
         }
 
@@ -954,6 +998,11 @@ class StatisticalFoldMerger:
         if any(not 0 <= r < n for r in self._cid) or any(c < 0 for c in self._cid.values()):
             raise ValueError(f"{source}: fold-noisy merger arrays hold out-of-range values")
         self._recount_cids()
+        nxt = np.asarray(d["foldnoisy_next_cid"] if "foldnoisy_next_cid" in d else np.zeros((0, 3)), dtype=np.int64)
+        if nxt.ndim != 2 or nxt.shape[1] != 3 or (len(nxt) and (nxt[:, 0].min() < -1 or nxt[:, 2].min() < 0
+                                                              or nxt[:, 1].min() < 0 or nxt[:, 1].max() > A)):
+            raise ValueError(f"{source}: fold-noisy merger transitions of C are malformed")
+        self._next_cid = {(int(c), int(a)): int(t) for c, a, t in nxt.tolist()}
         self.stats = dict(zip(_STATS, arr["stats"].astype(np.int64).tolist()))
         roots = np.flatnonzero(uf == np.arange(n))
         self._total = arr["counts"][roots].sum(axis=0).astype(np.int64).tolist()
