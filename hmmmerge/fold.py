@@ -157,6 +157,8 @@ _NODE_ARRAYS = ("parent", "action", "colour", "uf", "uf_time", "just", "red", "r
 _ROW_ARRAYS = ("delta", "dchild", "links", "first")
 PROVISIONAL_LEAD = 1
 """Default ``provisional_lead`` (derived in the module docstring)."""
+COLOUR_EVIDENCE = 20
+"""Default ``colour_evidence`` (derived in the module docstring)."""
 
 
 def default_min_evidence(n_obs: int, risk: float = 1e-3) -> int:
@@ -221,11 +223,13 @@ class FoldMerger:
     """
 
     def __init__(self, min_evidence: int | None = None, max_undo_rounds: int = 50,
-                 single_evidence: int | None = None, provisional_lead: int | None = PROVISIONAL_LEAD):
+                 single_evidence: int | None = None, provisional_lead: int | None = PROVISIONAL_LEAD,
+                 colour_evidence: int | None = COLOUR_EVIDENCE):
         self.min_evidence = check_int(min_evidence, "min_evidence", low=0, allow_none=True)
         self.single_evidence = check_int(single_evidence, "single_evidence", low=0, allow_none=True)
         self.provisional_lead = check_int(provisional_lead, "provisional_lead", low=1, allow_none=True)
         self.max_undo_rounds = check_int(max_undo_rounds, "max_undo_rounds", low=1)
+        self.colour_evidence = check_int(colour_evidence, "colour_evidence", low=0, allow_none=True)
         self._A = None
 
     # ------------------------------------------------------------ set-up
@@ -446,6 +450,8 @@ class FoldMerger:
             return
         sc = self._st.sc
         mark, merges, promotions = int(sc[JLEN]), int(sc[MERGES]), int(sc[PROMOTIONS])
+        if self.colour_evidence is not None:
+            self._fold_colours()
         self._blue_fringe(k_single=0, provisional=True, k=self._k_prov)
         sc = self._st.sc
         done = [int(sc[MERGES]) - merges, int(sc[PROMOTIONS]) - promotions]
@@ -453,6 +459,18 @@ class FoldMerger:
         if any(done):
             self._prov = [mark] + done
             self._dirty = True
+
+    def _fold_colours(self) -> None:
+        """Provisionally fold every colour whose blocks all fold into one without a clash, with evidence
+        at least ``colour_evidence`` (:func:`hmmmerge._fold_kernels.fold_colours`; the module docstring)."""
+        from ._fold_kernels import NROOTS, fold_colours
+
+        while True:
+            roots = int(self._st.sc[NROOTS])
+            self._room(journal=(roots + 1) * (2 * self._A + 6) + 64, decisions=self._n_obs + 2)
+            stack = np.empty((2 + (self._A + 1) * (roots + 1), 2), dtype=np.int64)
+            if fold_colours(self._st, self._n, self.colour_evidence, stack) >= 0:
+                return
 
     def _drop_provisional(self) -> None:
         """Roll back the provisional pass of the last sleep and everything placed after it (placed again)."""
