@@ -352,10 +352,17 @@ class FoldMerger:
     def _fold_colours(self) -> None:
         # every colour (increasing) whose blocks (by node) all fold into its first red block (else its
         # first block) without a clash and with summed evidence >= colour_evidence: one decision
+        # the blocks reached from the start (the roots of contradicting states are not)
+        reached, frontier = {0}, [0]
+        while frontier:
+            x = frontier.pop()
+            for t in self._delta[x]:
+                if t >= 0 and self._find(t) not in reached:
+                    reached.add(self._find(t))
+                    frontier.append(self._find(t))
         blocks: dict[int, list[int]] = {}
-        for x in range(1, len(self._uf)):
-            if self._uf[x] == x:
-                blocks.setdefault(self._colour[x], []).append(x)
+        for x in sorted(reached - {0}):
+            blocks.setdefault(self._colour[x], []).append(x)
         for c in sorted(blocks):
             group = blocks[c]
             if len(group) < 2:
