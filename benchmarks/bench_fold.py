@@ -37,7 +37,7 @@ wrong; surprise smoothed with epsilon 1e-3):
    there and on the random graph: accuracy, clusters, merges, undos, CPU
    time.
 8. ``minigrid`` -- MiniGrid FourRooms (1,040 states, 360 egocentric views):
-   fold (and fold without its provisional pass, i.e. main before it) next to
+   fold (and fold without its colour fold, and without its provisional pass) next to
    EM (3 clones / 20 iterations and 5 / 50) and the context baseline, on
    walks of 20 x 1,000 moves (walk seeds 0, 1) and 200 x 100 moves; held-out
    on 10 fresh walks of 200 moves.
@@ -492,6 +492,7 @@ MINIGRID_WALKS = ((20, 1000, 0), (20, 1000, 1), (200, 100, 0))
 """(episodes, moves per episode, walk seed) of the training walks; the fresh walk is 10 x 200 moves, seed 100."""
 MINIGRID_LEARNERS = {
     "fold": ("fold", {}),
+    "fold, no colour fold": ("fold", {"colour_evidence": None}),
     "fold, no provisional pass": ("fold", {"provisional_lead": None}),
     "EM, 3 clones, 20 iter.": ("em", {"n_clones": 3, "n_iter": 20}),
     "EM, 5 clones, 50 iter.": ("em", {"n_clones": 5, "n_iter": 50}),

@@ -3,7 +3,8 @@ reference for ``hmmmerge.fold``: the numba kernels must reproduce it decision fo
 (``tests/test_fold_kernels.py``; ``benchmarks/bench_fold.py --sections speed`` times both).  Not part of
 the package.  Change it only together with the algorithm, in the same way (it is the readable
 specification).  Changes since 0b8663b: the provisional pass (``provisional_lead``; ``_blue_fringe``
-with ``provisional=True``, ``_provisional_pass``, ``_drop_provisional``)."""
+with ``provisional=True``, ``_provisional_pass``, ``_drop_provisional``) and the colour fold
+that opens the provisional pass (``colour_evidence``, ``_fold_colours``)."""
 from __future__ import annotations
 from hmmmerge.fold import default_min_evidence
 import numpy as np
@@ -16,10 +17,12 @@ _ARRAYS = ('parent', 'action', 'colour', 'uf', 'uf_time', 'just', 'red', 'has_ro
 
 class FoldMerger:
 
-    def __init__(self, min_evidence: int | None=None, max_undo_rounds: int=50, provisional_lead: int | None=1):
+    def __init__(self, min_evidence: int | None=None, max_undo_rounds: int=50, provisional_lead: int | None=1,
+                 colour_evidence: int | None=20):
         self.min_evidence = check_int(min_evidence, 'min_evidence', low=0, allow_none=True)
         self.max_undo_rounds = check_int(max_undo_rounds, 'max_undo_rounds', low=1)
         self.provisional_lead = check_int(provisional_lead, 'provisional_lead', low=1, allow_none=True)
+        self.colour_evidence = check_int(colour_evidence, 'colour_evidence', low=0, allow_none=True)
         self._A = None
 
     def _init(self, n_obs: int, n_actions: int) -> None:
@@ -338,11 +341,48 @@ class FoldMerger:
         if self.provisional_lead is None:
             return
         mark, before = (len(self._journal), dict(self.stats))
+        if self.colour_evidence is not None:
+            self._fold_colours()
         self._blue_fringe(self.provisional_lead, provisional=True)
         done = [self.stats[k] - before[k] for k in ('merges', 'promotions')]
         self.stats.update(merges=before['merges'], promotions=before['promotions'])
         if any(done):
             self._prov = [mark] + done
+
+    def _fold_colours(self) -> None:
+        # every colour (increasing) whose blocks (by node) all fold into its first red block (else its
+        # first block) without a clash and with summed evidence >= colour_evidence: one decision
+        # the blocks reached from the start (the roots of contradicting states are not)
+        reached, frontier = {0}, [0]
+        while frontier:
+            x = frontier.pop()
+            for t in self._delta[x]:
+                if t >= 0 and self._find(t) not in reached:
+                    reached.add(self._find(t))
+                    frontier.append(self._find(t))
+        blocks: dict[int, list[int]] = {}
+        for x in sorted(reached - {0}):
+            blocks.setdefault(self._colour[x], []).append(x)
+        for c in sorted(blocks):
+            group = blocks[c]
+            if len(group) < 2:
+                continue
+            mark = len(self._journal)
+            self._decisions.append(mark)
+            target = next((x for x in group if self._red[x]), group[0])
+            total = 0
+            for y in group:
+                if self._find(target) == self._find(y):
+                    continue
+                ev = self._fold(self._find(target), self._find(y))
+                if ev < 0:
+                    total = -1
+                    break
+                total += ev
+            if total < self.colour_evidence:
+                self._rollback(mark)
+            else:
+                self.stats['merges'] += 1
 
     def _drop_provisional(self) -> None:
         mark = self._prov[0]

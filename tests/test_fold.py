@@ -115,6 +115,55 @@ def test_folded_level2_is_the_minimal_machine(env):
                             == sorted(e["action"] for e in y.values()))
 
 
+def test_one_long_episode_folds_to_the_minimal_machine_through_the_colour_fold():
+    # a single walk is a single path of level 1: two visits of a cell are compared only along the moves
+    # both took next, so the blue fringe finds little evidence (the consolidated automaton stays at the
+    # start); colours seen in one cell only fold all their visits at once, and the rest folds around them
+    env = gridworld(6, 6, n_colours=20, seed=1)
+    want = minimal_machine(env)
+    mem, cl, fold = fold_online(env, 1, 3000, seed=3, every=1)
+    assert fold.stats["merges"] == 0 and fold.stats["promotions"] == 1   # consolidated: the start only
+    got = level2_graph(mem, cl)
+    assert got.number_of_nodes() == want.number_of_nodes()
+    assert nx.is_isomorphic(got, want, node_match=lambda x, y: x["obs"] == y["obs"],
+                            edge_match=lambda x, y: sorted(e["action"] for e in x.values())
+                            == sorted(e["action"] for e in y.values()))
+    _, cl_off, _ = fold_online(env, 1, 3000, seed=3, every=1, colour_evidence=None)
+    assert cl_off.n_clusters > 3 * want.number_of_nodes()
+
+
+def test_the_colour_fold_refuses_a_colour_whose_blocks_clash():
+    # colour 1 is seen after 0 -0-> and after 2 -0->; its successors under action 1 differ (3 vs 4): the
+    # colour is not folded however low the threshold; colour 5 is seen twice and its two visits agree on
+    # one more block (their colour-0 successors): folded when the threshold is at most 1; undoing the
+    # colour folds restores C exactly
+    mem = EpisodicMemory(6, 2)
+    st, acts = episodes(mem, [[(0, -1), (1, 0), (3, 1), (5, 0), (0, 1)],
+                              [(0, -1), (0, 1), (2, 1), (1, 0), (4, 1), (5, 0), (0, 1)]])
+    fold, cl = FoldMerger(min_evidence=9, provisional_lead=None), Clusters(n_states=0)
+    fold.observe(mem, st, acts)
+    fold.sleep(mem, cl)                       # consolidated only: evidence 9 is out of reach
+    before = cl.assignment[:mem.n_states].copy()
+    assert before[st[0][3]] != before[st[1][5]]
+    for threshold, folded in ((0, True), (1, True), (2, False)):
+        fold.colour_evidence = threshold
+        mark = fold.decisions
+        fold._fold_colours()
+        after = Clusters(n_states=0)
+        fold.write_clusters(after, mem.n_states)
+        a = after.assignment
+        assert a[st[0][1]] != a[st[1][3]]                  # colour 1: clash
+        assert (a[st[0][3]] == a[st[1][5]]) == folded       # colour 5: evidence 1 (successors of colour 0)
+        check_invariants(mem, after)
+        for t in fold.decisions[len(mark):][::-1]:
+            fold.undo(t)
+        fold._place_pending()
+        fold.write_clusters(after, mem.n_states)
+        np.testing.assert_array_equal(after.assignment[:mem.n_states], before)
+    with pytest.raises(ValueError, match="colour_evidence"):
+        FoldMerger(colour_evidence=-1)
+
+
 def test_minimal_machine_merges_indistinguishable_states():
     # a 4-cycle coloured 0, 1, 0, 1 with one action: states 0 and 2 cannot be told apart
     env = Environment.from_arrays(np.array([[1, 2, 3, 0]]), np.array([0, 1, 0, 1]))
@@ -275,9 +324,12 @@ def small_worlds(draw):
 
 
 @settings(max_examples=25, deadline=None)
-@given(env=small_worlds(), seed=st.integers(0, 1000), k=st.integers(0, 4), sleep_every=st.integers(5, 60))
-def test_after_any_sleep_every_state_is_in_one_cluster_and_level2_is_deterministic(env, seed, k, sleep_every):
-    agent = TwoLevelMemory(env.n_obs, env.n_actions, merge="fold", merge_params={"min_evidence": k},
+@given(env=small_worlds(), seed=st.integers(0, 1000), k=st.integers(0, 4), sleep_every=st.integers(5, 60),
+       colour_evidence=st.sampled_from([0, 3, None]))
+def test_after_any_sleep_every_state_is_in_one_cluster_and_level2_is_deterministic(env, seed, k, sleep_every,
+                                                                                   colour_evidence):
+    agent = TwoLevelMemory(env.n_obs, env.n_actions, merge="fold",
+                           merge_params={"min_evidence": k, "colour_evidence": colour_evidence},
                            sleep_every=sleep_every, refresh_every=7, seed=seed)
     agent.fit(random_walk(env, 12, 9, seed=seed))
     # between sleeps a contradicted transition may wait for the next sleep's undo
@@ -287,12 +339,15 @@ def test_after_any_sleep_every_state_is_in_one_cluster_and_level2_is_determinist
 
 
 @settings(max_examples=25, deadline=None)
-@given(env=small_worlds(), seed=st.integers(0, 1000), k=st.integers(1, 4), sleep_every=st.integers(5, 60))
-def test_the_provisional_pass_never_changes_the_consolidated_automaton(env, seed, k, sleep_every):
-    # after every sleep, taking the provisional pass back leaves exactly the clusters of a merger without it
+@given(env=small_worlds(), seed=st.integers(0, 1000), k=st.integers(1, 4), sleep_every=st.integers(5, 60),
+       colour_evidence=st.sampled_from([0, 3, 20]))
+def test_the_provisional_pass_never_changes_the_consolidated_automaton(env, seed, k, sleep_every, colour_evidence):
+    # after every sleep, taking the provisional pass (colour fold included) back leaves exactly the
+    # clusters of a merger without it
     traj = random_walk(env, 12, 9, seed=seed)
     agents = [TwoLevelMemory(env.n_obs, env.n_actions, merge="fold", sleep_every=sleep_every, refresh_every=7,
-                             seed=seed, merge_params={"min_evidence": k, "provisional_lead": lead})
+                             seed=seed, merge_params={"min_evidence": k, "provisional_lead": lead,
+                                                      "colour_evidence": colour_evidence})
               for lead in (1, None)]
     for e in range(0, 12, 3):
         part = type(traj)(traj.obs[e:e + 3], traj.actions[e:e + 3], traj.states[e:e + 3])
