@@ -187,7 +187,7 @@ from ._validation import check_int
 __all__ = ["StatisticalFoldMerger", "pair_llr"]
 
 _UNION, _DELTA, _PROMOTE = 0, 1, 2
-_STATS = ("merges", "promotions", "ambiguous", "sleeps")
+_STATS = ("merges", "promotions", "ambiguous", "sleeps", "retests", "undone")
 _REFUTE = math.log(1000.0)
 """Log odds against one cell at which a comparison refutes a merge (fixed: ``risk`` sets acceptance only)."""
 
@@ -272,7 +272,7 @@ class StatisticalFoldMerger:
     """
 
     def __init__(self, risk: float = 1e-3, noise: float | None = None, min_visits: int = 3,
-                 provisional_lead: float | None = 0.5, patience: int = 3):
+                 provisional_lead: float | None = 0.5, patience: int = 3, retest_growth: float | None = 2.0):
         if isinstance(risk, bool) or not isinstance(risk, (int, float)) or not 0 < risk < 1:
             raise ValueError(f"risk must be a number in (0, 1), got {risk!r}")
         if noise is not None and (isinstance(noise, bool) or not isinstance(noise, (int, float))
@@ -288,6 +288,10 @@ class StatisticalFoldMerger:
         self.provisional_lead = None if provisional_lead is None else float(provisional_lead)
         self._cap = True
         self.patience = check_int(patience, "patience", low=1)
+        if retest_growth is not None and (isinstance(retest_growth, bool) or not isinstance(retest_growth, (int, float))
+                                          or not 1 < retest_growth < math.inf):
+            raise ValueError(f"retest_growth must be None or a number > 1, got {retest_growth!r}")
+        self.retest_growth = None if retest_growth is None else float(retest_growth)
         self._skip_root = True
         self._A = None
         self.noise_ = None
@@ -314,6 +318,9 @@ class StatisticalFoldMerger:
         self._pos = [-1]                         # per node: action-path position if at depth <= 2, else -1
         self._shallow = [[0] * n_obs for _ in range(1 + n_actions + n_actions ** 2)]   # colour counts per position
         self._last = -1
+        self._nvis = [0]                         # per node: visits of its level-1 state
+        self._log: list[tuple[int, int, int]] = []   # committed decisions in order: (0, r, b) merge, (1, b, -1) promotion
+        self._retested = 0                       # level-1 states recorded at the last re-test
         self.stats = dict.fromkeys(_STATS, 0)
 
     def _check(self, memory) -> None:
@@ -336,6 +343,7 @@ class StatisticalFoldMerger:
         if grow > 0:
             for lst in (self._parent, self._action, self._colour, self._uf, self._pos):
                 lst.extend([-1] * grow)
+            self._nvis.extend([0] * grow)
             self._red.extend([False] * grow)
             self._delta.extend([None] * grow)
             self._cnt.extend([None] * grow)
@@ -359,6 +367,7 @@ class StatisticalFoldMerger:
     def _record(self, node: int, pnode: int, a: int, colour: int) -> bool:
         """Record and place a new node; count its first visit.  Returns whether it started a block."""
         self._parent[node], self._action[node], self._colour[node] = pnode, a, colour
+        self._nvis[node] = 1
         self._total[colour] += 1
         pk = self._pos[pnode] if pnode else -2
         pos = 0 if pk == -2 else 1 + a if pk == 0 else 1 + self._A * pk + a if 0 < pk <= self._A else -1
@@ -384,6 +393,7 @@ class StatisticalFoldMerger:
 
     def _visit(self, node: int) -> None:
         colour = self._colour[node]
+        self._nvis[node] += 1
         self._cnt[self._find_compress(node)][colour] += 1
         self._total[colour] += 1
         if self._pos[node] >= 0:
@@ -755,6 +765,7 @@ class StatisticalFoldMerger:
                     self._reds.append(b)
                     if commit:
                         self.stats["promotions"] += 1
+                        self._log.append((1, b, -1))
                     else:
                         self._journal.append((_PROMOTE, b))
                     changed = True
@@ -774,6 +785,7 @@ class StatisticalFoldMerger:
                 if commit:
                     self._journal.clear()     # committed
                     self.stats["merges"] += 1
+                    self._log.append((0, r, b))
                 changed = True
                 decisions += 1
             if not commit:
@@ -790,6 +802,74 @@ class StatisticalFoldMerger:
                 decisions += len(promote)
             if not changed:
                 return decisions
+
+    def _retest(self, keep: bool = False) -> int:
+        """Re-test every committed decision on all the experience so far; undo the refuted ones.
+
+        The committed blocks are rebuilt from level 1 (every recorded state
+        placed in creation order with its visits, as :meth:`_record` places
+        it) and the logged decisions are replayed in order, each fold tested
+        again by the same test (a pair of blocks or the running evidence
+        refuting "one cell" at 1000:1).  Placing along merged blocks and
+        folding closed under determinisation give the same blocks whichever
+        comes first, so when nothing is refuted the rebuilt state equals the
+        current one and is discarded; otherwise it replaces the current one:
+        the refuted merges (and promotions whose block was merged by an
+        earlier decision) are undone, their blocks are blue again and the
+        blue fringe decides them with the evidence that refuted them.  Level
+        1 is never modified.  Returns the number of decisions undone.
+        ``keep``: keep the rebuilt state even when nothing was undone (tests).
+        """
+        n = len(self._parent)
+        saved = (self._uf, self._cnt, self._delta, self._red, self._reds)
+        A1, K = self._A + 1, self._K
+        self._uf = uf = [-1] * n
+        self._cnt = cnt = [None] * n
+        self._delta = delta = [None] * n
+        self._red = [False] * n
+        self._reds = []
+        uf[0], cnt[0], delta[0], self._red[0] = 0, [0] * K, [-1] * A1, True
+        parent, action, colour, nvis, placed = self._parent, self._action, self._colour, self._nvis, saved[0]
+        for u in range(1, n):
+            if placed[u] < 0:
+                continue
+            p = self._find(parent[u])
+            q = delta[p][action[u]]
+            if q >= 0:
+                root = self._find(q)
+                uf[u] = root
+            else:
+                root = uf[u] = u
+                delta[u], cnt[u] = [-1] * A1, [0] * K
+                delta[p][action[u]] = u
+            cnt[root][colour[u]] += nvis[u]
+        kept, undone = [], 0
+        for kind, x, y in self._log:
+            if kind == 1:
+                b = self._find(x)
+                if self._red[b]:
+                    undone += 1
+                    continue
+                self._red[b] = True
+                self._reds.append(b)
+                kept.append((1, b, -1))
+                continue
+            r, b = self._find(x), self._find(y)
+            if r == b:
+                kept.append((kind, r, b))
+                continue
+            s = self._fold(r, b)
+            if s is None:
+                self._rollback(0)
+                undone += 1
+            else:
+                self._journal.clear()
+                kept.append((kind, r, b))
+        if not undone and not keep:
+            self._uf, self._cnt, self._delta, self._red, self._reds = saved
+            return 0
+        self._log = kept
+        return undone
 
     def _provisional_folds(self) -> None:
         """Decide the blue blocks seen fewer than ``min_visits`` times too, provisionally (journaled).
@@ -849,6 +929,11 @@ class StatisticalFoldMerger:
             self.observe_tree(memory)
         before = dict(self.stats)
         self._set_noise()
+        n = self.n_recorded
+        if self.retest_growth is not None and self._log and n >= self.retest_growth * max(self._retested, 1):
+            self._retested = n
+            self.stats["retests"] += 1
+            self.stats["undone"] += self._retest()
         self._blue_fringe()
         self.stats["sleeps"] += 1
         self._provisional_folds()
@@ -981,6 +1066,9 @@ class StatisticalFoldMerger:
             "foldnoisy_next_cid": np.array(sorted((c, a, t) for (c, a), t in self._next_cid.items()),
                                            dtype=np.int64).reshape(-1, 3),
             "foldnoisy_stats": np.array([self.stats[k] for k in _STATS], dtype=np.int64),
+            "foldnoisy_visits": np.asarray(self._nvis, dtype=np.int64),
+            "foldnoisy_log": np.asarray(self._log, dtype=np.int64).reshape(-1, 3),
+            "foldnoisy_retested": np.array([self._retested], dtype=np.int64),
         }
 
     def load_state_dict(self, d, source: str = "<dict>") -> None:
@@ -1006,7 +1094,7 @@ class StatisticalFoldMerger:
                                                                "delta", "counts"))
                 or arr["shallow"].shape != (1 + A + A * A, K)
                 or arr["delta"].shape[1:] != (A + 1,) or arr["counts"].shape[1:] != (K,)
-                or arr["cid"].shape[1:] != (2,) or arr["stats"].shape != (len(_STATS),)):
+                or arr["cid"].shape[1:] != (2,) or arr["stats"].ndim != 1 or not 4 <= len(arr["stats"]) <= len(_STATS)):
             raise ValueError(f"{source}: fold-noisy merger arrays have inconsistent shapes")
         uf = arr["uf"].astype(np.int64)
         if n == 0 or uf.min(initial=0) < -1 or uf.max(initial=0) >= n or arr["counts"].min(initial=0) < 0:
@@ -1029,6 +1117,16 @@ class StatisticalFoldMerger:
                                                               or nxt[:, 1].min() < 0 or nxt[:, 1].max() > A)):
             raise ValueError(f"{source}: fold-noisy merger transitions of C are malformed")
         self._next_cid = {(int(c), int(a)): int(t) for c, a, t in nxt.tolist()}
-        self.stats = dict(zip(_STATS, arr["stats"].astype(np.int64).tolist()))
+        self.stats = dict.fromkeys(_STATS, 0)
+        self.stats.update(zip(_STATS, arr["stats"].astype(np.int64).tolist()))
+        # files written before decisions were logged: visits unknown per state (1 each), nothing to re-test
+        visits = np.asarray(d["foldnoisy_visits"] if "foldnoisy_visits" in d else (uf >= 0).astype(np.int64))
+        log = np.asarray(d["foldnoisy_log"] if "foldnoisy_log" in d else np.zeros((0, 3)), dtype=np.int64)
+        if (visits.shape != (n,) or visits.min(initial=0) < 0 or log.ndim != 2 or log.shape[1] != 3
+                or (len(log) and (log[:, 1:].max() >= n or log[:, 1].min() < 0 or not set(log[:, 0]) <= {0, 1}))):
+            raise ValueError(f"{source}: fold-noisy merger visits or decision log are malformed")
+        self._nvis = visits.astype(np.int64).tolist()
+        self._log = [tuple(row) for row in log.tolist()]
+        self._retested = int(np.asarray(d["foldnoisy_retested"]).ravel()[0]) if "foldnoisy_retested" in d else 0
         roots = np.flatnonzero(uf == np.arange(n))
         self._total = arr["counts"][roots].sum(axis=0).astype(np.int64).tolist()

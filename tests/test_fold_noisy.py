@@ -54,11 +54,12 @@ def test_pair_llr_signs():
 
 @pytest.mark.parametrize("kw", [{"risk": 0}, {"risk": 1.0}, {"risk": "x"}, {"noise": 0}, {"noise": 1.5},
                                 {"noise": True}, {"min_visits": 0}, {"provisional_lead": -1},
-                                {"provisional_lead": True}, {"patience": 0}, {"patience": 1.5}])
+                                {"provisional_lead": True}, {"patience": 0}, {"patience": 1.5},
+                                {"retest_growth": 1}, {"retest_growth": True}])
 def test_bad_parameters_are_refused(kw):
-    with pytest.raises((ValueError, TypeError), match="risk|noise|min_visits|provisional_lead|patience"):
+    with pytest.raises((ValueError, TypeError), match="risk|noise|min_visits|provisional_lead|patience|retest_growth"):
         StatisticalFoldMerger(**kw)
-    with pytest.raises((ValueError, TypeError), match="risk|noise|min_visits|provisional_lead|patience"):
+    with pytest.raises((ValueError, TypeError), match="risk|noise|min_visits|provisional_lead|patience|retest_growth"):
         TwoLevelMemory(4, 4, merge="fold-noisy", merge_params=kw)
 
 
@@ -234,6 +235,10 @@ def test_damaged_merger_arrays_are_refused():
     del d["foldnoisy_uf"]
     with pytest.raises(ValueError, match="missing or malformed"):
         StatisticalFoldMerger().load_state_dict(d, source="x.npz")
+    d = fold.state_dict()
+    d["foldnoisy_log"] = np.array([[0, 1, 99]])     # a decision about a state that does not exist
+    with pytest.raises(ValueError, match="decision log"):
+        StatisticalFoldMerger().load_state_dict(d, source="x.npz")
 
 
 def test_memory_of_other_sizes_is_refused():
@@ -311,3 +316,78 @@ def test_new_states_follow_the_transitions_of_c_between_sleeps(seed):
     hmm = level2_hmm(agent.memory_, agent.clusters_)
     for T in hmm.T:
         assert (np.diff(T.tocsr().indptr) <= 1).all()
+
+
+# ---------------------------------------------------------------- undo of committed merges
+def _partition(fold, n):
+    """Blocks as a canonical partition of level-1 states, with each block's colour counts and red flag."""
+    roots = fold.block_of(n)
+    out = {}
+    for r in np.unique(roots):
+        members = tuple(np.flatnonzero(roots == r).tolist())
+        out[members] = (tuple(fold._cnt[r]), fold._red[r])
+    return out
+
+
+def _fed(seed, episodes, noise=0.05):
+    env = gridworld(5, 5, n_colours=5, seed=seed)
+    train, _ = noisy_walks(env, episodes, 30, seed, noise)
+    mem = EpisodicMemory(env.n_obs, env.n_actions)
+    return env, train, mem
+
+
+@pytest.mark.parametrize("seed, noise", [(1, 0.05), (3, 0.05), (0, 0.0)])
+def test_rebuilt_blocks_equal_the_current_ones_when_nothing_is_refuted(seed, noise):
+    """Placing along merged blocks and folding closed under determinisation commute: replaying the
+    logged decisions on level 1 gives exactly the blocks, counts and red blocks the merger has."""
+    env, train, mem = _fed(seed, 150, noise)
+    fold, cl = StatisticalFoldMerger(retest_growth=None), Clusters(n_states=0)
+    for e in range(0, 150, 15):
+        part = train[e:e + 15]
+        states, _ = mem.observe_trajectories(part)
+        fold.observe(mem, states, part.actions)
+        fold.sleep(mem, cl)
+    assert fold.stats["merges"] > 5 and fold.stats["promotions"] > 5
+    before = _partition(fold, mem.n_states)
+    fold._set_noise()
+    assert fold._retest(keep=True) == 0
+    assert _partition(fold, mem.n_states) == before
+
+
+@pytest.mark.parametrize("seed", [1, 3])
+def test_an_undo_restores_the_blocks_without_the_wrong_merge(seed):
+    """A wrong merge committed early (two cells of one colour, folded by hand) is refuted by the
+    experience that follows, and undoing it gives exactly the blocks of the same merger that never
+    made it; level 1 is untouched and every state stays in one block."""
+    env, train, mem = _fed(seed, 300)
+    fold = StatisticalFoldMerger(retest_growth=None)
+    states, _ = mem.observe_trajectories(train[:40])
+    fold.observe(mem, states, train[:40].actions)
+    fold.sleep(mem, Clusters(n_states=0))
+    clean = StatisticalFoldMerger(retest_growth=None)
+    clean.load_state_dict(fold.state_dict())
+    # plant a wrong merge: two red blocks of different cells whose visits show one colour
+    roots, labels = fold.block_of(mem.n_states), mem.labels[:mem.n_states]
+    reds = [r for r in fold._reds if fold._uf[r] == r]
+    cell = {r: np.bincount(labels[roots == r]).argmax() for r in reds}
+    colour = {r: int(np.argmax(fold._cnt[r])) for r in reds}
+    pairs = [(r, b) for r in reds for b in reds if r < b and colour[r] == colour[b] and cell[r] != cell[b]]
+    fold._set_noise()
+    for r, b in pairs:
+        if fold._fold(r, b) is not None:
+            break
+        fold._rollback(0)
+    else:
+        raise AssertionError("no wrong merge passes the test on this walk")
+    fold._journal.clear()
+    fold._log.append((0, r, b))
+    assert len(np.unique(fold.block_of(mem.n_states))) < len(np.unique(clean.block_of(mem.n_states)))
+    states, _ = mem.observe_trajectories(train[40:])
+    for f in (fold, clean):
+        f.observe(mem, states, train[40:].actions)
+        f._set_noise()
+    n_before = mem.n_states
+    assert fold._retest() >= 1
+    clean._retest(keep=True)
+    assert _partition(fold, mem.n_states) == _partition(clean, mem.n_states)
+    assert (fold.block_of(mem.n_states) >= 0).all() and mem.n_states == n_before
