@@ -118,6 +118,31 @@ the cluster that C's automaton leads to from its parent's cluster under its
 action (a new cluster only where C has no such transition), so the
 provisional automaton predicts for new episodes too.
 
+Undo of committed merges.  A merge accepted early, on a few visits, can be
+wrong (the test's risk, about 1e-3 per decision, over a few hundred
+decisions), and the experience that refutes it never reaches the test
+afterwards: the traffic of the wrongly merged cell is placed into the merged
+block, and a block counts its visits as one.  (Torus, seed 2: a blue block
+of cell 62 seen 3 times folded into the red block of cell 70 at the 9th
+sleep -- cells 61/62 and 79/70 share their colours -- and every red block
+ended with 1-2% of its states from the shifted cell, purity 0.95, held-out
+0.905.)  So the merger logs its committed decisions and keeps each level-1
+state's visits, and whenever level 1 has grown by ``retest_growth`` (default
+2) since the last re-test, a sleep re-tests them all on the experience so
+far: the blocks are rebuilt from level 1 (each state placed in creation
+order, as it was recorded), the decisions are replayed in order, and a fold
+that the same test now refutes at 1000:1 is undone (left out of the
+replay).  Placing along merged blocks and folding closed under
+determinisation commute, so replaying every decision gives exactly the
+current blocks (tested); when nothing is refuted the rebuilt state is
+discarded and the run is unchanged, otherwise the undone merges' blocks are
+blue again and the blue fringe decides them with the evidence that refuted
+them.  Nothing of level 1 is lost.  A re-test costs a pass over level 1 and
+the replayed folds; with a growth factor ``g`` the re-tests of a run cost at
+most ``g / (g - 1)`` times one on the final level 1 (2x for ``g = 2``), so
+the work per sleep stays proportional, on average, to the new experience,
+and a wrong merge that the data refute lasts until level 1 has doubled at most.
+
 Default patience.  A round in which other blocks changed can give a waiting
 blue block new evidence (a red block it is compared with grew a subtree),
 so it is rescored; a block that gained no lead through rounds of changes
@@ -144,14 +169,9 @@ the provisional pass).  The exact fold scores 0.67 held-out on the noisy
 paper world.  On noise-free walks it pays: BENCHMARKS.md.
 
 Limits.  Moves must be deterministic and episodes must share a start (as for
-the exact fold).  Committed merges are not undone: a wrong merge stays (the
-test's risk is what bounds them; provisional decisions are redone at every
-sleep).  In 4 of the 21 benchmark runs one did slip through early (torus
-seed 2: 1-2% of every red block's states from a shifted cell, purity 0.95,
-held-out 0.905).  Undoing them would need more than this merger keeps: a
-block counts the visits of its root only, so the visits it received after a
-merge cannot be split between the two sides, and the traffic that would
-refute the merge is placed into the merged block.  The agent's ``place`` hook receives level-1 states but not actions:
+the exact fold).  A wrong committed merge stays until the next re-test (up
+to a doubling of level 1), and one that the replayed test does not refute
+stays for good.  The agent's ``place`` hook receives level-1 states but not actions:
 the action of a new state is read from the level-1 link of its parent; when a
 link was replaced within the same chunk of steps the action is matched to the
 state that replaced it, and ambiguous matches are counted in
@@ -246,6 +266,9 @@ class StatisticalFoldMerger:
     patience : in the provisional pass, a blue block that neither merges nor is refuted through this
         many rounds in which other blocks changed (or through one round without changes) is promoted
         provisionally, so that no blue block is left (default 3; module docstring).
+    retest_growth : whenever level 1 has grown by this factor since the last re-test, a sleep
+        re-tests every committed decision on all the experience and undoes the refuted ones
+        (default 2; None: never; module docstring, "Undo of committed merges").
 
     Attributes
     ----------
@@ -253,7 +276,7 @@ class StatisticalFoldMerger:
     n_red : number of red (consolidated) blocks.
     noise_ : the noise rate used by the last sleep (None before).
     stats : counters: ``merges``, ``promotions``, ``ambiguous`` (actions of new states
-        matched among several candidates), ``sleeps``.
+        matched among several candidates), ``sleeps``, ``retests``, ``undone`` (decisions undone).
 
     Nodes are level-1 states shifted by one; node 0 is the virtual start state
     whose one action (index ``n_actions``) leads to the first observation.
@@ -287,6 +310,7 @@ class StatisticalFoldMerger:
             raise ValueError(f"provisional_lead must be None or a number >= 0, got {provisional_lead!r}")
         self.provisional_lead = None if provisional_lead is None else float(provisional_lead)
         self._cap = True
+        self._t0 = 0     # while re-testing: a pair refutes only if both blocks have this many visits
         self.patience = check_int(patience, "patience", low=1)
         if retest_growth is not None and (isinstance(retest_growth, bool) or not isinstance(retest_growth, (int, float))
                                           or not 1 < retest_growth < math.inf):
@@ -629,7 +653,7 @@ class StatisticalFoldMerger:
             if red[y] and not red[x]:
                 x, y = y, x
             llr = self._llr(cnt[x], cnt[y])
-            if llr < -tau:
+            if llr < -tau and (not self._t0 or min(sum(cnt[x]), sum(cnt[y])) >= self._t0):
                 return None
             if not groups and self._skip_root:     # the candidates were chosen by this colour: no evidence
                 llr = min(llr, 0.0)
@@ -844,6 +868,7 @@ class StatisticalFoldMerger:
                 delta[p][action[u]] = u
             cnt[root][colour[u]] += nvis[u]
         kept, undone = [], 0
+        self._t0 = self.min_visits
         for kind, x, y in self._log:
             if kind == 1:
                 b = self._find(x)
@@ -865,6 +890,7 @@ class StatisticalFoldMerger:
             else:
                 self._journal.clear()
                 kept.append((kind, r, b))
+        self._t0 = 0
         if not undone and not keep:
             self._uf, self._cnt, self._delta, self._red, self._reds = saved
             return 0
@@ -908,7 +934,7 @@ class StatisticalFoldMerger:
 
     # ------------------------------------------------------------ sleep
     def sleep(self, memory, clusters, rng=None) -> list[dict]:
-        """Consolidate: estimate the noise, fold the blue fringe, write C.
+        """Consolidate: estimate the noise, re-test the committed decisions (on schedule), fold the blue fringe, write C.
 
         Every recorded level-1 state ends in exactly one cluster of
         ``clusters``.  States not recorded yet are recorded from the links of
@@ -940,7 +966,7 @@ class StatisticalFoldMerger:
         self.write_clusters(clusters, memory.n_states)
         self._write_next_cids()
         self._end_provisional()
-        report = {k: self.stats[k] - before[k] for k in ("merges", "promotions")}
+        report = {k: self.stats[k] - before[k] for k in ("merges", "promotions", "undone")}
         report.update(provisional=self._provisional, noise=self.noise_, red=self.n_red, clusters=clusters.n_clusters)
         return [report]
 
