@@ -132,7 +132,12 @@ state's visits, and whenever level 1 has grown by ``retest_growth`` (default
 far: the blocks are rebuilt from level 1 (each state placed in creation
 order, as it was recorded), the decisions are replayed in order, and a fold
 that the same test now refutes at 1000:1 is undone (left out of the
-replay).  Placing along merged blocks and folding closed under
+replay).  In the replay a pair of blocks refutes only if both have
+``min_visits`` visits (ALERGIA's ``t0`` again): a replay compares thousands
+of pairs, and a block seen twice, both times noisy in the same colour, is no
+longer rare among them (on the aliased loop, seeds 1 and 2, such pairs undid
+right merges and left 11-13 clusters for its 3-state machine, at 20-40 s of
+CPU instead of 1-2 s).  Placing along merged blocks and folding closed under
 determinisation commute, so replaying every decision gives exactly the
 current blocks (tested); when nothing is refuted the rebuilt state is
 discarded and the run is unchanged, otherwise the undone merges' blocks are
@@ -833,8 +838,8 @@ class StatisticalFoldMerger:
         The committed blocks are rebuilt from level 1 (every recorded state
         placed in creation order with its visits, as :meth:`_record` places
         it) and the logged decisions are replayed in order, each fold tested
-        again by the same test (a pair of blocks or the running evidence
-        refuting "one cell" at 1000:1).  Placing along merged blocks and
+        again by the same test (a pair of blocks, both seen ``min_visits``
+        times, or the running evidence refuting "one cell" at 1000:1).  Placing along merged blocks and
         folding closed under determinisation give the same blocks whichever
         comes first, so when nothing is refuted the rebuilt state equals the
         current one and is discarded; otherwise it replaces the current one:
