@@ -194,6 +194,8 @@ PROVISIONAL_LEAD = 1
 """Default ``provisional_lead`` (derived in the module docstring)."""
 COLOUR_EVIDENCE = 20
 """Default ``colour_evidence`` (derived in the module docstring)."""
+COLOUR_PAST = 1
+"""Default ``colour_past`` (derived in the module docstring)."""
 
 
 def default_min_evidence(n_obs: int, risk: float = 1e-3) -> int:
@@ -261,12 +263,13 @@ class FoldMerger:
 
     def __init__(self, min_evidence: int | None = None, max_undo_rounds: int = 50,
                  single_evidence: int | None = None, provisional_lead: int | None = PROVISIONAL_LEAD,
-                 colour_evidence: int | None = COLOUR_EVIDENCE):
+                 colour_evidence: int | None = COLOUR_EVIDENCE, colour_past: int = COLOUR_PAST):
         self.min_evidence = check_int(min_evidence, "min_evidence", low=0, allow_none=True)
         self.single_evidence = check_int(single_evidence, "single_evidence", low=0, allow_none=True)
         self.provisional_lead = check_int(provisional_lead, "provisional_lead", low=1, allow_none=True)
         self.max_undo_rounds = check_int(max_undo_rounds, "max_undo_rounds", low=1)
         self.colour_evidence = check_int(colour_evidence, "colour_evidence", low=0, allow_none=True)
+        self.colour_past = check_int(colour_past, "colour_past", low=0)
         self._A = None
 
     # ------------------------------------------------------------ set-up
@@ -498,16 +501,38 @@ class FoldMerger:
             self._dirty = True
 
     def _fold_colours(self) -> None:
-        """Provisionally fold every colour whose blocks all fold into one without a clash, with evidence
-        at least ``colour_evidence`` (:func:`hmmmerge._fold_kernels.fold_colours`; the module docstring)."""
-        from ._fold_kernels import NROOTS, fold_colours
+        """The colour fold (the module docstring): the blocks reached from the start, grouped by colour and
+        then, for ``d = 1 .. colour_past``, by colour and the last ``d`` (action, colour) steps before
+        their first level-1 state; a group is folded when its joint fold clashes nowhere and agrees on
+        at least ``colour_evidence`` blocks (:func:`hmmmerge._fold_kernels.fold_groups`)."""
+        from ._fold_kernels import NROOTS, fold_groups, reached_blocks
 
-        while True:
-            roots = int(self._st.sc[NROOTS])
-            self._room(journal=(roots + 1) * (2 * self._A + 6) + 64, decisions=self._n_obs + 2)
-            stack = np.empty((2 + (self._A + 1) * (roots + 1), 2), dtype=np.int64)
-            if fold_colours(self._st, self.colour_evidence, stack) >= 0:
-                return
+        for depth in range(self.colour_past + 1):
+            while True:
+                blocks, bounds = self._colour_groups(reached_blocks(self._st), depth)
+                roots = int(self._st.sc[NROOTS])
+                self._room(journal=2 * (roots + 1) * (2 * self._A + 6) + 64, decisions=len(bounds) + 1)
+                stack = np.empty((2 + (self._A + 1) * (roots + 1), 2), dtype=np.int64)
+                if fold_groups(self._st, self.colour_evidence, stack, blocks, bounds) >= 0:
+                    break
+
+    def _colour_groups(self, blocks: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
+        """``blocks`` ordered by (colour, then action and parent colour of each of ``depth`` steps back
+        from the block's first state, (-1, -1) before the start; node), and the group bounds."""
+        st = self._st
+        keys = [st.colour[blocks]]
+        x = blocks
+        for _ in range(depth):
+            p = np.where(x > 0, st.parent[np.maximum(x, 0)], -1)
+            keys += [np.where(x > 0, st.action[np.maximum(x, 0)], -1), np.where(p >= 0, st.colour[np.maximum(p, 0)], -1)]
+            x = p
+        order = np.lexsort([blocks] + keys[::-1])
+        blocks = blocks[order]
+        cut = np.zeros(len(blocks), dtype=bool)
+        for key in keys:
+            key = key[order]
+            cut[1:] |= key[1:] != key[:-1]
+        return blocks, np.concatenate([[0], np.flatnonzero(cut), [len(blocks)]]).astype(np.int64)
 
     def _drop_provisional(self) -> None:
         """Roll back the provisional pass of the last sleep and everything placed after it (placed again)."""
