@@ -590,6 +590,11 @@ def fold_groups(st, k, stack, blocks, bounds):
         lo, hi = bounds[g], bounds[g + 1]
         if hi - lo < 2:
             continue
+        n_red = 0
+        for i in range(lo, hi):
+            n_red += st.red[blocks[i]]
+        if n_red > 1:  # red blocks of one colour clash (the later was promoted for clashing): it would clash
+            continue
         room = (st.sc[NROOTS] + 1) * (2 * A1 + 4) + 16
         if st.journal.shape[0] - st.sc[JLEN] < room or st.decisions.shape[0] - st.sc[NDEC] < 1:
             return -1

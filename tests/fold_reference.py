@@ -374,8 +374,8 @@ class FoldMerger:
                 groups.setdefault(tuple(key), []).append(x)
             for key in sorted(groups):
                 group = groups[key]
-                if len(group) < 2:
-                    continue
+                if len(group) < 2 or sum(self._red[x] for x in group) > 1:
+                    continue    # two red blocks of one colour clash: the later was promoted for clashing
                 mark = len(self._journal)
                 self._decisions.append(mark)
                 target = next((x for x in group if self._red[x]), group[0])
