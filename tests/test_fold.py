@@ -115,14 +115,15 @@ def test_folded_level2_is_the_minimal_machine(env):
                             == sorted(e["action"] for e in y.values()))
 
 
-def test_one_long_episode_folds_to_the_minimal_machine_through_the_colour_fold():
+@pytest.mark.parametrize("env", [gridworld(4, 4, n_colours=4, seed=1), torus(4, 4, n_colours=6, seed=0),
+                                 gridworld(6, 6, n_colours=20, seed=1)], ids=["grid4x4", "torus4x4", "grid6x6-20"])
+def test_one_long_episode_folds_to_the_minimal_machine_through_the_colour_fold(env):
     # a single walk is a single path of level 1: two visits of a cell are compared only along the moves
     # both took next, so the blue fringe finds little evidence (the consolidated automaton stays at the
-    # start); colours seen in one cell only fold all their visits at once, and the rest folds around them
-    env = gridworld(6, 6, n_colours=20, seed=1)
+    # start); the colour fold pools all visits of a colour (or of a colour entered one way) at once
     want = minimal_machine(env)
     mem, cl, fold = fold_online(env, 1, 3000, seed=3, every=1)
-    assert fold.stats["merges"] == 0 and fold.stats["promotions"] == 1   # consolidated: the start only
+    assert fold.stats["promotions"] < want.number_of_nodes() // 2   # consolidated: a few blocks at the start
     got = level2_graph(mem, cl)
     assert got.number_of_nodes() == want.number_of_nodes()
     assert nx.is_isomorphic(got, want, node_match=lambda x, y: x["obs"] == y["obs"],
