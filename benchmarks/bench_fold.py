@@ -37,10 +37,11 @@ wrong; surprise smoothed with epsilon 1e-3):
    there and on the random graph: accuracy, clusters, merges, undos, CPU
    time.
 8. ``minigrid`` -- MiniGrid FourRooms (1,040 states, 360 egocentric views):
-   fold (and fold without its colour fold, and without its provisional pass) next to
-   EM (3 clones / 20 iterations and 5 / 50) and the context baseline, on
-   walks of 20 x 1,000 moves (walk seeds 0, 1) and 200 x 100 moves; held-out
-   on 10 fresh walks of 200 moves.
+   fold (and fold with the colour fold on colours only, without the colour
+   fold, and without the provisional pass) next to EM (3 clones / 20
+   iterations and 5 / 50) and the context baseline, on walks of 20 x 1,000
+   moves (walk seeds 0-3) and 200 x 100 moves; held-out on 10 fresh walks of
+   200 moves.
 
 Results are cached per run under ``--out`` (one atomic file each, see
 :mod:`hmmmerge.sweep`): an interrupted run resumes where it stopped.  They
@@ -488,10 +489,11 @@ def evidence(quick: bool) -> list[str]:
 
 # --------------------------------------------------------------------------- MiniGrid
 MINIGRID = "MiniGrid-FourRooms-v0"
-MINIGRID_WALKS = ((20, 1000, 0), (20, 1000, 1), (200, 100, 0))
+MINIGRID_WALKS = ((20, 1000, 0), (20, 1000, 1), (20, 1000, 2), (20, 1000, 3), (200, 100, 0))
 """(episodes, moves per episode, walk seed) of the training walks; the fresh walk is 10 x 200 moves, seed 100."""
 MINIGRID_LEARNERS = {
     "fold": ("fold", {}),
+    "fold, colour only (colour_past=0)": ("fold", {"colour_past": 0}),
     "fold, no colour fold": ("fold", {"colour_evidence": None}),
     "fold, no provisional pass": ("fold", {"provisional_lead": None}),
     "EM, 3 clones, 20 iter.": ("em", {"n_clones": 3, "n_iter": 20}),

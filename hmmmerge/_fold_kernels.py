@@ -552,15 +552,9 @@ def merge_rows(tab, new_of_old, k_new):
 
 
 @njit(cache=True)
-def fold_colours(st, k, stack):
-    """Fold all blocks of one colour into one, for every colour whose blocks all fold together
-    without a clash and with evidence (summed over the folds) at least ``k``; colours in
-    increasing order, blocks by node, into the first red block of the colour (else the first
-    block).  The blocks are those the automaton reaches from the start (every block but the
-    roots of contradicting states), found in O(blocks).  One fold decision per colour folded; a
-    clash rolls the colour back.  Returns the number of colours folded, or -1 (before a colour,
-    where stopping changes nothing) when the journal or the decision list could overflow.
-    """
+def reached_blocks(st):
+    """The blocks the automaton reaches from the start (every block but the roots of contradicting
+    states), sorted; O(blocks)."""
     A1 = st.delta.shape[1]
     st.sc[STAMP] += 1
     s = st.sc[STAMP]
@@ -579,48 +573,55 @@ def fold_colours(st, k, stack):
                     st.stamp[t] = s
                     queue[tail] = t
                     tail += 1
-    roots = np.sort(queue[1:tail])
-    m = roots.shape[0]
-    cols = st.colour[roots]
-    order = np.argsort(cols, kind="mergesort")
-    roots = roots[order]
-    cols = cols[order]
+    return np.sort(queue[1:tail])
+
+
+@njit(cache=True)
+def fold_groups(st, k, stack, blocks, bounds):
+    """Fold each group ``blocks[bounds[g]:bounds[g + 1]]`` into one block when the joint fold clashes
+    nowhere and its evidence (summed over the folds) is at least ``k``: into the group's first red
+    block (else its first block), the others in order; one fold decision per group folded, a clash
+    rolls the group back.  Returns the number of groups folded, or -1 (before a group, where stopping
+    changes nothing) when the journal or the decision list could overflow."""
+    A1 = st.delta.shape[1]
     empty = np.zeros(0, dtype=np.int64)
     done = 0
-    lo = 0
-    while lo < m:
-        hi = lo
-        while hi < m and cols[hi] == cols[lo]:
-            hi += 1
-        if hi - lo >= 2:
-            room = (st.sc[NROOTS] + 1) * (2 * A1 + 4) + 16
-            if st.journal.shape[0] - st.sc[JLEN] < room or st.decisions.shape[0] - st.sc[NDEC] < 1:
-                return -1
-            mark = st.sc[JLEN]
-            st.decisions[st.sc[NDEC]] = mark
-            st.sc[NDEC] += 1
-            x = roots[lo]
-            for i in range(lo, hi):
-                if st.red[roots[i]]:
-                    x = roots[i]
-                    break
-            total = 0
-            for i in range(lo, hi):
-                if find(st.uf, x) == find(st.uf, roots[i]):
-                    continue
-                ev = fold(st, find(st.uf, x), find(st.uf, roots[i]), stack)
-                if ev < 0:
-                    total = -1
-                    break
-                total += ev
-            if total < k:
-                rollback(st, mark, empty)
-            else:
-                st.sc[MERGES] += 1
-                done += 1
-                for j in range(mark, st.sc[JLEN]):  # link counts follow the unions, as in _merge
-                    if st.journal[j, 0] == UNION:
-                        y = st.journal[j, 1]
-                        _add_links(st, st.uf[y], y)
-        lo = hi
+    for g in range(bounds.shape[0] - 1):
+        lo, hi = bounds[g], bounds[g + 1]
+        if hi - lo < 2:
+            continue
+        n_red = 0
+        for i in range(lo, hi):
+            n_red += st.red[blocks[i]]
+        if n_red > 1:  # red blocks of one colour clash (the later was promoted for clashing): it would clash
+            continue
+        room = (st.sc[NROOTS] + 1) * (2 * A1 + 4) + 16
+        if st.journal.shape[0] - st.sc[JLEN] < room or st.decisions.shape[0] - st.sc[NDEC] < 1:
+            return -1
+        mark = st.sc[JLEN]
+        st.decisions[st.sc[NDEC]] = mark
+        st.sc[NDEC] += 1
+        x = blocks[lo]
+        for i in range(lo, hi):
+            if st.red[blocks[i]]:
+                x = blocks[i]
+                break
+        total = 0
+        for i in range(lo, hi):
+            if find(st.uf, x) == find(st.uf, blocks[i]):
+                continue
+            ev = fold(st, find(st.uf, x), find(st.uf, blocks[i]), stack)
+            if ev < 0:
+                total = -1
+                break
+            total += ev
+        if total < k:
+            rollback(st, mark, empty)
+        else:
+            st.sc[MERGES] += 1
+            done += 1
+            for j in range(mark, st.sc[JLEN]):  # link counts follow the unions, as in _merge
+                if st.journal[j, 0] == UNION:
+                    y = st.journal[j, 1]
+                    _add_links(st, st.uf[y], y)
     return done

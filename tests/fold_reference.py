@@ -4,7 +4,7 @@ reference for ``hmmmerge.fold``: the numba kernels must reproduce it decision fo
 the package.  Change it only together with the algorithm, in the same way (it is the readable
 specification).  Changes since 0b8663b: the provisional pass (``provisional_lead``; ``_blue_fringe``
 with ``provisional=True``, ``_provisional_pass``, ``_drop_provisional``) and the colour fold
-that opens the provisional pass (``colour_evidence``, ``_fold_colours``)."""
+that opens the provisional pass (``colour_evidence``, ``colour_past``, ``_fold_colours``)."""
 from __future__ import annotations
 from hmmmerge.fold import default_min_evidence
 import numpy as np
@@ -18,11 +18,12 @@ _ARRAYS = ('parent', 'action', 'colour', 'uf', 'uf_time', 'just', 'red', 'has_ro
 class FoldMerger:
 
     def __init__(self, min_evidence: int | None=None, max_undo_rounds: int=50, provisional_lead: int | None=1,
-                 colour_evidence: int | None=20):
+                 colour_evidence: int | None=20, colour_past: int=1):
         self.min_evidence = check_int(min_evidence, 'min_evidence', low=0, allow_none=True)
         self.max_undo_rounds = check_int(max_undo_rounds, 'max_undo_rounds', low=1)
         self.provisional_lead = check_int(provisional_lead, 'provisional_lead', low=1, allow_none=True)
         self.colour_evidence = check_int(colour_evidence, 'colour_evidence', low=0, allow_none=True)
+        self.colour_past = check_int(colour_past, 'colour_past', low=0)
         self._A = None
 
     def _init(self, n_obs: int, n_actions: int) -> None:
@@ -350,39 +351,47 @@ class FoldMerger:
             self._prov = [mark] + done
 
     def _fold_colours(self) -> None:
-        # every colour (increasing) whose blocks (by node) all fold into its first red block (else its
-        # first block) without a clash and with summed evidence >= colour_evidence: one decision
-        # the blocks reached from the start (the roots of contradicting states are not)
-        reached, frontier = {0}, [0]
-        while frontier:
-            x = frontier.pop()
-            for t in self._delta[x]:
-                if t >= 0 and self._find(t) not in reached:
-                    reached.add(self._find(t))
-                    frontier.append(self._find(t))
-        blocks: dict[int, list[int]] = {}
-        for x in sorted(reached - {0}):
-            blocks.setdefault(self._colour[x], []).append(x)
-        for c in sorted(blocks):
-            group = blocks[c]
-            if len(group) < 2:
-                continue
-            mark = len(self._journal)
-            self._decisions.append(mark)
-            target = next((x for x in group if self._red[x]), group[0])
-            total = 0
-            for y in group:
-                if self._find(target) == self._find(y):
-                    continue
-                ev = self._fold(self._find(target), self._find(y))
-                if ev < 0:
-                    total = -1
-                    break
-                total += ev
-            if total < self.colour_evidence:
-                self._rollback(mark)
-            else:
-                self.stats['merges'] += 1
+        # for depth 0 .. colour_past: the blocks reached from the start (the roots of contradicting states
+        # are not), grouped by colour and the (action, parent colour) of depth steps back from the block's
+        # first state ((-1, -1) before the start); a group (in key order, blocks by node) folds into its
+        # first red block (else its first block) when no fold clashes and the summed evidence is at
+        # least colour_evidence: one decision per group
+        for depth in range(self.colour_past + 1):
+            reached, frontier = {0}, [0]
+            while frontier:
+                x = frontier.pop()
+                for t in self._delta[x]:
+                    if t >= 0 and self._find(t) not in reached:
+                        reached.add(self._find(t))
+                        frontier.append(self._find(t))
+            groups: dict[tuple, list[int]] = {}
+            for x in sorted(reached - {0}):
+                key, y = [self._colour[x]], x
+                for _ in range(depth):
+                    p = self._parent[y] if y > 0 else -1
+                    key += [self._action[y] if y > 0 else -1, self._colour[p] if p >= 0 else -1]
+                    y = p
+                groups.setdefault(tuple(key), []).append(x)
+            for key in sorted(groups):
+                group = groups[key]
+                if len(group) < 2 or sum(self._red[x] for x in group) > 1:
+                    continue    # two red blocks of one colour clash: the later was promoted for clashing
+                mark = len(self._journal)
+                self._decisions.append(mark)
+                target = next((x for x in group if self._red[x]), group[0])
+                total = 0
+                for y in group:
+                    if self._find(target) == self._find(y):
+                        continue
+                    ev = self._fold(self._find(target), self._find(y))
+                    if ev < 0:
+                        total = -1
+                        break
+                    total += ev
+                if total < self.colour_evidence:
+                    self._rollback(mark)
+                else:
+                    self.stats['merges'] += 1
 
     def _drop_provisional(self) -> None:
         mark = self._prov[0]

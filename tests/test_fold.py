@@ -115,14 +115,15 @@ def test_folded_level2_is_the_minimal_machine(env):
                             == sorted(e["action"] for e in y.values()))
 
 
-def test_one_long_episode_folds_to_the_minimal_machine_through_the_colour_fold():
+@pytest.mark.parametrize("env", [gridworld(4, 4, n_colours=4, seed=1), torus(4, 4, n_colours=6, seed=0),
+                                 gridworld(6, 6, n_colours=20, seed=1)], ids=["grid4x4", "torus4x4", "grid6x6-20"])
+def test_one_long_episode_folds_to_the_minimal_machine_through_the_colour_fold(env):
     # a single walk is a single path of level 1: two visits of a cell are compared only along the moves
     # both took next, so the blue fringe finds little evidence (the consolidated automaton stays at the
-    # start); colours seen in one cell only fold all their visits at once, and the rest folds around them
-    env = gridworld(6, 6, n_colours=20, seed=1)
+    # start); the colour fold pools all visits of a colour (or of a colour entered one way) at once
     want = minimal_machine(env)
     mem, cl, fold = fold_online(env, 1, 3000, seed=3, every=1)
-    assert fold.stats["merges"] == 0 and fold.stats["promotions"] == 1   # consolidated: the start only
+    assert fold.stats["promotions"] < want.number_of_nodes() // 2   # consolidated: a few blocks at the start
     got = level2_graph(mem, cl)
     assert got.number_of_nodes() == want.number_of_nodes()
     assert nx.is_isomorphic(got, want, node_match=lambda x, y: x["obs"] == y["obs"],
@@ -132,28 +133,32 @@ def test_one_long_episode_folds_to_the_minimal_machine_through_the_colour_fold()
     assert cl_off.n_clusters > 3 * want.number_of_nodes()
 
 
-def test_the_colour_fold_refuses_a_colour_whose_blocks_clash():
-    # colour 1 is seen after 0 -0-> and after 2 -0->; its successors under action 1 differ (3 vs 4): the
-    # colour is not folded however low the threshold; colour 5 is seen twice and its two visits agree on
-    # one more block (their colour-0 successors): folded when the threshold is at most 1; undoing the
-    # colour folds restores C exactly
+def test_the_colour_fold_refuses_a_colour_whose_blocks_clash_and_folds_what_the_past_separates():
+    # colour 1 is seen entering from colour 0 by action 0 (twice) and from colour 2 by action 0; its
+    # successor under action 1 is 3 after colour 0 and 4 after colour 2: the colour does not fold however
+    # low the threshold, but with one step of past (colour_past=1) the two visits entered from colour 0
+    # do (evidence 1: their colour-3 successors agree).  Colour 5 is seen twice and agrees: evidence 1
+    # (their colour-0 successors).  Undoing the colour folds restores C exactly.
     mem = EpisodicMemory(6, 2)
     st, acts = episodes(mem, [[(0, -1), (1, 0), (3, 1), (5, 0), (0, 1)],
-                              [(0, -1), (0, 1), (2, 1), (1, 0), (4, 1), (5, 0), (0, 1)]])
+                              [(0, -1), (0, 1), (2, 1), (1, 0), (4, 1), (5, 0), (0, 1)],
+                              [(0, -1), (0, 1), (1, 0), (3, 1)]])
     fold, cl = FoldMerger(min_evidence=9, provisional_lead=None), Clusters(n_states=0)
     fold.observe(mem, st, acts)
     fold.sleep(mem, cl)                       # consolidated only: evidence 9 is out of reach
     before = cl.assignment[:mem.n_states].copy()
-    assert before[st[0][3]] != before[st[1][5]]
-    for threshold, folded in ((0, True), (1, True), (2, False)):
-        fold.colour_evidence = threshold
+    assert len({before[st[0][1]], before[st[1][3]], before[st[2][2]]}) == 3
+    for past, threshold, colour5, colour1 in ((0, 0, True, False), (0, 1, True, False), (0, 2, False, False),
+                                              (1, 1, True, True), (1, 2, False, False)):
+        fold.colour_evidence, fold.colour_past = threshold, past
         mark = fold.decisions
         fold._fold_colours()
         after = Clusters(n_states=0)
         fold.write_clusters(after, mem.n_states)
         a = after.assignment
-        assert a[st[0][1]] != a[st[1][3]]                  # colour 1: clash
-        assert (a[st[0][3]] == a[st[1][5]]) == folded       # colour 5: evidence 1 (successors of colour 0)
+        assert a[st[0][1]] != a[st[1][3]] and a[st[2][2]] != a[st[1][3]]   # different futures: never
+        assert (a[st[0][1]] == a[st[2][2]]) == colour1
+        assert (a[st[0][3]] == a[st[1][5]]) == colour5
         check_invariants(mem, after)
         for t in fold.decisions[len(mark):][::-1]:
             fold.undo(t)
@@ -162,6 +167,8 @@ def test_the_colour_fold_refuses_a_colour_whose_blocks_clash():
         np.testing.assert_array_equal(after.assignment[:mem.n_states], before)
     with pytest.raises(ValueError, match="colour_evidence"):
         FoldMerger(colour_evidence=-1)
+    with pytest.raises(ValueError, match="colour_past"):
+        FoldMerger(colour_past=-1)
 
 
 def test_minimal_machine_merges_indistinguishable_states():

@@ -145,15 +145,16 @@ def test_single_evidence_merges_into_the_only_consistent_red_block():
         FoldMerger(single_evidence=-1)
 
 
-def test_kernels_reproduce_the_reference_when_colours_fold():
+@pytest.mark.parametrize("past", [0, 1, 3])
+def test_kernels_reproduce_the_reference_when_colours_fold(past):
     # long episodes in a world with colours seen in one cell only: the colour fold opens every provisional
     # pass (gridworld(6, 6, 20 colours): 3 episodes of 600 moves; the consolidated automaton stays small)
     from hmmmerge import gridworld, random_walk
 
     env = gridworld(6, 6, n_colours=20, seed=1)
     traj = random_walk(env, 3, 600, seed=3)
-    new, ref = fit(env, traj), fit(env, traj, reference=True)
-    assert new.merger_.provisional["merges"] > 0
+    params = {"colour_past": past, "colour_evidence": 10}
+    new, ref = fit(env, traj, merge_params=params), fit(env, traj, reference=True, merge_params=params)
     assert_same_run(new, ref)
     off = fit(env, traj, merge_params={"colour_evidence": None})
     assert off.n_clusters_ != new.n_clusters_    # the colour fold changed level 2
