@@ -162,16 +162,16 @@ The price of the provisional pass is CPU: it is redone at every sleep.
 
 Measured (``benchmarks/bench_fold.py --sections noise --learner fold-noisy``,
 1,000 episodes of 50 moves, 5% noise, 3 runs per world; BENCHMARKS.md):
-held-out accuracy against the noisy stream is within 0.02 of EM (clone HMM)
-on the same data or above it on all seven worlds (paper's world 0.946 vs
-0.875, random graph 0.900 vs 0.898, torus 0.938 vs 0.867); online ``l2``
-accuracy over the last 50 episodes 0.90-0.96, against about 0.955 for a
-perfect map (0.95 + 0.05 / colours).  Clusters (mean of 3 runs) within 2x
-the world's states on all seven worlds (paper's world 118 for 100 cells,
-maze 73 for 51, torus 118 for 100, two rooms 86 for 53, random graph 62 for
-60; 132-259 on the maze, two rooms and torus while blue blocks could wait in
-the provisional pass).  The exact fold scores 0.67 held-out on the noisy
-paper world.  On noise-free walks it pays: BENCHMARKS.md.
+held-out accuracy against the noisy stream above EM (clone HMM) on the same
+data on all seven worlds (paper's world 0.953 vs 0.875, random graph 0.955
+vs 0.898, torus 0.951 vs 0.867); online ``l2`` accuracy over the last 50
+episodes 0.94-0.96, against about 0.955 for a perfect map (0.95 + 0.05 /
+colours).  Clusters (mean of 3 runs) within 2x the world's states on all
+seven worlds (paper's world 105 for 100 cells, maze 56 for 51, torus 123
+for 100, two rooms 86 for 53, random graph 59 for 60; 132-259 on the maze,
+two rooms and torus while blue blocks could wait in the provisional pass).
+The exact fold scores 0.67 held-out on the noisy paper world.  Without
+noise: 0.9999 online and held-out, 103 clusters (the exact fold: 1.000, 101).
 
 Limits.  Moves must be deterministic and episodes must share a start (as for
 the exact fold).  A wrong committed merge stays until the next re-test (up
