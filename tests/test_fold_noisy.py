@@ -391,3 +391,37 @@ def test_an_undo_restores_the_blocks_without_the_wrong_merge(seed):
     clean._retest(keep=True)
     assert _partition(fold, mem.n_states) == _partition(clean, mem.n_states)
     assert (fold.block_of(mem.n_states) >= 0).all() and mem.n_states == n_before
+
+
+def test_save_load_resumes_exactly_through_an_undo(tmp_path):
+    """The decision log and the visits per state are saved: a run resumed from a file undoes the same
+    merges at its next re-test as the uninterrupted run, and ends identical."""
+    env = gridworld(5, 5, n_colours=5, seed=4)
+    train, _ = noisy_walks(env, 200, 30, seed=4)
+    first, second = train[:100], train[100:]
+    whole = TwoLevelMemory(env.n_obs, env.n_actions, merge="fold-noisy", seed=0).fit(first).partial_fit(second)
+    part = TwoLevelMemory(env.n_obs, env.n_actions, merge="fold-noisy", seed=0).fit(first)
+    assert part.merger_.stats["undone"] == 0
+    path = os.path.join(tmp_path, "agent.npz")
+    part.save(path)
+    back = TwoLevelMemory.load(path).partial_fit(second)
+    assert back.merger_.stats == whole.merger_.stats and back.merger_.stats["undone"] > 0
+    a, b = whole.history(), back.history()
+    assert all(np.array_equal(a[k], b[k], equal_nan=True) for k in a)
+    np.testing.assert_array_equal(whole.clusters_.assignment[:whole.memory_.n_states],
+                                  back.clusters_.assignment[:back.memory_.n_states])
+
+
+def test_files_without_the_decision_log_still_load():
+    """Arrays written before decisions were logged: the merger loads, with nothing to re-test."""
+    env = gridworld(4, 4, n_colours=4, seed=0)
+    train, _ = noisy_walks(env, 40, 20, seed=0)
+    agent = TwoLevelMemory(4, 4, merge="fold-noisy", seed=0).fit(train)
+    d = agent.merger_.state_dict()
+    for key in ("foldnoisy_log", "foldnoisy_visits", "foldnoisy_retested", "foldnoisy_next_cid"):
+        del d[key]
+    d["foldnoisy_stats"] = d["foldnoisy_stats"][:4]
+    back = StatisticalFoldMerger()
+    back.load_state_dict(d, source="old.npz")
+    assert back._log == [] and back.stats["undone"] == 0
+    np.testing.assert_array_equal(back.block_of(agent.memory_.n_states), agent.merger_.block_of(agent.memory_.n_states))
