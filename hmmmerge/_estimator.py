@@ -1,7 +1,10 @@
 """Estimator conventions shared by the learners (scikit-learn's ``BaseEstimator`` contract).
 
 A learner stores each constructor parameter as an attribute of the same name
-and does nothing else in ``__init__``; it checks them in ``fit``; what it
+and does nothing else in ``__init__``; it declares their ranges once in a
+class attribute ``_parameter_constraints`` (see
+:func:`hmmmerge._validation.validate_params`) and ``fit`` checks them with
+:meth:`Estimator._validate_params`; what it
 learns ends with an underscore (``T_``, ``n_states_``).  From the constructor
 signature this mixin derives :meth:`~Estimator.get_params`,
 :meth:`~Estimator.set_params` and ``repr``, so ``type(m)(**m.get_params())``
@@ -98,6 +101,16 @@ class Estimator:
                  if defaults.get(k, inspect.Parameter.empty) is inspect.Parameter.empty
                  or not _same(v, defaults[k])]
         return f"{type(self).__name__}({', '.join(shown)})"
+
+    def _validate_params(self) -> None:
+        """Check every parameter against ``_parameter_constraints``, recursing into estimator parameters."""
+        from ._validation import validate_params
+
+        validate_params(self)
+        for name in self._param_names():
+            value = getattr(self, name)
+            if isinstance(value, Estimator):
+                value._validate_params()
 
     def _check_fitted(self, attribute: str) -> None:
         """Raise :class:`NotFittedError` unless ``fit`` has set ``attribute``."""

@@ -11,7 +11,10 @@ checks happen once, at the boundary, and every error names the argument.
   actions start the episodes (episodes may then differ in length);
 * :func:`alphabet_sizes` -- ``n_obs`` / ``n_actions`` defaulted from the data
   or checked to cover it;
-* :func:`check_symbols` -- observations and actions inside a model's alphabet.
+* :func:`check_symbols` -- observations and actions inside a model's alphabet;
+* :class:`Int`, :class:`Float`, :class:`Options`, :class:`Bool` and
+  :func:`validate_params` -- the declarative form: an estimator lists its
+  parameters once in ``_parameter_constraints`` and ``fit`` checks them all.
 """
 
 from __future__ import annotations
@@ -24,7 +27,12 @@ import numpy as np
 from .trajectories import Trajectories
 
 __all__ = [
+    "Bool",
+    "Float",
+    "Int",
     "InvalidParameterError",
+    "Options",
+    "validate_params",
     "alphabet_sizes",
     "as_sequence",
     "as_trajectories",
@@ -117,6 +125,128 @@ def check_float(value, name: str, *, low: float | None = None, high: float | Non
             or (high is not None and v > high)):
         raise ValueError(f"{name} must be {what}, got {value!r}")
     return v
+
+
+# ------------------------------------------------------------------ declarative constraints
+#: the largest integer a parameter may take unless its table says less: what an int64 kernel holds
+INT_MAX = 2**62
+
+
+class Int:
+    """An integer parameter in ``[low, high]`` (``high`` defaults to :data:`INT_MAX`), ``None`` if ``none``.
+
+    >>> Int(1)(0, "min_visits")
+    Traceback (most recent call last):
+    ...
+    ValueError: min_visits must be a positive integer, got 0
+    >>> Int(1)(10**30, "min_visits")
+    Traceback (most recent call last):
+    ...
+    ValueError: min_visits must be a positive integer at most 2**62, got 1000000000000000000000000000000
+    """
+
+    def __init__(self, low: int | None = None, high: int | None = INT_MAX, none: bool = False):
+        self.low, self.high, self.none = low, high, none
+
+    def __call__(self, value, name: str):
+        if self.high != INT_MAX:
+            return check_int(value, name, low=self.low, high=self.high, allow_none=self.none)
+        out = check_int(value, name, low=self.low, allow_none=self.none)
+        if out is not None and out > INT_MAX:
+            what = "a positive integer" if self.low == 1 else "an integer" + _bounds(self.low, None)
+            raise ValueError(f"{name} must be {what} at most 2**62, got {value!r}")
+        return out
+
+
+class Float:
+    """A finite real parameter in the given range (``low_open`` excludes ``low``), ``None`` if ``none``.
+
+    >>> Float(0, 1)(0.5, "p")
+    0.5
+    """
+
+    def __init__(self, low: float | None = None, high: float | None = None, low_open: bool = False,
+                 none: bool = False):
+        self.low, self.high, self.low_open, self.none = low, high, low_open, none
+
+    def __call__(self, value, name: str):
+        return check_float(value, name, low=self.low, high=self.high, low_open=self.low_open,
+                           allow_none=self.none)
+
+
+class Options:
+    """A parameter that is one of ``values`` (compared with ``==``, type included).
+
+    >>> Options("sf", "random")("fold", "merge")
+    Traceback (most recent call last):
+    ...
+    ValueError: merge must be one of 'sf', 'random', got 'fold'
+    """
+
+    def __init__(self, *values):
+        self.values = values
+
+    def __call__(self, value, name: str):
+        for v in self.values:
+            if type(v) is type(value) and v == value:
+                return value
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, self.values))}, got {value!r}")
+
+
+class Bool:
+    """A ``bool`` parameter (``numpy.bool_`` accepted).
+
+    >>> Bool()(1, "split")
+    Traceback (most recent call last):
+    ...
+    hmmmerge._validation.InvalidParameterError: split must be True or False, got 1
+    """
+
+    def __call__(self, value, name: str):
+        if not isinstance(value, (bool, np.bool_)):
+            raise InvalidParameterError(f"{name} must be True or False, got {value!r}")
+        return bool(value)
+
+
+def validate_params(estimator) -> None:
+    """Check every parameter of ``estimator`` against its class's ``_parameter_constraints``.
+
+    The table maps a parameter name to one constraint (:class:`Int`,
+    :class:`Float`, :class:`Options`, :class:`Bool`, or any callable
+    ``check(value, name)`` that raises with a message naming ``name``) or to
+    a tuple of them, any of which may accept the value.  A parameter missing
+    from the table is not checked; a table entry that is not a parameter is a
+    programming error.
+
+    >>> from hmmmerge._estimator import Estimator
+    >>> class Model(Estimator):
+    ...     _parameter_constraints = {"n_iter": Int(1, 1000)}
+    ...     def __init__(self, n_iter=10):
+    ...         self.n_iter = n_iter
+    >>> validate_params(Model(n_iter=0))
+    Traceback (most recent call last):
+    ...
+    ValueError: n_iter must be an integer in [1, 1000], got 0
+    """
+    table = getattr(type(estimator), "_parameter_constraints", {})
+    names = set(type(estimator)._param_names())
+    for name, rule in table.items():
+        if name not in names:
+            raise AssertionError(f"{type(estimator).__name__}._parameter_constraints names {name!r}, "
+                                 "which is not a constructor parameter")
+        value = getattr(estimator, name)
+        rules = rule if isinstance(rule, tuple) else (rule,)
+        errors = []
+        for r in rules:
+            try:
+                r(value, name)
+                break
+            except (ValueError, TypeError) as e:
+                errors.append(e)
+        else:
+            if len(errors) == 1:
+                raise errors[0]
+            raise InvalidParameterError("; or ".join(str(e) for e in errors))
 
 
 # ------------------------------------------------------------------ data
