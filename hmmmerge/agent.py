@@ -165,14 +165,20 @@ class TwoLevelMemory(Estimator):
         self._make_merger()
 
     def _merge_name(self) -> str:
-        """The catalogue name of the mode (``merge``, or the merger's), or the merger's class name."""
+        """The catalogue name of the mode: ``merge`` (default ``"sf"``), or the merger's own mode; a merger
+        outside the catalogue goes by ``merge`` when given (the mode it stands for, under which the agent
+        file records it), else by its class name."""
         if self.merger is None:
             return "sf" if self.merge is None else self.merge
         for name, entry in MERGERS.items():
+            if not isinstance(entry.cls, str):
+                if type(self.merger) is entry.cls:
+                    return name
+                continue
             module, _, cls = entry.cls.partition(":")
             if type(self.merger).__name__ == cls and type(self.merger).__module__ == f"hmmmerge.{module}":
                 return name
-        return type(self.merger).__name__
+        return self.merge if self.merge is not None else type(self.merger).__name__
 
     def _make_merger(self):
         """The agent's own merger: a fresh copy of ``merger`` (or of ``merge``'s default merger) with the
@@ -181,7 +187,7 @@ class TwoLevelMemory(Estimator):
         if self.merger is None:
             merger = merger_class(name)()
         else:
-            if self.merge is not None and self.merge != name:
+            if self.merge is not None and self.merge != name:  # only for a merger of the catalogue
                 raise ValueError(f"merge={self.merge!r} does not name the mode of merger={self.merger!r} "
                                  f"({name!r}): give one of them")
             merger = clone(self.merger)
@@ -726,8 +732,9 @@ class TwoLevelMemory(Estimator):
         similarity as ``"custom"``, a Generator seed as ``None``: its state is saved separately)."""
         params = self.get_params(deep=False)
         if self.merger is not None:
-            inner = dict(self.merger.get_params(deep=False) if isinstance(self.merger, Estimator)
-                         else clone(self.merger).__dict__)
+            names = inspect.signature(type(self.merger).__init__).parameters
+            inner = {k: getattr(self.merger, k) for k, p in names.items()
+                     if k != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
             if callable(inner.get("similarity")):
                 inner["similarity"] = "custom"
             params["merger"] = {"name": self._merge_name(), "params": inner}

@@ -53,11 +53,13 @@ from functools import cached_property
 from typing import Callable
 
 __all__ = ["MERGERS", "MODELS", "MergerEntry", "ModelEntry", "Option", "build_model", "fit_model",
-           "make_learner", "merger_class", "select"]
+           "make_learner", "merger_class", "merger_with", "select"]
 
 
-def _load(path: str):
-    """``"module:Name"`` (module under :mod:`hmmmerge`) -> the object."""
+def _load(path):
+    """``"module:Name"`` (module under :mod:`hmmmerge`) -> the object; a class given as such is returned."""
+    if not isinstance(path, str):
+        return path
     module, _, name = path.partition(":")
     return getattr(importlib.import_module(f"hmmmerge.{module}"), name)
 
@@ -83,8 +85,9 @@ def constructor_defaults(cls, *, exclude=(), **overrides) -> dict:
 class MergerEntry:
     """A merge mode of :class:`~hmmmerge.agent.TwoLevelMemory` (``merge=name``).
 
-    ``cls``: ``"module:Class"`` of the merger (an :class:`~hmmmerge._estimator.Estimator`
-    following the :class:`~hmmmerge.merging.Merger` protocol); ``paper``: one of the
+    ``cls``: ``"module:Class"`` of the merger under :mod:`hmmmerge` (imported on use), or the
+    class itself (an :class:`~hmmmerge._estimator.Estimator` following the
+    :class:`~hmmmerge.merging.Merger` protocol); ``paper``: one of the
     paper's three modes; ``label`` / ``colour``: how figures show it; ``tags``: the
     selections it belongs to (``"demo"``: a row of ``hmmmerge demo``; ``"beyond"``: a
     curve of ``fig:beyond_paper``), see :func:`select`.
@@ -126,6 +129,22 @@ def merger_class(name: str):
     return _load(MERGERS[name].cls)
 
 
+def merger_with(name: str, **params):
+    """The merger of mode ``name`` with those of ``params`` it takes that differ from its defaults, or
+    ``None`` when none does (``merge=name`` then means the same merger).
+
+    For settings that apply to several modes, e.g. the authors' successor features
+    (``sf_scale``, ``min_depth``: the random merger takes only ``min_depth``).
+
+    >>> merger_with("random", sf_scale=0.8, min_depth=4), merger_with("fold", min_depth=4)
+    (RandomMerger(min_depth=4), None)
+    """
+    cls = merger_class(name)
+    defaults = {p.name: p.default for p in inspect.signature(cls).parameters.values()}
+    kept = {k: v for k, v in params.items() if k in defaults and v is not None and v != defaults[k]}
+    return cls(**kept) if kept else None
+
+
 def select(tag: str) -> tuple[str, ...]:
     """The merge modes carrying ``tag``: mergers beyond the paper first, then the paper's, each in catalogue order.
 
@@ -152,7 +171,7 @@ class Option:
 class ModelEntry:
     """A named learner.
 
-    ``cls``: ``"module:Class"``; the learner is built as ``Class(**context, **fixed, **params)``,
+    ``cls``: ``"module:Class"`` under :mod:`hmmmerge`, or the class itself; the learner is built as ``Class(**context, **fixed, **params)``,
     where ``context`` holds those of ``n_obs``, ``n_actions``, ``env``, ``seed`` named in
     ``takes``, and trained by ``fit(train)`` (``fit(train, n_obs, n_actions)`` unless the
     constructor takes the alphabet).  ``overrides``: defaults of this entry that differ from
