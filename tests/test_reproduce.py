@@ -245,7 +245,7 @@ def test_authors_sf_reaches_the_agent(tmp_path, monkeypatch):
         original(self, *args, **kw)
 
     monkeypatch.setattr(agent_module.TwoLevelMemory, "__init__", spy)
-    learning_run(dict(sweep.configs[0], episodes=5))
+    learning_run(dict(next(c for c in sweep.configs if c["merge"] == "sf"), episodes=5))
     merger = seen["merger"]
     assert merger.sf_scale == AUTHORS_SF["sf_scale"] and merger.min_depth == AUTHORS_SF["min_depth"]
 

@@ -25,6 +25,8 @@ class Oracle(Estimator):
         self.env = env
 
     def _validate_params(self) -> None:
+        if self.env is None:
+            raise ValueError("the oracle is the true world: pass env=")
         if not hasattr(self.env, "to_hmm") or not hasattr(self.env, "n_obs"):
             raise TypeError(f"env must be an Environment, got {type(self.env).__name__}")
 
