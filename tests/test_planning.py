@@ -253,3 +253,36 @@ def test_plans_are_optimal_by_exhaustive_search(n_states, n_actions, horizon, da
     assert p.probability >= best_open - 1e-12
     if n_actions == 1:  # one action: closed and open loop are the same
         assert p.probability == pytest.approx(best_open)
+
+
+# --------------------------------------------------------------------------- CLI
+def test_cli_plan_json(capsys):
+    import json
+
+    from hmmmerge.cli import main
+
+    assert main(["plan", "--learner", "oracle", "--world", "maze", "--pairs", "30", "--episodes", "20",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["success_rate"] == 1.0 and out["path_ratio"] == 1.0
+    assert 0.0 <= out["localisation_accuracy"] <= 1.0 and out["n_pairs"] == 30 and out["n_states"] == 51
+    assert main(["plan", "--learner", "first-order", "--grid", "5x5", "--colours", "4", "--pairs", "30",
+                 "--episodes", "50", "--from", "world", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["n_states"] == 4 and out["start"] == "world"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--learner", "nope"], "invalid choice: 'nope'"),
+    (["--learner", "oracle", "--budget", "0.5"], "budget must be a finite number >= 1"),
+    (["--learner", "oracle", "--pairs", "0"], "must be a positive integer"),
+    (["--learner", "oracle", "--warmup", "-1"], "warmup must be"),
+    ([], "the following arguments are required: --learner"),
+])
+def test_cli_plan_bad_arguments(argv, message, capsys):
+    from hmmmerge.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["plan", *argv])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and message in err and err.count("\n") == 1
