@@ -518,22 +518,23 @@ class _Navigator:
     def predict(self, b: np.ndarray, a: int) -> np.ndarray:
         return self.Tt[a] @ b if self.Tt is not None else b @ self.model.T[a]
 
-    def update(self, b: np.ndarray, a: int, o: int) -> tuple[np.ndarray, bool]:
-        """The belief after move ``a`` and observation ``o``, and whether the map had predicted ``o``.
+    def update(self, b: np.ndarray, a: int, o: int) -> tuple[np.ndarray, float]:
+        """The belief after move ``a`` and observation ``o``, and the probability the map gave ``o``.
 
-        When it had not (probability 0), the belief restarts from the states of the old belief that
-        emit ``o`` (the move may have failed), else from every state that emits ``o``.
+        When it gave 0, the belief restarts from the states of the old belief that emit ``o`` (the move
+        may have failed), else from every state that emits ``o``.
         """
         E = self.model.E[:, o]
         pred = self.predict(b, a)
+        mass = pred.sum()
         post = pred * E
         total = post.sum()
         if total > 0:
-            return post / total, True
+            return post / total, float(total / mass)
         for prior in (b * E, E):
             if prior.sum() > 0:
-                return prior / prior.sum(), False
-        return np.full(len(b), 1.0 / len(b)), False
+                return prior / prior.sum(), 0.0
+        return np.full(len(b), 1.0 / len(b)), 0.0
 
     def action(self, b: np.ndarray, goal: int) -> int | None:
         """The move of largest belief-weighted ``Q`` (QMDP), or ``None`` if the map sees no way to ``goal``."""
@@ -550,7 +551,8 @@ class _Navigator:
 
 def navigate(env: Environment, model: ActionHMM, n_pairs: int = 100, seed=0, *, correspondence=None,
              warmup: int = 10, budget: float = 2.0, horizon: int | None = None, start: str = "random",
-             update_map: bool = False, keep_paths: bool = False, pairs=None) -> NavigationResult:
+             update_map: bool = False, surprise: float = 1e-3, keep_paths: bool = False,
+             pairs=None) -> NavigationResult:
     """Navigate the true world ``env`` with the map ``model``, over ``n_pairs`` start/goal pairs.
 
     Each pair: the agent is put at a uniformly random true state (``start="random"``; belief: the map's
@@ -566,15 +568,17 @@ def navigate(env: Environment, model: ActionHMM, n_pairs: int = 100, seed=0, *, 
     env : the true world (moves are executed there; a stochastic world's ``step`` is used if it has one).
     model : the map, an ActionHMM over the same observations and actions.
     n_pairs : start/goal pairs, >= 1.
-    seed : int or Generator: starts, warm-up moves, goals.
+    seed : int or Generator.  Starts, warm-up moves and goals come from one stream, moves made without a plan
+        and the world's slips from another, so every map is given the same pairs.
     correspondence : a :class:`Correspondence` to score localisation with; by default estimated on 200
         random walks of 50 moves in ``env`` (seeded from ``seed``).
     warmup : random moves before the goal is given (localisation before it is not scored).
     budget : the goal must be reached within ``budget`` times the true shortest path (>= 1).
     horizon : planning horizon (default: the map's number of states, enough for any deterministic path).
     start : ``"random"`` or ``"world"``.
-    update_map : remove from the map a move that surprised the agent (observation of probability 0) from
-        a state it was sure of (belief >= 0.5); the next plans avoid it.
+    update_map : remove from the map a move that surprised the agent (an observation the map gave
+        probability below ``surprise``) from a state it was sure of (belief >= 0.5); the next plans avoid it.
+    surprise : that threshold, in [0, 1).
     keep_paths : keep the true states visited by each navigation.
     pairs : optional ``(start state index, goal observation)`` pairs to use instead of random ones
         (``n_pairs`` is then ignored); the warm-up moves still come first (``warmup=0`` starts there).
@@ -606,14 +610,17 @@ def navigate(env: Environment, model: ActionHMM, n_pairs: int = 100, seed=0, *, 
     check_int(n_pairs, "n_pairs", low=1)
     check_int(warmup, "warmup", low=0)
     check_float(budget, "budget", low=1.0)
+    check_float(surprise, "surprise", low=0.0, high=1.0)
     horizon = max(model.n_states, 1) if horizon is None else check_int(horizon, "horizon", low=1)
     if start not in ("random", "world"):
         raise ValueError(f"start must be 'random' or 'world', got {start!r}")
-    rng = as_generator(seed)
+    rng = as_generator(seed)  # starts, warm-up moves and goals: the same pairs for every map
+    walk_seed, move_seed = (int(x) for x in rng.integers(2**62, size=2))
+    move_rng = np.random.default_rng(move_seed)  # moves made without a plan, the world's slips
     if correspondence is None:
         from .rollouts import random_walk
 
-        correspondence = estimate_correspondence(model, random_walk(env, 200, 50, seed=rng), env.n_states)
+        correspondence = estimate_correspondence(model, random_walk(env, 200, 50, seed=walk_seed), env.n_states)
     elif not isinstance(correspondence, Correspondence) or correspondence.n_states != model.n_states:
         raise ValueError("correspondence must be a Correspondence of the model's states")
     corr = correspondence.states
@@ -661,15 +668,15 @@ def navigate(env: Environment, model: ActionHMM, n_pairs: int = 100, seed=0, *, 
         while taken < limit:
             a = nav.action(b, goal)
             if a is None:
-                a = int(rng.integers(env.n_actions))
+                a = int(move_rng.integers(env.n_actions))
             before = b
-            s = _world_step(env, s, a, rng)
+            s = _world_step(env, s, a, move_rng)
             o = int(env.obs[s])
-            b, predicted = nav.update(b, a, o)
+            b, p_obs = nav.update(b, a, o)
             taken += 1
             path.append(s)
             hit.append(corr[b.argmax()] == s)
-            if not predicted and update_map:
+            if update_map and p_obs < surprise:
                 h = int(before.argmax())
                 if before[h] >= 0.5 and (nav.model.T[a][h].sum() > 0):
                     nav.set_model(without_transitions(nav.model, [(h, a)]))
