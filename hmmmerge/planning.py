@@ -58,6 +58,7 @@ __all__ = [
     "estimate_correspondence",
     "localise",
     "navigate",
+    "occupancy",
     "plan",
     "without_transitions",
 ]
@@ -492,6 +493,31 @@ class NavigationResult:
         }
 
 
+def occupancy(model: ActionHMM, n_iter: int = 200) -> np.ndarray:
+    """How often a random walk in the map is in each state in the long run (from ``B``, uniform actions).
+
+    The average of ``B P^t`` for ``t < n_iter``, with ``P`` the mean of the ``T[a]`` (rows without a
+    successor lose their mass; each step is renormalised); the prior of :func:`navigate`'s random starts,
+    so that states the map hardly uses (EM's spare clones) do not attract the belief.
+
+    >>> from hmmmerge.gallery import cycle_world
+    >>> occupancy(cycle_world(4, n_colours=4).to_hmm()).round(2).tolist()
+    [0.25, 0.25, 0.25, 0.25]
+    """
+    _check_model(model)
+    check_int(n_iter, "n_iter", low=1)
+    stacked = [m.T.tocsr() for m in model.T] if model.is_sparse else None
+    p = model.B.copy()
+    total = np.zeros_like(p)
+    for _ in range(n_iter):
+        total += p
+        nxt = sum(m @ p for m in stacked) if stacked is not None else np.einsum("i,aij->j", p, model.T)
+        if nxt.sum() <= 0:
+            break
+        p = nxt / nxt.sum()
+    return total / total.sum()
+
+
 def _initial_belief(model: ActionHMM, o: int, prior=None) -> np.ndarray:
     """The belief on first seeing ``o``: ``prior`` (default uniform) times ``E[:, o]``, normalised; the
     states that emit ``o`` if the prior gives them no mass; uniform if none does."""
@@ -556,7 +582,7 @@ def navigate(env: Environment, model: ActionHMM, n_pairs: int = 100, seed=0, *, 
     """Navigate the true world ``env`` with the map ``model``, over ``n_pairs`` start/goal pairs.
 
     Each pair: the agent is put at a uniformly random true state (``start="random"``; belief: the map's
-    states that emit what it sees, uniformly) or at ``env.start`` (``start="world"``; belief: the map's
+    states that emit what it sees, weighted by the map's long-run :func:`occupancy`) or at ``env.start`` (``start="world"``; belief: the map's
     ``B``), makes ``warmup`` random moves to localise, then gets a goal: an observation, uniformly among
     those it does not see now and can reach in the true world.  It then moves by the map, re-planning
     after every observation (the move that maximises the belief-weighted probability of reaching the goal
@@ -626,6 +652,7 @@ def navigate(env: Environment, model: ActionHMM, n_pairs: int = 100, seed=0, *, 
     corr = correspondence.states
 
     nav = _Navigator(model, horizon)
+    prior = model.B if start == "world" and pairs is None else occupancy(model) + 1e-9 / model.n_states
     colours_at = [np.flatnonzero(env.obs == o) for o in range(env.n_obs)]
     dist_cache: dict[int, np.ndarray] = {}
     starts, goals, shortest, steps, success, paths = [], [], [], [], [], []
@@ -636,7 +663,7 @@ def navigate(env: Environment, model: ActionHMM, n_pairs: int = 100, seed=0, *, 
         if pairs is not None:
             s = pairs[i][0]
         o = int(env.obs[s])
-        b = _initial_belief(nav.model, o, nav.model.B if start == "world" and pairs is None else None)
+        b = _initial_belief(nav.model, o, prior)
         hit = [corr[b.argmax()] == s]
         for _ in range(warmup):
             a = int(rng.integers(env.n_actions))
