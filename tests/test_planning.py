@@ -286,3 +286,28 @@ def test_cli_plan_bad_arguments(argv, message, capsys):
         main(["plan", *argv])
     err = capsys.readouterr().err
     assert info.value.code == 2 and message in err and err.count("\n") == 1
+
+
+def test_a_dense_map_is_updated_on_surprise():
+    """A map that gives every move a little probability (as EM's do) still learns the wall: the
+    observation after the bump had probability below ``surprise``."""
+    env = cycle_world(8, n_colours=8)
+    T = 0.9999 * env.to_hmm().to_dense().T + 0.0001 / 8
+    leaky = ActionHMM(T, np.eye(8), np.full(8, 1 / 8))
+    blocked = block_passage(env, 0, 1)
+    r = navigate(blocked, leaky, pairs=[(0, 1)], warmup=0, update_map=True, keep_paths=True)
+    assert r.success[0] and r.map_updates == 1 and r.paths[0][:3] == [0, 0, 7]
+    never = navigate(blocked, leaky, pairs=[(0, 1)], warmup=0, update_map=True, surprise=0.0)
+    assert not never.success[0] and never.map_updates == 0
+
+
+def test_readme_planning_example_runs(capsys):
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    code = re.search(r"## Using a map: localise, plan, navigate \(`hmmmerge.planning`\)\n.*?```python\n(.*?)```",
+                     text, re.S).group(1)
+    exec(compile(code, "README planning", "exec"), {})
+    printed = capsys.readouterr().out.split()
+    assert float(printed[-3]) >= 0.95 and 1.0 <= float(printed[-2]) <= 1.1 and float(printed[-1]) >= 0.95
