@@ -139,6 +139,9 @@ class Environment:
             if "obs" not in data:
                 raise ValueError(f"node {node!r} has no 'obs' attribute")
             o = data["obs"]
+            if isinstance(o, str):  # a GraphML file stores a distribution (and then every obs) as JSON text
+                o = _parse_obs_text(o, node)
+                data["obs"] = o
             if _is_int(o):
                 if o < 0:
                     raise ValueError(f"node {node!r} has obs={o!r}; observations must be integers >= 0")
@@ -755,15 +758,18 @@ def _edge_probability(value, u, v) -> float:
     return _probability(value, f"edge {u!r} -> {v!r} has p which")
 
 
+def _parse_obs_text(text: str, node):
+    """``obs`` stored as JSON text: ``"3"`` -> 3, ``'{"0": 0.9, "1": 0.1}'`` -> the dict."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise ValueError(f"node {node!r} has obs={text!r}; observations must be integers >= 0 or a distribution "
+                         "{colour: probability}") from None
+
+
 def _obs_distribution(value, node) -> tuple[np.ndarray, np.ndarray]:
     """A node's ``obs`` distribution: (sorted colours, probabilities summing to 1)."""
     what = f"node {node!r} has obs={value!r}"
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            raise ValueError(f"{what}; observations must be integers >= 0 or a distribution "
-                             "{colour: probability}") from None
     if isinstance(value, dict):
         items = []
         for c, q in value.items():
