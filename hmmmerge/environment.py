@@ -139,9 +139,8 @@ class Environment:
             if "obs" not in data:
                 raise ValueError(f"node {node!r} has no 'obs' attribute")
             o = data["obs"]
-            if isinstance(o, str):  # a GraphML file stores a distribution (and then every obs) as JSON text
+            if isinstance(o, str):  # a GraphML file stores a distribution as JSON text (a plain colour too, then)
                 o = _parse_obs_text(o, node)
-                data["obs"] = o
             if _is_int(o):
                 if o < 0:
                     raise ValueError(f"node {node!r} has obs={o!r}; observations must be integers >= 0")
@@ -759,12 +758,15 @@ def _edge_probability(value, u, v) -> float:
 
 
 def _parse_obs_text(text: str, node):
-    """``obs`` stored as JSON text: ``"3"`` -> 3, ``'{"0": 0.9, "1": 0.1}'`` -> the dict."""
+    """A distribution stored as JSON text (``'{"0": 0.9, "1": 0.1}'``) -> the dict; other text is refused."""
     try:
-        return json.loads(text)
+        value = json.loads(text)
     except ValueError:
+        value = None
+    if not isinstance(value, (dict, list)):
         raise ValueError(f"node {node!r} has obs={text!r}; observations must be integers >= 0 or a distribution "
-                         "{colour: probability}") from None
+                         "{colour: probability} (as JSON text in GraphML)")
+    return value
 
 
 def _obs_distribution(value, node) -> tuple[np.ndarray, np.ndarray]:

@@ -24,7 +24,7 @@ Stochastic worlds (see :mod:`hmmmerge.environment`) keep their edge
 probabilities ``p`` in both formats and ``obs_noise`` as a graph attribute;
 a node's ``obs`` distribution is a JSON object ``{"colour": probability}``
 in JSON files and, in GraphML (which holds scalars only), JSON text -- then
-every node's ``obs`` is written as text (``"3"``) and read back as a number.
+every node's ``obs`` is written as such text (a plain colour 3 as ``{"3": 1.0}``).
 
 The start is the ``start`` graph attribute unless ``start=`` overrides it, and
 it is matched after the same conversion as the node ids
@@ -113,17 +113,19 @@ def save(env: Environment, path, format: str | None = None) -> None:
 
 
 def _graphml_ready(g: nx.MultiDiGraph) -> nx.MultiDiGraph:
-    """``g``, or a copy whose ``obs`` are JSON text when a node's ``obs`` is a distribution (GraphML holds scalars).
+    """``g``, or a copy whose ``obs`` are JSON text when a node's ``obs`` is a distribution (GraphML holds scalars
+    of one type per attribute, so a plain colour ``c`` is then written as ``{"c": 1.0}``).
 
     >>> g = nx.MultiDiGraph(); g.add_node(0, obs={0: 0.9, 1: 0.1}); g.add_node(1, obs=1)
     >>> [o for _, o in _graphml_ready(g).nodes(data="obs")]
-    ['{"0": 0.9, "1": 0.1}', '1']
+    ['{"0": 0.9, "1": 0.1}', '{"1": 1.0}']
     """
     if all(not isinstance(o, dict) for _, o in g.nodes(data="obs")):
         return g
     out = g.copy()
     for _, data in out.nodes(data=True):
-        data["obs"] = json.dumps(data["obs"])
+        o = data["obs"]
+        data["obs"] = json.dumps(o if isinstance(o, dict) else {int(o): 1.0})
     return out
 
 
