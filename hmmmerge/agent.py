@@ -61,6 +61,7 @@ from ._limits import check_memory
 from ._random import as_generator
 from .clusters import Clusters, level2_hmm
 from .episodic import EpisodicMemory
+from .merging import depth_counts
 from .models import MERGERS, merger_class
 from ._validation import Bool, Int, as_trajectories, check_int, check_symbols
 from .trajectories import Trajectories
@@ -264,7 +265,7 @@ class TwoLevelMemory(Estimator):
         t2 = own(self.memory_, self.clusters_) if own is not None else None
         if t2 is None and before is not None and k:
             t2 = self._level2_after_sleep(*before)
-        self._t2 = t2 = t2 if t2 is not None else level2_transitions(self.memory_._next, n, self.clusters_.assignment, k)
+        self._t2 = t2 = t2 if t2 is not None else level2_transitions(self.memory_.kernel_arrays()[0], n, self.clusters_.assignment, k)
         self._joined_since_t2 = []
         cluster_obs = self.clusters_.cluster_emission(self.memory_.emission)
         order = np.argsort(cluster_obs, kind="stable")
@@ -308,7 +309,7 @@ class TwoLevelMemory(Estimator):
         if self.clusters_.sizes_of(left).sum() > T2_UPDATE_MAX_SCANNED_SHARE * n:
             return None
         k_ext = k_new + changes.n_ghosts
-        new, nxt = self.clusters_.assignment, self.memory_._next
+        new, nxt = self.clusters_.assignment, self.memory_.kernel_arrays()[0]
         table, e_row, e_col, e_cnt, e_first, e_lost, m = level2_moves(
             indptr, indices, counts, first, k_old, k_ext, changes.relabel, changes.moved, changes.was, new, nxt,
             self._parent, self._parent_action)
@@ -330,7 +331,7 @@ class TwoLevelMemory(Estimator):
         if not self._joined_since_t2:
             return
         joined = np.concatenate(self._joined_since_t2)
-        cluster_of, nxt = self.clusters_.assignment, self.memory_._next
+        cluster_of, nxt = self.clusters_.assignment, self.memory_.kernel_arrays()[0]
         parent, act = self._parent[joined], self._parent_action[joined]
         linked = parent >= 0
         linked[linked] = (nxt[act[linked], parent[linked]] == joined[linked]) & (cluster_of[parent[linked]] >= 0)
@@ -376,7 +377,7 @@ class TwoLevelMemory(Estimator):
         self._parent[out.state[created]] = parents
         self._parent_action[out.state[created]] = acts
         if len(created):
-            self._label_width = max(self._label_width, int(self.memory_._labels[out.state[created]].max()) + 1)
+            self._label_width = max(self._label_width, int(self.memory_.labels[out.state[created]].max()) + 1)
         k = self.clusters_.n_clusters
         if k == 0:
             return
@@ -385,10 +386,10 @@ class TwoLevelMemory(Estimator):
         self.clusters_.note_joined(joined)
         if self._labels_kept is not None and len(joined):
             table, unlabelled = self._label_counts_widened()
-            lab = self.memory_._labels[joined]
+            lab = self.memory_.labels[joined]
             np.add.at(table, (cluster_of[joined[lab >= 0]], lab[lab >= 0]), 1)
             self._labels_kept = (table, unlabelled + int((lab < 0).sum()))
-        nxt = self.memory_._next
+        nxt, emission, _ = self.memory_.kernel_arrays()
         g = np.arange(g0, g1)
         replaced = g[(steps.actions[g0:g1] >= 0) & (out.l1[g0:g1] >= 0) & (out.l1[g0:g1] != steps.obs[g0:g1])]
         if len(replaced):
@@ -397,14 +398,12 @@ class TwoLevelMemory(Estimator):
             self._joined_since_t2.append(joined)
         kept = self.clusters_.kept_depth_counts()
         for valid, counts in kept:
-            add_new_descendants(out.state[created], self._parent, self._parent_action, nxt, self.memory_._emission,
+            add_new_descendants(out.state[created], self._parent, self._parent_action, nxt, emission,
                                 cluster_of, np.sort(joined), valid, counts)
             owners = cluster_of[joined]
             ok = valid[owners]
             if ok.any():
-                from .merging import _set_counts
-
-                _set_counts(self.memory_, joined[ok][:, None], counts.shape[1], out=counts, rows=owners[ok])
+                depth_counts(self.memory_, joined[ok][:, None], counts.shape[1], out=counts, rows=owners[ok])
         if len(replaced) and kept:  # the tables' own horizon: the merger's may differ from the agent's
             flags = np.zeros(k, dtype=bool)
             stale_clusters(out.state[replaced - 1], self._parent, self._parent_action, nxt, cluster_of,
@@ -460,7 +459,7 @@ class TwoLevelMemory(Estimator):
             sizes, top = table.sum(axis=1), table.max(axis=1)
         else:
             n = self.memory_.n_states
-            assignment, labels = self.clusters_.assignment[:n], self.memory_._labels[:n]
+            assignment, labels = self.clusters_.assignment[:n], self.memory_.labels
             keep = assignment >= 0
             if not keep.any() or (labels[keep] < 0).any():
                 return float("nan"), float("nan")
@@ -485,15 +484,15 @@ class TwoLevelMemory(Estimator):
             return None
         if n < KEEP_TABLES_FROM_STATES:
             self._labels_kept = None
-            return label_table(self.clusters_.assignment, self.memory_._labels, n, k, self._label_width)
+            return label_table(self.clusters_.assignment, self.memory_.labels, n, k, self._label_width)
         kept = self._labels_kept
         if kept is not None and changes is not None and changes.ok and len(kept[0]) == len(changes.relabel):
             table, unlabelled = self._label_counts_widened()
             table, more = label_table_after_sleep(table, changes.relabel, k + changes.n_ghosts, k, changes.moved,
-                                                  changes.was, self.clusters_.assignment, self.memory_._labels)
+                                                  changes.was, self.clusters_.assignment, self.memory_.labels)
             kept = (table, unlabelled + more)
         elif kept is None or changes is not None or len(kept[0]) != k:
-            kept = label_table(self.clusters_.assignment, self.memory_._labels, n, k, self._label_width)
+            kept = label_table(self.clusters_.assignment, self.memory_.labels, n, k, self._label_width)
         self._labels_kept = kept
         return kept
 
@@ -555,7 +554,7 @@ class TwoLevelMemory(Estimator):
                           np.zeros(obs.shape, dtype=bool))
         mem.reserve(obs.size)
         self._grow_lineage(mem.capacity)
-        level1 = Level1(mem._next, mem._emission, mem._labels, mem._scal)
+        level1 = Level1(*mem.buffers())
         self.clusters_.grow(mem.capacity)
         refresh, sleep = int(self.refresh_every), int(self.sleep_every)
         next_refresh = (self.steps_ // refresh + 1) * refresh
@@ -880,7 +879,7 @@ class TwoLevelMemory(Estimator):
         agent.sleep_pending_ = bool(meta["sleep_pending"])
         agent._purity = tuple(float(x) for x in meta["purity"])
         agent._labels_kept = None
-        agent._label_width = int(mem._labels[:mem.n_states].max(initial=0)) + 1
+        agent._label_width = int(mem.labels.max(initial=0)) + 1
         agent.rng_.bit_generator.state = meta["rng"]
         agent._popped = int(meta.get("popped", 0))
         agent.saved_extra_ = meta.get("extra")

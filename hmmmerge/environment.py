@@ -38,7 +38,6 @@ noisy in any world.
 
 from __future__ import annotations
 
-import ast
 import json
 import math
 import warnings
@@ -46,6 +45,8 @@ from numbers import Integral, Real
 from typing import NamedTuple
 
 import numpy as np
+
+from ._labels import NoStartWarning, _is_plain_label, _parse_label, _to_label  # noqa: F401
 
 __all__ = ["Environment", "NoStartWarning", "PROB_ATOL", "Transitions", "match_node"]
 
@@ -613,7 +614,7 @@ class Environment:
         """
         from .environment_files import load
 
-        return load(path, format=format, start=start)
+        return load(path, format=format, start=start, cls=cls)
 
     @classmethod
     def from_json_dict(cls, payload, source: str = "<dict>", start=None) -> "Environment":
@@ -626,11 +627,7 @@ class Environment:
         """
         from .environment_files import from_json_dict
 
-        return from_json_dict(payload, source=source, start=start)
-
-
-class NoStartWarning(UserWarning):
-    """An environment was built without a start: it starts at its first node."""
+        return from_json_dict(payload, source=source, start=start, cls=cls)
 
 
 def _resolve_start(start, attribute, nodes, index) -> int:
@@ -685,26 +682,6 @@ def match_node(value, index: dict):
     return next(iter(found), None)
 
 
-def _parse_label(text: str):
-    """``"7"`` -> 7, ``"(5, 0)"`` / ``"5,0"`` -> ``(5, 0)``, ``"1.5"`` -> 1.5; ``None`` if not a number or tuple."""
-    try:
-        value = ast.literal_eval(text.strip())
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
-        return None
-    if isinstance(value, list):
-        value = tuple(value)
-    if _is_plain_label(value):
-        return value
-    return None
-
-
-def _is_plain_label(value) -> bool:
-    """A number (not bool) or a tuple of them, the labels text conversion restores."""
-    if isinstance(value, tuple):
-        return all(_is_plain_label(v) for v in value)
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def _graph_attribute_label(label):
     """The start label in a form every format can store: scalars as they are, anything else as ``str``.
 
@@ -715,13 +692,6 @@ def _graph_attribute_label(label):
     if isinstance(label, (str, int, float)) and not isinstance(label, bool):
         return label
     return str(label)
-
-
-def _to_label(value):
-    """JSON lists back to tuples, recursively."""
-    if isinstance(value, list):
-        return tuple(_to_label(x) for x in value)
-    return value
 
 
 # ---------------------------------------------------------------------------- stochastic worlds

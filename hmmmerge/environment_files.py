@@ -46,7 +46,7 @@ import networkx as nx
 import numpy as np
 
 from ._io import atomic_write_bytes, atomic_write_text
-from .environment import Environment, NoStartWarning, _parse_label, _to_label
+from ._labels import NoStartWarning, _parse_label, _to_label
 
 __all__ = ["FORMATS", "file_format", "load", "save", "to_json_dict", "from_json_dict"]
 
@@ -70,9 +70,10 @@ def file_format(path, format: str | None = None) -> str:
 
 
 # ---------------------------------------------------------------------------- writing
-def to_json_dict(env: Environment) -> dict:
+def to_json_dict(env) -> dict:
     """hmmmerge's envelope around ``nx.node_link_data(env.graph)``, tuples as lists.
 
+    >>> from hmmmerge import Environment
     >>> d = to_json_dict(Environment.from_arrays([[1, 0]], [0, 1], nodes=[(0, 0), (0, 1)]))
     >>> d["graph"]["nodes"][1], d["graph"]["graph"]
     ({'obs': 1, 'id': [0, 1]}, {'start': [0, 0], 'n_obs': 2})
@@ -89,7 +90,7 @@ def to_json_dict(env: Environment) -> dict:
     return {"format": FORMAT, "version": FORMAT_VERSION, "graph": data}
 
 
-def save(env: Environment, path, format: str | None = None) -> None:
+def save(env, path, format: str | None = None) -> None:
     """Write ``env`` to ``path`` atomically, as JSON or GraphML (:func:`file_format` decides).
 
     >>> import os, tempfile
@@ -99,7 +100,7 @@ def save(env: Environment, path, format: str | None = None) -> None:
     >>> text.startswith("<?xml version"), '<node id="(1, 0)">' in text
     (True, True)
     """
-    if not isinstance(env, Environment):
+    if not isinstance(getattr(env, "graph", None), nx.MultiDiGraph) or not hasattr(env, "start"):
         raise TypeError(f"env must be an Environment, got {type(env).__name__}")
     if file_format(path, format) == "graphml":
         buf = io.BytesIO()
@@ -145,11 +146,15 @@ def _to_json_label(label):
 
 
 # ---------------------------------------------------------------------------- reading
-def load(path, format: str | None = None, start=None) -> Environment:
+def load(path, format: str | None = None, start=None, *, cls):
     """Read an environment file (JSON or GraphML, :func:`file_format` decides); ``start`` overrides the file's.
+
+    ``cls``: the class built, :class:`~hmmmerge.environment.Environment` (this module does not import it:
+    :meth:`Environment.load <hmmmerge.environment.Environment.load>` passes itself).
 
     >>> import json, os, tempfile
     >>> import networkx as nx
+    >>> from hmmmerge import Environment
     >>> g = nx.MultiDiGraph(start=1)
     >>> g.add_nodes_from([(0, {"obs": 0}), (1, {"obs": 1})])
     >>> _ = g.add_edges_from([(0, 1, {"action": 0}), (1, 0, {"action": 0})])
@@ -157,27 +162,28 @@ def load(path, format: str | None = None, start=None) -> Environment:
     ...     p = os.path.join(d, "g.json")
     ...     with open(p, "w") as f:
     ...         json.dump(nx.node_link_data(g), f)
-    ...     env = load(p)
+    ...     env = load(p, cls=Environment)
     >>> env.start_node, env.next_state.tolist()
     (1, [[1, 0]])
     """
     path = os.fspath(path)
     if file_format(path, format) == "graphml":
-        return _load_graphml(path, start)
+        return _load_graphml(path, start, cls)
     try:
         with open(path, encoding="utf-8") as f:
             payload = json.load(f)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"{path}: not valid JSON ({e})") from None
-    return from_json_dict(payload, source=path, start=start)
+    return from_json_dict(payload, source=path, start=start, cls=cls)
 
 
-def from_json_dict(payload, source: str = "<dict>", start=None) -> Environment:
+def from_json_dict(payload, source: str = "<dict>", start=None, *, cls):
     """An environment from node-link data, bare (networkx's) or in hmmmerge's envelope; errors name ``source``.
 
     >>> data = {"nodes": [{"id": "a", "obs": 0}], "links": [{"source": "a", "target": "a", "action": 0}],
     ...         "graph": {"start": "a"}}
-    >>> from_json_dict(data).n_states
+    >>> from hmmmerge import Environment
+    >>> from_json_dict(data, cls=Environment).n_states
     1
     """
     if not isinstance(payload, dict):
@@ -239,10 +245,10 @@ def from_json_dict(payload, source: str = "<dict>", start=None) -> Environment:
     g.graph.update({a: val for a, val in meta.items() if a not in ("start", "n_obs")})
     if "start" in meta:
         g.graph["start"] = meta["start"]
-    return _build(g, source, start, meta.get("n_obs"))
+    return _build(g, source, start, meta.get("n_obs"), cls)
 
 
-def _load_graphml(path: str, start) -> Environment:
+def _load_graphml(path: str, start, cls):
     try:
         with open(path, "rb") as f:
             raw = f.read()
@@ -257,7 +263,7 @@ def _load_graphml(path: str, start) -> Environment:
     g = _restore_graphml_ids(nx.MultiDiGraph(g))
     for key in ("node_default", "edge_default"):
         g.graph.pop(key, None)
-    return _build(g, path, start, g.graph.pop("n_obs", None))
+    return _build(g, path, start, g.graph.pop("n_obs", None), cls)
 
 
 def _check_distinct_graphml_ids(raw: bytes, path: str) -> None:
@@ -302,7 +308,7 @@ def _is_int_label(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _build(g: nx.MultiDiGraph, source: str, start, n_obs) -> Environment:
+def _build(g: nx.MultiDiGraph, source: str, start, n_obs, cls):
     if start is None and g.graph.get("start") is None and g.number_of_nodes():
         start = next(iter(g.nodes))
         warnings.warn(
@@ -312,6 +318,6 @@ def _build(g: nx.MultiDiGraph, source: str, start, n_obs) -> Environment:
             stacklevel=3,
         )
     try:
-        return Environment(g, start=start, n_obs=n_obs)
+        return cls(g, start=start, n_obs=n_obs)
     except ValueError as e:
         raise ValueError(f"{source}: {e}") from None

@@ -125,6 +125,18 @@ class EpisodicMemory:
         """
         return self._next, self._emission, self.n_obs
 
+    def buffers(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(next_state, emission, labels, scalars)``: the whole state, for a kernel that runs Algorithm 1
+        in place (the agent's step kernel); ``scalars`` is ``[n_states, current state, T(start, -1)]``.
+
+        Call :meth:`reserve` first for the states the kernel may create; no other code writes them.
+
+        >>> mem = EpisodicMemory(2, 1); _ = mem.observe(0, -1)
+        >>> mem.buffers()[3].tolist()
+        [1, 0, 0]
+        """
+        return self._next, self._emission, self._labels, self._scal
+
     def states_emitting(self, obs: int) -> np.ndarray:
         """The states (increasing) that emit ``obs``; kept up to date as states are added.
 

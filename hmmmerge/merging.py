@@ -49,7 +49,7 @@ from ._random import as_generator
 from ._validation import Bool, Float, Int
 from .successor import pairwise_similarity, successor_features
 
-__all__ = ["Merger", "NoMerger", "SFMerger", "RandomMerger", "merge_iteration", "merge_with_split",
+__all__ = ["Merger", "NoMerger", "SFMerger", "RandomMerger", "depth_counts", "merge_iteration", "merge_with_split",
            "split_by_next_observation"]
 
 #: the sleep schedule of the paper when a merger is used on its own (the agent passes its own values)
@@ -464,10 +464,20 @@ def _cluster_features(memory, clusters, merger, ids, states):
     return (*merger.features_from_counts(counts, rows), ptr, idx)
 
 
-def _set_counts(memory, state_sets, horizon, out=None, rows=None):
-    """Per-depth counts (see :func:`~hmmmerge._successor_kernels.set_depth_counts`) of a list of state sets
-    (or of the rows of a 2-D array, e.g. single states as a column), as a new array, or added to rows
-    ``rows`` of ``out``."""
+def depth_counts(memory, state_sets, horizon, out=None, rows=None):
+    """Per-depth observation counts of a list of state sets (or of the rows of a 2-D array, e.g. single
+    states as a column): a new (sets, horizon, n_obs) array, or added to rows ``rows`` of ``out``.
+
+    Depth ``l`` counts the observations of the states the breadth-first search from the set reaches
+    in ``l`` steps (see :func:`~hmmmerge._successor_kernels.set_depth_counts`); the successor
+    features of :meth:`SFMerger.features_from_counts` are computed from them.
+
+    >>> from hmmmerge.episodic import EpisodicMemory
+    >>> mem = EpisodicMemory(3, 1)
+    >>> _ = [mem.observe(o, a) for o, a in [(0, -1), (1, 0), (2, 0)]]   # a path 0 -> 1 -> 2
+    >>> depth_counts(mem, [[0]], 3)[0].tolist()   # from state 0: observation 1, then 2, then nothing
+    [[0, 1, 0], [0, 0, 1], [0, 0, 0]]
+    """
     from ._successor_kernels import set_depth_counts
 
     nxt, emission, _ = memory.kernel_arrays()

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .environment import Environment, _parse_label
+from ._labels import _parse_label
+from .environment import Environment
 
 __all__ = ["node_positions", "grid_shape", "plot_grid_values", "plot_environment", "plot_learned_map", "plot_map",
            "plot_path", "plot_place_fields"]

@@ -393,7 +393,7 @@ def test_level2_and_purity_shortcuts_equal_the_computation_from_scratch(env, see
         fast = fold.level2_transitions(mem, cl)
         if fast is not None:
             used += 1
-            want = level2_transitions(mem._next, n, cl.assignment, k_)
+            want = level2_transitions(mem.kernel_arrays()[0], n, cl.assignment, k_)
             for x, y in zip(fast, want):
                 np.testing.assert_array_equal(x, y)
         pure = fold.purity(mem, cl)

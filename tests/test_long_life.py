@@ -144,7 +144,7 @@ def test_kept_counts_and_t2_match_a_recount_after_every_block(merge, noise, monk
     from hmmmerge._agent_kernels import level2_transitions
     from hmmmerge.agent import TwoLevelMemory
     from hmmmerge.evaluate import weighted_purity
-    from hmmmerge.merging import _set_counts
+    from hmmmerge.merging import depth_counts
 
     import hmmmerge.agent
 
@@ -158,12 +158,12 @@ def test_kept_counts_and_t2_match_a_recount_after_every_block(merge, noise, monk
 
     def purity_recount(self):
         n = self.memory_.n_states
-        args = (self.clusters_.assignment[:n], self.memory_._labels[:n])
+        args = (self.clusters_.assignment[:n], self.memory_.labels)
         return weighted_purity(*args, include_singletons=True), weighted_purity(*args)
 
     def sleep_then_compare(self):
         reports = TwoLevelMemory.sleep(self)
-        full = level2_transitions(self.memory_._next, self.memory_.n_states, self.clusters_.assignment,
+        full = level2_transitions(self.memory_.kernel_arrays()[0], self.memory_.n_states, self.clusters_.assignment,
                                   self.clusters_.n_clusters)
         sleeps.append(all(np.array_equal(x, y) for x, y in zip(full, self._t2))
                       and self._labels_kept is not None and self._purity == purity_recount(self))
@@ -176,12 +176,12 @@ def test_kept_counts_and_t2_match_a_recount_after_every_block(merge, noise, monk
         n, cl = agent.memory_.n_states, agent.clusters_
         for valid, counts in cl.kept_depth_counts():
             ids = np.flatnonzero(valid)
-            ref = _set_counts(agent.memory_, [np.flatnonzero(cl.assignment[:n] == c) for c in ids], counts.shape[1])
+            ref = depth_counts(agent.memory_, [np.flatnonzero(cl.assignment[:n] == c) for c in ids], counts.shape[1])
             assert np.array_equal(ref, counts[ids])
             checked += len(ids)
         refreshed += bool(agent._joined_since_t2)  # a refresh by the joined states' links (None: full)
         agent._refresh_level2()
-        full = level2_transitions(agent.memory_._next, n, cl.assignment, cl.n_clusters)
+        full = level2_transitions(agent.memory_.kernel_arrays()[0], n, cl.assignment, cl.n_clusters)
         for x, y in zip(full, agent._t2):
             assert np.array_equal(x, y)
         assert agent._current_purity() == purity_recount(agent)  # label counts kept through online joins

@@ -200,7 +200,7 @@ def _split_reference(memory, states):
 def _merge_with_split_reference(memory, clusters, pairs, count_horizon):
     """merge_with_split pair by pair with Python sets and fresh counts (the oracle of the kernel):
     assignment, kept counts (valid rows) and the emptied ids."""
-    from hmmmerge.merging import _set_counts
+    from hmmmerge.merging import depth_counts
 
     valid, counts = clusters.depth_counts(("depth-counts", count_horizon), count_horizon, memory.n_obs)
     members, absorbed, rows, touched = {}, {}, {}, set()
@@ -224,7 +224,7 @@ def _merge_with_split_reference(memory, clusters, pairs, count_horizon):
         if not len(members[cand]):
             absorbed[cand] = probe
         if rows[probe] is not None and rows[cand] is not None:
-            fresh = _set_counts(memory, [members[cand]], count_horizon)[0]
+            fresh = depth_counts(memory, [members[cand]], count_horizon)[0]
             rows[probe], rows[cand] = rows[probe] + rows[cand] - fresh, fresh
         else:
             rows[probe] = rows[cand] = None
@@ -240,7 +240,7 @@ def _merge_with_split_reference(memory, clusters, pairs, count_horizon):
 def test_merge_with_split_kernel_equals_reference(memory, seed):
     """The one-call kernel gives the assignment, kept counts and emptied clusters of the pair-by-pair
     reference, with chains (a candidate chosen twice, probes absorbed later) and partly stale counts."""
-    from hmmmerge.merging import _set_counts
+    from hmmmerge.merging import depth_counts
 
     horizon = 6
     runs = []
@@ -249,7 +249,7 @@ def test_merge_with_split_kernel_equals_reference(memory, seed):
         cl.partition_unassigned(memory.emission, 1 + seed, seed=seed)
         valid, counts = cl.depth_counts(("depth-counts", horizon), horizon, memory.n_obs)
         k = cl.n_clusters
-        counts[:k] = _set_counts(memory, [cl.members(c) for c in range(k)], horizon)
+        counts[:k] = depth_counts(memory, [cl.members(c) for c in range(k)], horizon)
         valid[:k] = np.random.default_rng(seed).random(k) < 0.8
         ids = np.flatnonzero(cl.cluster_emission(memory.emission) == seed % memory.n_obs)
         pairs = np.random.default_rng(seed).choice(ids, size=(3 * len(ids) // 4, 2))  # chains, absorbed probes
