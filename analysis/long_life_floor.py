@@ -45,7 +45,7 @@ FIELDS = ["mode", "episodes", "cpu_s_per_100", "online_kernel_s_per_100", "state
 
 def filter_support(agent, probe) -> float:
     """Mean number of clusters in the pure level-2 filter's belief over the steps of ``probe``."""
-    l2 = agent._level2
+    l2 = agent.level2_.arrays
     k = l2.n_clusters
     if k == 0:
         return 0.0
@@ -100,7 +100,7 @@ def life(mode: str, episodes: int, every: int):
                        "online_kernel_s_per_100": round(online[0], 4),
                        "states": agent.memory_.n_states, "clusters": k,
                        "states_per_cluster": round(agent.memory_.n_states / max(k, 1), 1),
-                       "t2_entries": len(agent._level2.t2_idx), "filter_support": round(filter_support(agent, probe), 1),
+                       "t2_entries": len(agent.level2_.arrays.t2_idx), "filter_support": round(filter_support(agent, probe), 1),
                        "moved_per_sleep": round(float(np.mean(moved)), 1) if moved else 0.0}
     finally:
         Clusters.changes, ak.agent_steps = original_changes, original_steps

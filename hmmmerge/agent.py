@@ -61,6 +61,7 @@ from ._limits import check_memory
 from ._random import as_generator
 from .clusters import Clusters, level2_hmm
 from .episodic import EpisodicMemory
+from .level2 import Level2
 from .merging import depth_counts
 from .models import MERGERS, merger_class
 from ._validation import Bool, Int, as_trajectories, check_int, check_symbols
@@ -228,7 +229,7 @@ class TwoLevelMemory(Estimator):
         self._labels_kept = None  # (label counts per cluster, unlabelled connected states), see _label_counts
         self._label_width = 1
         self._history: list[dict] = []
-        self._k = None
+        self.level2_ = Level2(int(self.n_obs), int(self.n_actions))
         self._set_level2()
 
     def _follow_members(self) -> None:
@@ -249,105 +250,12 @@ class TwoLevelMemory(Estimator):
 
     # ------------------------------------------------------------ level 2
     def _set_level2(self, before=None) -> None:
-        """Recompute T2 (stacked CSR, row ``a * k + c``) and the per-colour cluster index.
-
-        ``before``: ``(changes, k, T2)``: how a sleep changed C (a
-        :class:`~hmmmerge.clusters.Changes`), and k and T2 before it (T2 agreeing
-        with C); T2 is then updated by the states the sleep moved rather than
-        counted from all of level 1 (the same matrix, see :meth:`_level2_after_sleep`).
-        """
-        from ._agent_kernels import Level2, level2_transitions, new_belief, new_scratch
-
-        n = self.memory_.n_states
-        self.clusters_.grow(n)
-        k = self.clusters_.n_clusters
-        own = getattr(self.merger_, "level2_transitions", None)  # a merger that knows level 2 (fold)
-        t2 = own(self.memory_, self.clusters_) if own is not None else None
-        if t2 is None and before is not None and k:
-            t2 = self._level2_after_sleep(*before)
-        self._t2 = t2 = t2 if t2 is not None else level2_transitions(self.memory_.kernel_arrays()[0], n, self.clusters_.assignment, k)
-        self._joined_since_t2 = []
-        cluster_obs = self.clusters_.cluster_emission(self.memory_.emission)
-        order = np.argsort(cluster_obs, kind="stable")
-        em_idx = order[cluster_obs[order] >= 0].astype(np.int64)
-        em_ptr = np.zeros(self.n_obs + 1, dtype=np.int64)
-        em_ptr[1:] = np.cumsum(np.bincount(cluster_obs[cluster_obs >= 0], minlength=self.n_obs))
-        self._level2 = Level2(k, *t2[:3], self.clusters_.assignment, cluster_obs, em_ptr, em_idx,
-                              self._soft_emission(k))
-        if self._k != k:  # beliefs over the old clusters are dropped
-            self._anchored, self._filtered = new_belief(k), new_belief(k)
-            self._scratch = new_scratch(k, self.n_obs)
-            self._k = k
-
-    def _soft_emission(self, k: int) -> np.ndarray:
-        """The merger's emission distribution per cluster (fold-noisy), or an empty (0, n_obs) array:
-        the online predictors then take one colour per cluster (``cluster_obs``)."""
-        own = getattr(self.merger_, "emission", None)  # a merger with noise-aware emissions (fold-noisy)
-        if own is None or k == 0:
-            return np.zeros((0, self.n_obs))
-        return np.ascontiguousarray(own(self.clusters_, self.memory_.n_states), dtype=np.float64)
-
-    def _level2_after_sleep(self, changes, k_old, t2_old):
-        """T2 (with counts and first sources) from T2 before a sleep and the states it moved; None
-        (count afresh) if a connected state lost its cluster, or where the update would cost more than
-        a recount (see :data:`T2_UPDATE_MAX_ENTRIES_PER_STATE`).
-
-        Entries are relabelled, the links of moved states taken out under their old
-        clusters and put back under their new ones; an entry that lost its first
-        source gets it back from one ordered pass over the states of its cluster.
-        """
-        from ._agent_kernels import find_first_sources, level2_csr, level2_moves, lost_first_sources
-
-        n = self.memory_.n_states
-        indptr, indices, _, counts, first = t2_old
-        if len(indices) > T2_UPDATE_MAX_ENTRIES_PER_STATE * n:  # a recount is cheaper
-            return None
-        if not changes.ok or len(changes.moved) > T2_UPDATE_MAX_MOVED_SHARE * n:
-            return None
-        k_new = self.clusters_.n_clusters
-        left = np.unique(changes.was[(changes.was >= 0) & (changes.was < k_new)])  # rows that may lose sources
-        if self.clusters_.sizes_of(left).sum() > T2_UPDATE_MAX_SCANNED_SHARE * n:
-            return None
-        k_ext = k_new + changes.n_ghosts
-        new, nxt = self.clusters_.assignment, self.memory_.kernel_arrays()[0]
-        table, e_row, e_col, e_cnt, e_first, e_lost, m = level2_moves(
-            indptr, indices, counts, first, k_old, k_ext, changes.relabel, changes.moved, changes.was, new, nxt,
-            self._parent, self._parent_action)
-        lost = lost_first_sources(e_row, e_cnt, e_first, e_lost, m, k_ext, k_new)
-        ids = np.flatnonzero(lost)
-        if len(ids):
-            ptr, idx = self.clusters_.member_csr(ids, increasing=True)
-            find_first_sources(table, e_row, e_col, e_first, e_lost, k_ext, ids, ptr, idx, lost, new, nxt)
-        return level2_csr(e_row, e_col, e_cnt, e_first, m, k_ext, k_new, self.n_actions)
+        """Recompute level 2 from level 1 and C (:meth:`hmmmerge.level2.Level2.recompute`)."""
+        self.level2_.recompute(self.memory_, self.clusters_, self.merger_, self._parent, self._parent_action, before)
 
     def _refresh_level2(self) -> None:
-        """The periodic level-2 refresh: T2 gains the links of the states that joined clusters online
-        since it was last computed (the same matrix as :meth:`_set_level2`, without a pass over level 1)."""
-        from ._agent_kernels import level2_add_links
-
-        if self._joined_since_t2 is None:  # a replaced link may have removed counted links (or a load)
-            self._set_level2()
-            return
-        if not self._joined_since_t2:
-            return
-        joined = np.concatenate(self._joined_since_t2)
-        cluster_of, nxt = self.clusters_.assignment, self.memory_.kernel_arrays()[0]
-        parent, act = self._parent[joined], self._parent_action[joined]
-        linked = parent >= 0
-        linked[linked] = (nxt[act[linked], parent[linked]] == joined[linked]) & (cluster_of[parent[linked]] >= 0)
-        src, acts, dst = [parent[linked]], [act[linked]], [joined[linked]]
-        for a in range(self.n_actions):
-            w = nxt[a, joined]
-            keep = w >= 0
-            keep[keep] = (cluster_of[w[keep]] >= 0) & ~np.isin(w[keep], joined)
-            src.append(joined[keep]); acts.append(np.full(int(keep.sum()), a, dtype=np.int64)); dst.append(w[keep])
-        src, acts, dst = np.concatenate(src), np.concatenate(acts), np.concatenate(dst)
-        k = self.clusters_.n_clusters
-        indptr, indices, _, counts, first = self._t2
-        self._t2 = t2 = level2_add_links(indptr, indices, counts, first, k, src, acts * k + cluster_of[src],
-                                         cluster_of[dst])
-        self._joined_since_t2 = []
-        self._level2 = self._level2._replace(t2_ptr=t2[0], t2_idx=t2[1], t2_val=t2[2])
+        """The periodic level-2 refresh (:meth:`hmmmerge.level2.Level2.refresh`)."""
+        self.level2_.refresh(self.memory_, self.clusters_, self.merger_, self._parent, self._parent_action)
 
     def _grow_lineage(self, capacity: int) -> None:
         """Parent (state, action) of every level-1 state at its creation (-1: the start state)."""
@@ -392,10 +300,7 @@ class TwoLevelMemory(Estimator):
         nxt, emission, _ = self.memory_.kernel_arrays()
         g = np.arange(g0, g1)
         replaced = g[(steps.actions[g0:g1] >= 0) & (out.l1[g0:g1] >= 0) & (out.l1[g0:g1] != steps.obs[g0:g1])]
-        if len(replaced):
-            self._joined_since_t2 = None
-        elif self._joined_since_t2 is not None and len(joined):
-            self._joined_since_t2.append(joined)
+        self.level2_.note_joined(joined, replaced=len(replaced) > 0)
         kept = self.clusters_.kept_depth_counts()
         for valid, counts in kept:
             add_new_descendants(out.state[created], self._parent, self._parent_action, nxt, emission,
@@ -430,7 +335,7 @@ class TwoLevelMemory(Estimator):
         before = changes = None
         if getattr(self.merger_, "level2_transitions", None) is None:  # T2 will follow C's changes
             self._refresh_level2()  # T2 now agrees with C
-            before = (self.clusters_.n_clusters, self._t2)
+            before = (self.clusters_.n_clusters, self.level2_.t2)
             self.clusters_.record_changes()
         reports = self.merger_.sleep(self.memory_, self.clusters_, self.rng_)
         if before is not None:
@@ -572,17 +477,17 @@ class TwoLevelMemory(Estimator):
                 steps.uniforms[g:end] = self.rng_.random((L1, 2))
             while g < end:
                 stop = min(end, g + (next_refresh - self.steps_))
-                level2 = self._level2._replace(cluster_of=self.clusters_.assignment)
+                l2 = self.level2_
                 n_before = mem.n_states
-                agent_steps(steps, g, stop, level1, level2, self._anchored, self._filtered, self._fo,
-                            self._scratch, out, bool(self.online_connect))
+                agent_steps(steps, g, stop, level1, l2.arrays._replace(cluster_of=self.clusters_.assignment),
+                            l2.anchored, l2.filtered, self._fo, l2.scratch, out, bool(self.online_connect))
                 self._note_changes(steps, out, g, stop, n_before)
                 self.steps_ += stop - g
                 if place is not None and place(mem, self.clusters_, out.state[g:stop], self.rng_):
                     self.clusters_.grow(mem.capacity)
                     self._set_level2()
-                elif self._level2.soft.shape[0]:  # emissions follow the counts of the placed visits
-                    self._level2 = self._level2._replace(soft=self._soft_emission(self._level2.n_clusters))
+                else:  # noise-aware emissions follow the counts of the placed visits
+                    self.level2_.update_soft(self.memory_, self.clusters_, self.merger_)
                 g = stop
                 if self.steps_ >= next_refresh:
                     self.clusters_.grow(mem.capacity)
@@ -807,7 +712,7 @@ class TwoLevelMemory(Estimator):
         except TypeError as e:
             raise ValueError(f"cannot save: the merger's parameters must be JSON values ({e})") from None
         hist = self.history()
-        l2 = self._level2
+        l2 = self.level2_.arrays
         write_agent_file(path, meta_text, **self.memory_.state_dict(), assignment=self.clusters_.assignment[:n].copy(),
                      fo_counts=self.first_order_counts_,
                      t2_indptr=l2.t2_ptr, t2_indices=l2.t2_idx, t2_data=l2.t2_val,
@@ -889,11 +794,9 @@ class TwoLevelMemory(Estimator):
         agent._set_level2()
         # T2 as last refreshed (it may lag level 1 by up to refresh_every steps): resume exactly
         t2 = tuple(np.asarray(data[f"t2_{x}"]) for x in ("indptr", "indices", "data"))
-        if t2[0].shape != agent._level2.t2_ptr.shape:
+        if t2[0].shape != agent.level2_.arrays.t2_ptr.shape:
             raise ValueError(f"{src}: stored level-2 transitions do not match the clusters")
-        agent._level2 = agent._level2._replace(t2_ptr=t2[0].astype(np.int64), t2_idx=t2[1].astype(np.int64),
-                                               t2_val=t2[2].astype(np.float64))
-        agent._joined_since_t2 = None  # the states joined since that refresh are not stored: recount at the next
+        agent.level2_.restore_t2(*t2)
         return agent
 
 
@@ -903,16 +806,6 @@ _OLD_DEFAULTS = {"gamma": 0.8, "horizon": 25, "min_depth": 5, "threshold": 0.5, 
                  "split_contradictions": True, "sf_scale": 1.0}
 _OLD_MERGER_PARAMS = tuple(_OLD_DEFAULTS)
 
-#: T2 is updated after a sleep (rather than counted afresh) while it has at most this many entries per
-#: level-1 state and the sleep moved at most this share of the states: the update touches every entry
-#: of T2 and, at several times the cost per item, every link of a moved state; the recount touches every
-#: link of level 1.  With SF merges T2 stays small and few states move; without merges
-#: (merge="none") T2 grows like level 1; random merges move whole large clusters.
-T2_UPDATE_MAX_ENTRIES_PER_STATE = 0.125
-T2_UPDATE_MAX_MOVED_SHARE = 0.05
-#: ... and while the clusters that moved states left (where entries may lose their first source, then
-#: searched state by state) hold at most this share of the states (random merges: huge clusters)
-T2_UPDATE_MAX_SCANNED_SHARE = 0.1
 #: level-1 states from which the agent keeps member lists of the clusters and the table of true labels per
 #: cluster up to date (below, scanning the states is cheaper; about 4,500 episodes of the paper's protocol)
 KEEP_TABLES_FROM_STATES = 200_000

@@ -65,7 +65,7 @@ def test_agent_t2_equals_level2_hmm(seed):
     agent.fit(random_walk(env, 40, 12, seed=seed))
     agent.sleep()
     ref = agent.level2_hmm()
-    _, indptr, indices, data = agent._level2[:4]
+    _, indptr, indices, data = agent.level2_.arrays[:4]
     import scipy.sparse as sp
 
     k = agent.n_clusters_

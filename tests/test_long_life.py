@@ -88,7 +88,7 @@ def _same_agent(a, b):
     n = a.memory_.n_states
     assert n == b.memory_.n_states
     assert np.array_equal(a.clusters_.assignment[:n], b.clusters_.assignment[:n])
-    for x, y in zip(a._level2, b._level2):
+    for x, y in zip(a.level2_.arrays, b.level2_.arrays):
         if isinstance(x, np.ndarray) and x.ndim == 1 and len(x) != len(y):  # cluster_of: compare the states
             x, y = x[:n], y[:n]
         assert np.array_equal(x, y)
@@ -103,10 +103,11 @@ def test_incremental_equals_full_recomputation(merge, monkeypatch, tmp_path):
     from hmmmerge.agent import TwoLevelMemory
 
     import hmmmerge.agent
+    import hmmmerge.level2
 
-    monkeypatch.setattr(hmmmerge.agent, "T2_UPDATE_MAX_ENTRIES_PER_STATE", 1e9)  # always update T2 after sleeps
-    monkeypatch.setattr(hmmmerge.agent, "T2_UPDATE_MAX_MOVED_SHARE", 1.0)
-    monkeypatch.setattr(hmmmerge.agent, "T2_UPDATE_MAX_SCANNED_SHARE", 1.0)
+    monkeypatch.setattr(hmmmerge.level2, "T2_UPDATE_MAX_ENTRIES_PER_STATE", 1e9)  # always update T2 after sleeps
+    monkeypatch.setattr(hmmmerge.level2, "T2_UPDATE_MAX_MOVED_SHARE", 1.0)
+    monkeypatch.setattr(hmmmerge.level2, "T2_UPDATE_MAX_SCANNED_SHARE", 1.0)
     monkeypatch.setattr(hmmmerge.agent, "KEEP_TABLES_FROM_STATES", 3000)  # member lists from mid-life on
     env = gridworld(seed=1)
     for seed in (0, 1, 2):
@@ -118,7 +119,7 @@ def test_incremental_equals_full_recomputation(merge, monkeypatch, tmp_path):
         with monkeypatch.context() as m:
             m.setattr(merging, "_cluster_features", _full_features)
             m.setattr(TwoLevelMemory, "_refresh_level2", TwoLevelMemory._set_level2)
-            m.setattr(TwoLevelMemory, "_level2_after_sleep", lambda self, *before: None)  # T2 counted afresh
+            m.setattr(hmmmerge.level2.Level2, "after_sleep", lambda self, *args: None)  # T2 counted afresh
             full = TwoLevelMemory(10, 4, merge=merge, seed=seed).fit(traj)
         _same_agent(fast, full)
         _same_agent(resumed, full)
@@ -147,10 +148,11 @@ def test_kept_counts_and_t2_match_a_recount_after_every_block(merge, noise, monk
     from hmmmerge.merging import depth_counts
 
     import hmmmerge.agent
+    import hmmmerge.level2
 
-    monkeypatch.setattr(hmmmerge.agent, "T2_UPDATE_MAX_ENTRIES_PER_STATE", 1e9)  # always update T2 after sleeps
-    monkeypatch.setattr(hmmmerge.agent, "T2_UPDATE_MAX_MOVED_SHARE", 1.0)
-    monkeypatch.setattr(hmmmerge.agent, "T2_UPDATE_MAX_SCANNED_SHARE", 1.0)
+    monkeypatch.setattr(hmmmerge.level2, "T2_UPDATE_MAX_ENTRIES_PER_STATE", 1e9)  # always update T2 after sleeps
+    monkeypatch.setattr(hmmmerge.level2, "T2_UPDATE_MAX_MOVED_SHARE", 1.0)
+    monkeypatch.setattr(hmmmerge.level2, "T2_UPDATE_MAX_SCANNED_SHARE", 1.0)
     monkeypatch.setattr(hmmmerge.agent, "KEEP_TABLES_FROM_STATES", 0)  # member lists from the start
     env, rng = gridworld(seed=2), np.random.default_rng(7)
     agent = TwoLevelMemory(10, 4, merge=merge, seed=3, sleep_every=137, refresh_every=61)
@@ -165,7 +167,7 @@ def test_kept_counts_and_t2_match_a_recount_after_every_block(merge, noise, monk
         reports = TwoLevelMemory.sleep(self)
         full = level2_transitions(self.memory_.kernel_arrays()[0], self.memory_.n_states, self.clusters_.assignment,
                                   self.clusters_.n_clusters)
-        sleeps.append(all(np.array_equal(x, y) for x, y in zip(full, self._t2))
+        sleeps.append(all(np.array_equal(x, y) for x, y in zip(full, self.level2_.t2))
                       and self._labels_kept is not None and self._purity == purity_recount(self))
         return reports
 
@@ -179,10 +181,10 @@ def test_kept_counts_and_t2_match_a_recount_after_every_block(merge, noise, monk
             ref = depth_counts(agent.memory_, [np.flatnonzero(cl.assignment[:n] == c) for c in ids], counts.shape[1])
             assert np.array_equal(ref, counts[ids])
             checked += len(ids)
-        refreshed += bool(agent._joined_since_t2)  # a refresh by the joined states' links (None: full)
+        refreshed += bool(agent.level2_.joined)  # a refresh by the joined states' links (None: full)
         agent._refresh_level2()
         full = level2_transitions(agent.memory_.kernel_arrays()[0], n, cl.assignment, cl.n_clusters)
-        for x, y in zip(full, agent._t2):
+        for x, y in zip(full, agent.level2_.t2):
             assert np.array_equal(x, y)
         assert agent._current_purity() == purity_recount(agent)  # label counts kept through online joins
         assert all(np.array_equal(cl.members(c), np.flatnonzero(cl.assignment[:n] == c)) for c in range(cl.n_clusters))
