@@ -49,3 +49,21 @@ def test_paper_to_code_table_names_real_objects():
             break
         else:
             raise AssertionError(f"{name} does not resolve")
+
+
+def test_library_map_names_every_module_and_the_readme_stands_alone():
+    """Every module of the package (public ones, and the internal kernels named beside them) is in the
+    "Library map", and the README sends no reader to files outside the package."""
+    import pkgutil
+
+    import hmmmerge
+
+    text = README.read_text()
+    section = text.split("## Library map", 1)[1].split("\n## ", 1)[0]
+    mapped = set(re.findall(r"`(\w+)`", section))
+    modules = {m.name for m in pkgutil.iter_modules(hmmmerge.__path__)} - {"__main__"}
+    public = {m for m in modules if not m.startswith("_")}
+    assert public <= mapped, sorted(public - mapped)
+    kernels = {m for m in modules if m.endswith("_kernels")}
+    assert kernels <= mapped, sorted(kernels - mapped)
+    assert "../shared" not in text and "REFERENCE.md" not in text
