@@ -24,5 +24,20 @@ def as_generator(seed) -> np.random.Generator:
     raise InvalidParameterError(f"seed must be a non-negative int (or a tuple of them), a numpy Generator or None, got {seed!r}")
 
 
+def check_seed(value, name: str = "seed") -> None:
+    """A constraint for ``_parameter_constraints``: ``value`` is something :func:`as_generator` accepts.
+
+    >>> check_seed(-1)
+    Traceback (most recent call last):
+    ...
+    hmmmerge._validation.InvalidParameterError: seed must be a non-negative int (or a tuple of them), a numpy Generator or None, got -1
+    """
+    try:
+        as_generator(value)
+    except InvalidParameterError:
+        raise InvalidParameterError(f"{name} must be a non-negative int (or a tuple of them), a numpy Generator "
+                                    f"or None, got {value!r}") from None
+
+
 def _is_seed_int(x) -> bool:
     return isinstance(x, Integral) and not isinstance(x, bool) and x >= 0

@@ -58,7 +58,7 @@ import numpy as np
 from ._estimator import Estimator, clone
 from ._agent_file import read_agent_file, write_agent_file
 from ._limits import check_memory
-from ._random import as_generator
+from ._random import as_generator, check_seed
 from .clusters import Clusters, level2_hmm
 from .episodic import EpisodicMemory
 from .level2 import Level2
@@ -84,10 +84,6 @@ def _check_merger(value, name):
     if value is not None and not callable(getattr(value, "sleep", None)):
         raise TypeError(f"{name} must be None or a merger with a sleep(memory, clusters, rng) method "
                         f"(hmmmerge.merging.Merger), got {type(value).__name__}")
-
-
-def _check_seed(value, name):
-    as_generator(value)
 
 
 class TwoLevelMemory(Estimator):
@@ -144,7 +140,7 @@ class TwoLevelMemory(Estimator):
     _parameter_constraints = {
         "n_obs": Int(1), "n_actions": Int(1), "merge": _check_merge, "merger": _check_merger,
         "initial_size": Int(1), "merge_iterations": Int(0), "refresh_every": Int(1), "sleep_every": Int(1),
-        "online_connect": Bool(), "seed": _check_seed,
+        "online_connect": Bool(), "seed": check_seed,
     }
 
     def __init__(self, n_obs: int, n_actions: int, *, merge: str | None = None, merger=None, initial_size: int = 10,

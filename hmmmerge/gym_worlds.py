@@ -44,6 +44,7 @@ import numpy as np
 
 from ._io import atomic_write_text
 from ._random import as_generator
+from ._validation import check_int
 from .environment import Environment
 from .trajectories import Trajectories
 
@@ -65,10 +66,6 @@ def _require_gym():
     except ImportError:
         raise ImportError('from_gymnasium needs gymnasium: pip install "hmmmerge[gym]"') from None
     return gymnasium
-
-
-def _is_count(v, low: int) -> bool:
-    return isinstance(v, Integral) and not isinstance(v, bool) and v >= low
 
 
 # ---------------------------------------------------------------------------- observation ids
@@ -285,8 +282,7 @@ def from_gymnasium(env, *, n_episodes=None, episode_length: int = 50, policy=Non
         raise TypeError(f"keyword arguments {sorted(make_kwargs)} only apply when env is an id")
     if not isinstance(env, gym.Env):
         raise TypeError(f"env must be a gymnasium.Env or an environment id, got {type(env).__name__}")
-    if not (isinstance(seed, Integral) and not isinstance(seed, bool) and seed >= 0):
-        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+    seed = check_int(seed, "seed", low=0)
     if n_episodes is None:
         return _minigrid_world(env, int(seed), agent_view_size, return_vocabulary)
     if agent_view_size is not None or return_vocabulary:
@@ -309,7 +305,7 @@ def _minigrid_world(env, seed: int, agent_view_size, return_vocabulary: bool):
     env.reset(seed=seed)
     grid_env = env.unwrapped
     if agent_view_size is not None:
-        if not _is_count(agent_view_size, 3) or agent_view_size % 2 == 0:
+        if check_int(agent_view_size, "agent_view_size", low=3) % 2 == 0:
             raise ValueError(f"agent_view_size must be an odd integer >= 3, got {agent_view_size!r}")
         grid_env.agent_view_size = int(agent_view_size)
     grid = grid_env.grid
@@ -348,10 +344,8 @@ def _minigrid_world(env, seed: int, agent_view_size, return_vocabulary: bool):
 # ---------------------------------------------------------------------------- recording
 def _record(env, n_episodes, episode_length, policy, seed: int) -> Recording:
     gym = _require_gym()
-    if not _is_count(n_episodes, 1):
-        raise ValueError(f"n_episodes must be an integer >= 1, got {n_episodes!r}")
-    if not _is_count(episode_length, 0):
-        raise ValueError(f"episode_length must be an integer >= 0, got {episode_length!r}")
+    n_episodes = check_int(n_episodes, "n_episodes", low=1)
+    episode_length = check_int(episode_length, "episode_length", low=0)
     space = env.action_space
     if not isinstance(space, gym.spaces.Discrete):
         raise ValueError(f"the action space must be Discrete, got {space}")

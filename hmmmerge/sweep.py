@@ -58,6 +58,8 @@ from numbers import Integral, Real
 
 import numpy as np
 
+from ._validation import check_int
+
 from ._io import atomic_savez
 
 __all__ = [
@@ -372,9 +374,7 @@ def make_executor(spec="local", max_workers: int | None = None, n_tasks: int | N
         return
     if kind not in ("local", "threads", "serial"):
         raise ValueError(f"executor must be local[:N], threads[:N], serial or dask://HOST:PORT, got {spec!r}")
-    if max_workers is not None and (isinstance(max_workers, bool) or not isinstance(max_workers, Integral)
-                                    or max_workers < 1):
-        raise ValueError(f"max_workers must be a positive integer, got {max_workers!r}")
+    check_int(max_workers, "max_workers", low=1, allow_none=True)
     if arg:
         if not arg.isdigit() or int(arg) < 1:
             raise ValueError(f"executor {spec!r}: the number of workers must be a positive integer")

@@ -350,18 +350,15 @@ def test_candidates_restrict_merges():
 
 def test_bad_inputs_raise():
     traj = Trajectories([[0, 1, 0]], [[-1, 0, 0]])
-    with pytest.raises(ValueError, match="prior_weight"):
-        BestFirstMerging(prior_weight=0)
-    with pytest.raises(ValueError, match="structure_prior"):
-        BestFirstMerging(structure_prior=-1)
-    with pytest.raises(ValueError, match="max_merges"):
-        BestFirstMerging(max_merges=-2)
-    with pytest.raises(ValueError, match="initial"):
-        BestFirstMerging(initial="dag")
-    with pytest.raises(TypeError, match="incremental"):
-        BestFirstMerging(incremental="yes")
-    with pytest.raises(TypeError, match="candidates"):
-        BestFirstMerging(candidates=[(0, 1)])
+    for params, error, field in [({"prior_weight": 0}, ValueError, "prior_weight"),
+                                 ({"structure_prior": -1}, ValueError, "structure_prior"),
+                                 ({"max_merges": -2}, ValueError, "max_merges"), ({"initial": "dag"}, ValueError, "initial"),
+                                 ({"incremental": "yes"}, TypeError, "incremental"),
+                                 ({"candidates": [(0, 1)]}, TypeError, "candidates"),
+                                 ({"search": "fold"}, ValueError, "incremental=False")]:
+        bad = BestFirstMerging(**params)   # accepted by the constructor, refused by fit
+        with pytest.raises(error, match=field):
+            bad.fit(traj)
     with pytest.raises(TypeError, match="data must be"):
         BestFirstMerging().fit(np.zeros((2, 3), int))
     with pytest.raises(ValueError, match="n_obs"):
@@ -530,9 +527,9 @@ def test_fold_search_needs_batch_and_the_tree():
     for kw in (dict(), dict(incremental=False, initial="sequences"), dict(incremental=False, max_merges=3),
                dict(incremental=False, candidates=sf_candidates())):
         with pytest.raises(ValueError, match="search='fold'"):
-            BestFirstMerging(search="fold", **kw)
+            BestFirstMerging(search="fold", **kw).fit(Trajectories([[0, 1, 0]], [[-1, 0, 0]]))
     with pytest.raises(ValueError, match="search must be"):
-        BestFirstMerging(search="greedy")
+        BestFirstMerging(search="greedy").fit(Trajectories([[0, 1, 0]], [[-1, 0, 0]]))
 
 
 def test_cli_baseline_bfmm_uses_all_episodes_and_the_fold_option(capsys):

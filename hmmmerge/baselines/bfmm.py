@@ -86,8 +86,8 @@ import scipy.sparse as sp
 from scipy.special import gammaln
 
 from .._estimator import Estimator
-from .._random import as_generator
-from .._validation import alphabet_sizes, as_trajectories, check_float, check_int
+from .._random import as_generator, check_seed
+from .._validation import Bool, Float, Int, Options, alphabet_sizes, as_trajectories, check_float, check_int
 from ..hmm import ActionHMM
 from ..trajectories import Trajectories
 
@@ -349,6 +349,11 @@ def sf_candidates(k: int = 10, gamma: float = 0.8, horizon: int = 25):
     return rule
 
 
+def _check_candidates(value, name):
+    if value is not None and not callable(value):
+        raise TypeError(f"{name} must be None or a callable rule(model) -> (P, 2) pairs")
+
+
 class BestFirstMerging(Estimator):
     """Best-first model merging of an action-conditioned HMM (Stolcke & Omohundro 1994).
 
@@ -438,28 +443,21 @@ class BestFirstMerging(Estimator):
         self.initial = initial
         self.end_state = end_state
         self.seed = seed
-        self._check_params()
 
-    def _check_params(self) -> None:
-        """The one check of the parameters (constructor and :meth:`fit`)."""
-        check_float(self.prior_weight, "prior_weight", low=0, low_open=True)
-        check_float(self.structure_prior, "structure_prior", low=0)
-        for name in ("incremental", "end_state"):
-            if not isinstance(getattr(self, name), (bool, np.bool_)):
-                raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
-        if self.candidates is not None and not callable(self.candidates):
-            raise TypeError("candidates must be None or a callable rule(model) -> (P, 2) pairs")
-        check_int(self.max_merges, "max_merges", low=0, allow_none=True)
-        if self.initial not in ("tree", "sequences"):
-            raise ValueError(f"initial must be 'tree' or 'sequences', got {self.initial!r}")
-        if self.search not in ("pairs", "fold"):
-            raise ValueError(f"search must be 'pairs' or 'fold', got {self.search!r}")
+    _parameter_constraints = {
+        "prior_weight": Float(0, low_open=True), "structure_prior": Float(0), "incremental": Bool(),
+        "search": Options("pairs", "fold"), "candidates": _check_candidates, "max_merges": Int(0, none=True),
+        "initial": Options("tree", "sequences"), "end_state": Bool(), "seed": check_seed,
+    }
+
+    def _validate_params(self) -> None:
+        """The table, then what ``search="fold"`` needs of the others."""
+        super()._validate_params()
         if self.search == "fold":
             for name, ok in (("incremental=False", not self.incremental), ("initial='tree'", self.initial == "tree"),
                              ("candidates=None", self.candidates is None), ("max_merges=None", self.max_merges is None)):
                 if not ok:
                     raise ValueError(f"search='fold' runs on the prefix tree of all the data and needs {name}")
-        as_generator(self.seed)  # validates
 
     # ------------------------------------------------------------------ fit
     def fit(self, traj: Trajectories, n_obs: int | None = None, n_actions: int | None = None):
@@ -474,7 +472,7 @@ class BestFirstMerging(Estimator):
         >>> bf.n_initial_states_, bf.n_states_, bool((bf.merge_gains_ > 0).all())
         (8, 2, True)
         """
-        self._check_params()
+        self._validate_params()
         traj = as_trajectories(traj)
         obs, actions, O, A = _check_data(traj, n_obs, n_actions)
         rng = as_generator(self.seed)

@@ -22,7 +22,8 @@ import numpy as np
 
 from .._estimator import ModelLearner
 from .._random import as_generator
-from .._validation import alphabet_sizes, as_sequence, check_float, check_int
+from .._random import check_seed
+from .._validation import Bool, Float, Int, alphabet_sizes, as_sequence
 from ..hmm import ActionHMM
 from ..trajectories import Trajectories
 
@@ -112,12 +113,11 @@ class CloneHMM(ModelLearner):
         self.n_init = n_init
 
     # ------------------------------------------------------------ validation
-    def _check_params(self) -> None:
-        for name, low in (("n_iter", 0), ("n_viterbi_iter", 0), ("n_init", 1)):
-            check_int(getattr(self, name), name, low=low)
-        for name in ("pseudocount", "tol"):
-            check_float(getattr(self, name), name, low=0)
-        check_float(self.viterbi_pseudocount, "viterbi_pseudocount", low=0, allow_none=True)
+    # n_clones (an int or one count per observation) is checked against the data by _clone_counts
+    _parameter_constraints = {
+        "n_iter": Int(0), "n_viterbi_iter": Int(0), "n_init": Int(1), "pseudocount": Float(0), "tol": Float(0),
+        "viterbi_pseudocount": Float(0, none=True), "viterbi_refine": Bool(), "seed": check_seed,
+    }
 
     def _clone_counts(self, n_obs: int) -> np.ndarray:
         nc = np.asarray(self.n_clones)
@@ -168,7 +168,7 @@ class CloneHMM(ModelLearner):
         from . import _em_kernels as K
 
         t0 = time.perf_counter()
-        self._check_params()
+        self._validate_params()
         if n_obs is None and np.ndim(self.n_clones) == 1:
             n_obs = len(self.n_clones)
         obs, acts, n_obs, n_actions = self._sequence(traj, n_obs, n_actions)
