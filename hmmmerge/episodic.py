@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from ._estimator import Estimator
 from ._io import atomic_savez
 from .hmm import ActionHMM
 from ._validation import as_trajectories, check_int, check_symbols
@@ -24,7 +25,7 @@ from ._validation import as_trajectories, check_int, check_symbols
 __all__ = ["EpisodicMemory"]
 
 
-class EpisodicMemory:
+class EpisodicMemory(Estimator):
     """Algorithm 1: an online, perfectly storing episodic memory.
 
     Parameters

@@ -176,7 +176,8 @@ class ModelEntry:
     ``takes``, and trained by ``fit(train)`` (``fit(train, n_obs, n_actions)`` unless the
     constructor takes the alphabet).  ``overrides``: defaults of this entry that differ from
     the constructor's; ``extra``: parameters of the entry that are not the constructor's
-    (their defaults), handled by ``prepare(train, params) -> (train, params)``;
+    (their defaults), handled by ``prepare(train, params) -> (train, params)``; ``resolve(params) -> params``
+    turns an entry's default that depends on other parameters into a constructor value;
     ``options``: the parameters that are CLI flags of ``hmmmerge evaluate`` / ``baseline``;
     ``requires``: an optional package the learner needs (the entry is left out of
     :data:`MODELS` without it); ``table``: a row of ``hmmmerge evaluate``'s default table.
@@ -191,6 +192,7 @@ class ModelEntry:
     extra: dict = field(default_factory=dict)
     options: tuple[Option, ...] = ()
     prepare: Callable | None = None
+    resolve: Callable | None = None
     needs_data: bool = True
     requires: str | None = None
     table: bool = True
@@ -208,11 +210,13 @@ class ModelEntry:
 
 def _bfmm_prepare(train, params):
     n = params.pop("n_episodes")
-    if n is not None:
-        train = train[:n]
-    if params["incremental"] is None:  # the fold search works on the batch prefix tree
-        params["incremental"] = params["search"] == "pairs"
-    return train, params
+    return (train if n is None else train[:n]), params
+
+
+def _bfmm_resolve(params):
+    if params.get("incremental", None) is None:  # the fold search works on the batch prefix tree
+        params["incremental"] = params.get("search", "pairs") == "pairs"
+    return params
 
 
 _SIZE = (Option("initial_size", "--size", "level 2: initial cluster size"),)
@@ -242,7 +246,7 @@ def _entries():
     yield ModelEntry("bfmm", "baselines.bfmm:BestFirstMerging",
                      "best-first model merging (Stolcke & Omohundro) on the first training episodes",
                      takes=("seed",), overrides={"incremental": None}, extra={"n_episodes": None},
-                     prepare=_bfmm_prepare,
+                     prepare=_bfmm_prepare, resolve=_bfmm_resolve,
                      options=(Option("n_episodes", "--bfmm-episodes", "best-first merging: use only the first N "
                                                                       "training episodes (None: all)", int),
                               Option("search", "--bfmm-search", "best-first merging: 'pairs' (Stolcke & Omohundro, "
@@ -289,6 +293,8 @@ def make_learner(name: str, n_obs: int | None = None, n_actions: int | None = No
     """
     entry = _check_name(name)
     params = _params(entry, params, data=False)
+    if entry.resolve is not None:
+        params = entry.resolve(dict(params))
     context = {"n_obs": n_obs, "n_actions": n_actions, "env": env, "seed": seed}
     return entry.learner_class(**{k: context[k] for k in entry.takes}, **entry.fixed, **params)
 
