@@ -365,20 +365,3 @@ def test_bad_data_raise():
     fitted = CloneHMM(n_clones=1, n_iter=2).fit(([0, 1], [-1, 0]))
     with pytest.raises(ValueError, match="obs"):
         fitted.score([0, 2], [-1, 0])
-
-
-def test_estimator_conventions():
-    """Parameters as attributes (get/set_params, repr), learned attributes with '_', fit starts afresh."""
-    rng = np.random.default_rng(3)
-    obs, acts = random_episodes(rng, 3, 2, [12, 12, 12])
-    a, b = (np.array(obs), np.array(acts)), (np.array(obs)[:, ::-1].copy(), np.array(acts))
-    m = CloneHMM(n_clones=2, n_iter=4, seed=5)
-    assert m.get_params()["n_clones"] == 2 and repr(m) == "CloneHMM(n_clones=2, n_iter=4, seed=5)"
-    assert not any(k.endswith("_") for k in vars(m))  # nothing learned before fit
-    twin = CloneHMM(**m.get_params())
-    assert np.array_equal(m.fit(a).T_, twin.fit(a).T_)
-    # fitting on b after a gives exactly a fresh fit on b
-    assert np.array_equal(m.fit(b).T_, CloneHMM(**m.get_params()).fit(b).T_)
-    assert m.set_params(n_iter=1).fit(a).n_iter_ == 1
-    with pytest.raises(ValueError, match="not a parameter of CloneHMM"):
-        m.set_params(clones=3)
