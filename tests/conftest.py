@@ -3,7 +3,9 @@
 Reference implementations are written once here, as plainly as possible and
 without the package's code, so that every test compares against the same
 oracle: ``random_model`` (a random ActionHMM) and ``literal_algorithm_1``
-(the paper's Algorithm 1 with Python dicts).
+(the paper's Algorithm 1 with Python dicts).  ``paper_world`` is the paper's
+10x10 grid of 10 colours (colouring 0) and ``paper_walk`` 80 episodes of 50
+random moves in it (seed 1), built once per session (neither is ever changed).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from hmmmerge import ActionHMM
+from hmmmerge import ActionHMM, gridworld, random_walk
 
 
 def _random_model(rng, H, O, A, *, sparsity=0.0, sparse=False, zero_rows=0.0):
@@ -69,3 +71,15 @@ def random_model():
 def literal_algorithm_1():
     """``literal_algorithm_1(episodes, n_actions) -> (T dict, E list)``: the paper's Algorithm 1."""
     return _literal_algorithm_1
+
+
+@pytest.fixture(scope="session")
+def paper_world():
+    """The paper's world: ``gridworld(10, 10, n_colours=10, seed=0)``."""
+    return gridworld(10, 10, n_colours=10, seed=0)
+
+
+@pytest.fixture(scope="session")
+def paper_walk(paper_world):
+    """80 episodes of 50 random moves in :func:`paper_world` (seed 1)."""
+    return random_walk(paper_world, 80, seed=1)

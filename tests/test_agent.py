@@ -10,9 +10,8 @@ from hmmmerge.episodic import EpisodicMemory
 
 
 @pytest.fixture(scope="module")
-def world():
-    env = gridworld(seed=0)
-    return env, random_walk(env, 80, seed=1)
+def world(paper_world, paper_walk):
+    return paper_world, paper_walk
 
 
 def _fit(traj, **kw):

@@ -111,8 +111,8 @@ def test_order_one_without_actions_in_context_is_close_to_first_order():
     assert abs(ctx.accuracy - fo.accuracy) < 0.05
 
 
-def test_longer_contexts_help_on_the_paper_world():
-    env = gridworld(10, 10, n_colours=10, seed=0)
+def test_longer_contexts_help_on_the_paper_world(paper_world):
+    env = paper_world
     train, test = random_walk(env, 300, seed=0), random_walk(env, 30, seed=1)
     acc = {k: score_trajectories(ContextModel(order=k).fit(train, 10, 4).to_hmm(), test).accuracy
            for k in (1, 3)}

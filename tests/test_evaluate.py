@@ -19,8 +19,8 @@ from hmmmerge.evaluate import (
 
 
 @pytest.fixture(scope="module")
-def world():
-    return gridworld(10, 10, n_colours=10, seed=0)
+def world(paper_world):
+    return paper_world
 
 
 @pytest.fixture(scope="module")

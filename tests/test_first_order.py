@@ -64,8 +64,8 @@ def test_first_order_is_the_oracle_when_colours_are_unique():
     assert r.accuracy == 1.0 and r.surprise == 0.0
 
 
-def test_first_order_is_not_enough_on_the_paper_world():
-    env = gridworld(10, 10, n_colours=10, seed=0)
+def test_first_order_is_not_enough_on_the_paper_world(paper_world):
+    env = paper_world
     fo = FirstOrderModel().fit(random_walk(env, 1000, 50, seed=0), env.n_obs, env.n_actions)
     r = evaluate_model(env, fo.to_hmm(), n_episodes=200, seed=1, smoothing=1e-3)
     oracle = evaluate_model(env, env.to_hmm(), n_episodes=200, seed=1)

@@ -57,8 +57,8 @@ def test_cluster_sets():
 
 
 @pytest.fixture(scope="module")
-def memory():
-    env = gridworld(seed=0)
+def memory(paper_world):
+    env = paper_world
     mem = EpisodicMemory(env.n_obs, env.n_actions)
     mem.observe_trajectories(random_walk(env, 200, seed=0))
     return mem

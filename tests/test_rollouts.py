@@ -50,8 +50,8 @@ def test_default_start_and_custom_start():
     assert (traj.obs[:, 0] == env.obs[env.start]).all()
 
 
-def test_uniform_action_frequencies():
-    env = gridworld(10, 10, n_colours=10, seed=0)
+def test_uniform_action_frequencies(paper_world):
+    env = paper_world
     traj = random_walk(env, 1000, 50, seed=123)
     moves = traj.actions[:, 1:].ravel()
     counts = np.bincount(moves, minlength=4)

@@ -106,9 +106,9 @@ def test_expected_form_against_enumeration_of_action_sequences():
         assert np.allclose(true_successor_features(env, [s], gamma, horizon), brute)
 
 
-def test_memory_sf_approaches_true_sf_with_cluster_size():
+def test_memory_sf_approaches_true_sf_with_cluster_size(paper_world):
     """The paper's Figure true_sim in miniature: bigger pure clusters, closer to the true SF."""
-    env = gridworld(seed=0)
+    env = paper_world
     mem = EpisodicMemory(env.n_obs, env.n_actions)
     mem.observe_trajectories(random_walk(env, 1000, seed=0))
     rng = np.random.default_rng(0)
