@@ -205,6 +205,8 @@ def validate_agent_arrays(data: dict, meta: dict) -> None:
     # counters and state
     for key in _COUNTERS:
         _int_field(meta, key, 0)
+    if "popped" in meta:  # episodes whose history was handed out (streamed to a file); older files lack it
+        _int_field(meta, "popped", 0, meta["episodes"] + 1)
     if not isinstance(meta.get("sleep_pending"), bool):
         raise AgentFileError(f"meta 'sleep_pending' is {meta.get('sleep_pending')!r}, expected true or false")
     purity = meta.get("purity")
