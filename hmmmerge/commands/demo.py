@@ -190,10 +190,11 @@ def run(args) -> int:
     from ..cli import print_json
     from ..reproduce.figures import write_csv
     from ..reproduce.runs import world
-    from ..sweep import run_sweeps
+    from ..sweep import check_executor, run_sweeps
     from .env import describe, save_plot
     from .run import check_run_memory
 
+    check_executor(args.executor)  # refused even when every run is done already
     for name, low in (("seeds", 1), ("episodes", 1), ("colouring", 0)):
         if getattr(args, name) < low:
             raise ValueError(f"--{name} must be >= {low}, got {getattr(args, name)}")
