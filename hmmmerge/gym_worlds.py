@@ -159,7 +159,7 @@ class ObservationVocabulary:
         """
         path = os.fspath(path)
         try:
-            with open_regular(path, "r", what="observation vocabulary", encoding="utf-8") as f:
+            with open_regular(path, "r", what="vocabulary file", encoding="utf-8") as f:
                 payload = json.load(f)
             if not isinstance(payload, dict) or payload.get("format") != cls.FORMAT or payload.get("version") != 1:
                 raise ValueError(f"{path}: not an observation vocabulary (format {cls.FORMAT!r}, version 1)")
@@ -232,8 +232,11 @@ class Recording:
         for key, a in (("obs", obs), ("actions", actions)):
             if a.ndim != 2 or (a.size and a.dtype.kind not in "iu"):
                 raise ValueError(f"{path}: {key} must be a 2-D integer array, got {a.dtype} of shape {a.shape}")
+        try:
+            traj = Trajectories(obs=obs, actions=actions)
+        except ValueError as e:
+            raise ValueError(f"{path}: {e}") from None
         vocab = ObservationVocabulary.load(path + ".vocabulary.json")
-        traj = Trajectories(obs=obs, actions=actions)
         if traj.obs.size and traj.obs.max() >= len(vocab):
             raise ValueError(f"{path}: observation id {int(traj.obs.max())} is not in the vocabulary "
                              f"of {len(vocab)} observations")
