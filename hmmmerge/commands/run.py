@@ -188,7 +188,6 @@ def _resume(args, env, seed, history_path):
     if not checkpoint:  # a saved memory: --episodes more
         walk = as_generator((seed, agent.episodes_))
         target = agent.episodes_ + args.episodes
-        check_run_memory(env, target, args.episode_length, 0, agent.initial_size)
         try:  # the history of this very agent (its episodes exactly) is continued, any other one replaced
             rows, later = _history_rows_written(history_path, written) if history_path else (None, False)
         except _NotThisHistory:
@@ -221,8 +220,8 @@ def _resume(args, env, seed, history_path):
     length = state.get("episode_length", args.episode_length)
     if length != args.episode_length:
         raise ValueError(f"{src}: the checkpoint's run has --episode-length {length!r}; resume it with the same")
-    try:
-        check_run_memory(env, target, args.episode_length, 0, agent.initial_size)
+    try:  # the episodes still to live, as --episodes of a new run
+        check_run_memory(env, target - agent.episodes_, args.episode_length, 0, agent.initial_size)
     except ValueError as e:
         raise ValueError(f"{src}: the checkpoint's 'target_episodes' {target} is too many: {e}") from None
     on_disk = _history_rows_written(history_path, written)[0] if history_path else None
