@@ -17,9 +17,9 @@ MiniGrid FourRooms with a 3x3 egocentric view (``from_gymnasium``), clean only, 
 from the start pose.
 
 Learners (``--learners``): ``oracle`` (``env.to_hmm(start=...)``, the true process: the best any
-model can do), every catalogue model (``hmmmerge.baselines.MODELS``: ``first-order``, ``context``,
+model can do), every catalogue model (``hmmmerge.models.MODELS``: ``first-order``, ``context``,
 ``em``, ...; EM with 20 clones per colour, 30 with 4 colours or fewer, 100 iterations, as in
-``bench_fold.py``), and every merge mode of ``TwoLevelMemory`` (``sf``, ``fold``, ``fold-noisy``,
+``bench_fold.py``), and every merge mode of ``TwoLevelMemory`` (``hmmmerge.models.MERGERS``: ``sf``, ``fold``, ``fold-noisy``,
 and any mode registered later: the hook for the new learner is its name).  An online learner lives
 the training walk in 100-episode blocks (``partial_fit``); per block its CPU seconds are recorded,
 and its online accuracy (the paper's measure, level 2, over the last 50 episodes).  Its held-out
@@ -128,8 +128,9 @@ def _em_params(env) -> dict:
 
 def run_one(config: dict) -> dict:
     """Fit one learner on one walk and score it; the body of a run's subprocess."""
-    from hmmmerge.agent import MERGE_MODES, TwoLevelMemory
-    from hmmmerge.baselines import MODELS, build_model
+    from hmmmerge.agent import TwoLevelMemory
+    from hmmmerge.models import MERGERS as MERGE_MODES
+    from hmmmerge.models import MODELS, build_model
 
     env = build_world(config["world"], int(config["colouring"]), config["condition"])
     start = CONDITIONS[config["condition"]]["start"]
@@ -432,8 +433,8 @@ def main(argv=None) -> int:
         parser.error(f"--episodes must be a multiple of {BLOCK}")
     if not args.cpu_limit > 0 or not args.memory_gb > 0:
         parser.error("--cpu-limit and --memory-gb must be positive")
-    from hmmmerge.agent import MERGE_MODES
-    from hmmmerge.baselines import MODELS
+    from hmmmerge.models import MERGERS as MERGE_MODES
+    from hmmmerge.models import MODELS
 
     unknown = [lr for lr in args.learners if lr not in MERGE_MODES and lr not in MODELS]
     if unknown:
