@@ -376,7 +376,8 @@ def check_run_memory(env, episodes: int, episode_length: int, eval_episodes: int
 
 
 def _surprise(env, agent, n_episodes, episode_length, seed, smoothing) -> dict:
-    """Level-2 surprise (nats per move) and accuracy of the pure level-2 filter on fresh episodes.
+    """Level-2 surprise (nats per move) and accuracy of the pure level-2 filter on fresh episodes, and the
+    oracle's (the true world's model) on the same episodes (``oracle_fresh_accuracy``, ``oracle_surprise``).
 
     ``surprise`` is the smoothed value (each prediction mixed with ``smoothing``
     of uniform, stated in the output) so that one zero-probability step does not
@@ -391,12 +392,14 @@ def _surprise(env, agent, n_episodes, episode_length, seed, smoothing) -> dict:
 
     if agent.n_clusters_ == 0:
         return {"surprise": None, "surprise_unsmoothed": None, "zero_prob_steps": None,
-                "surprise_smoothing_epsilon": smoothing}
+                "surprise_smoothing_epsilon": smoothing, "oracle_fresh_accuracy": None, "oracle_surprise": None}
     model = agent.level2_hmm()
     walk_seed = np.random.default_rng([seed, 7919])
     fresh = evaluate_model(env, model, n_episodes, episode_length, seed=walk_seed, smoothing=smoothing).as_dict()
-    raw = evaluate_model(env, model, n_episodes, episode_length, seed=np.random.default_rng([seed, 7919])).as_dict()
+    raw = evaluate_model(env, model, n_episodes, episode_length, seed=np.random.default_rng([seed, 7919]),
+                         oracle=False).as_dict()
     return {"surprise": fresh["surprise"], "surprise_ci": fresh["surprise_ci"],
             "surprise_smoothing_epsilon": smoothing,
             "surprise_unsmoothed": raw["surprise"] if math.isfinite(raw["surprise"]) else None,
-            "zero_prob_steps": raw["zero_prob_steps"], "l2_fresh_accuracy": fresh["accuracy"]}
+            "zero_prob_steps": raw["zero_prob_steps"], "l2_fresh_accuracy": fresh["accuracy"],
+            "oracle_fresh_accuracy": fresh["oracle_accuracy"], "oracle_surprise": fresh["oracle_surprise"]}
