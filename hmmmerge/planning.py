@@ -390,6 +390,8 @@ def without_transitions(model: ActionHMM, transitions) -> ActionHMM:
 def distances_to(env: Environment, targets) -> np.ndarray:
     """Fewest moves from every true state to any of ``targets`` (state indices); ``inf`` if none is reachable.
 
+    In a stochastic world, along moves of positive probability (the shortest path if every move goes well).
+
     >>> from hmmmerge.gallery import cycle_world
     >>> distances_to(cycle_world(5, n_colours=5), [0]).tolist()
     [0.0, 1.0, 2.0, 2.0, 1.0]
@@ -398,8 +400,9 @@ def distances_to(env: Environment, targets) -> np.ndarray:
     S = env.n_states
     if targets.size and (targets.min() < 0 or targets.max() >= S):
         raise ValueError(f"targets must be state indices in 0..{S - 1}")
-    src = np.tile(np.arange(S), env.n_actions)
-    back = sp.csr_matrix((np.ones(len(src)), (env.next_state.ravel(), src)), shape=(S, S))  # v -> states u that move to v
+    t = env.transitions  # every move of positive probability (a slip included)
+    src = np.repeat(np.arange(env.n_actions * S) % S, np.diff(t.indptr))
+    back = sp.csr_matrix((np.ones(len(src)), (t.indices, src)), shape=(S, S))  # v -> states u that can move to v
     dist = np.full(S, np.inf)
     dist[targets] = 0.0
     frontier, k = targets, 0
@@ -426,22 +429,43 @@ def block_passage(env: Environment, u, v) -> Environment:
         if node not in env.index:
             raise ValueError(f"node {node!r} is not a state of the world")
     i, j = env.index[u], env.index[v]
-    ns = env.next_state.copy()
-    blocked = ((ns[:, i] == j) & (i != j)).sum() + ((ns[:, j] == i) & (i != j)).sum()
-    if blocked == 0:
+    if i == j:
+        raise ValueError(f"{u!r} and {v!r} are the same state: nothing to block")
+    S, A = env.n_states, env.n_actions
+    t = env.transitions
+    rows = np.repeat(np.arange(A * S), np.diff(t.indptr))
+    cols = t.indices.copy()
+    into = ((rows % S == i) & (cols == j)) | ((rows % S == j) & (cols == i))
+    if not into.any():
         raise ValueError(f"no move joins {u!r} and {v!r}: nothing to block")
-    ns[:, i] = np.where(ns[:, i] == j, i, ns[:, i])
-    ns[:, j] = np.where(ns[:, j] == i, j, ns[:, j])
-    return Environment._from_tables(env.nodes, env.obs, ns, env.start, env.n_obs,
-                                    f"blocked {u!r}-{v!r}")
+    cols[into] = rows[into] % S  # the move stays in place
+    if env._transitions is None:
+        ns = cols.reshape(A, S)
+        return Environment._from_tables(env.nodes, env.obs, ns, env.start, env.n_obs, f"blocked {u!r}-{v!r}",
+                                        obs_dist=env._obs_dist, obs_noise=env.obs_noise)
+    from .environment import Transitions, _most_likely
+
+    m = sp.csr_matrix((t.probs, (rows, cols)), shape=(A * S, S))  # duplicates (a slip into the wall) summed
+    m.sum_duplicates()
+    m.sort_indices()
+    table = Transitions(m.indptr.astype(np.int64), m.indices.astype(np.int64), m.data.astype(np.float64))
+    return Environment._from_tables(env.nodes, env.obs, _most_likely(table, S, A), env.start, env.n_obs,
+                                    f"blocked {u!r}-{v!r}", transitions=table, obs_dist=env._obs_dist,
+                                    obs_noise=env.obs_noise)
 
 
 def _world_step(env: Environment, s: int, a: int, rng) -> int:
-    """The true successor of ``s`` under ``a`` (drawn when the world is stochastic)."""
-    step = getattr(env, "step", None)
-    if callable(step):
-        return int(step(s, a, rng))
-    return int(env.next_state[a, s])
+    """The true successor of ``s`` under ``a`` (drawn in a world whose moves can slip)."""
+    if env.deterministic_moves:
+        return int(env.next_state[a, s])
+    return int(env._sample_successors(np.array([s]), np.array([a]), rng.random(1))[0])
+
+
+def _observe(env: Environment, s: int, rng) -> int:
+    """What the agent sees in true state ``s`` (drawn in a world with noisy views)."""
+    if env._obs_dist is None and env.obs_noise == 0:
+        return int(env.obs[s])
+    return int(env._sample_observations(np.array([s]), rng)[0])
 
 
 # --------------------------------------------------------------------------- navigation
@@ -591,7 +615,9 @@ def navigate(env: Environment, model: ActionHMM, n_pairs: int = 100, seed=0, *, 
 
     Parameters
     ----------
-    env : the true world (moves are executed there; a stochastic world's ``step`` is used if it has one).
+    env : the true world, deterministic or stochastic: moves are executed there (slipping as its moves do),
+        views drawn as it shows them (noise included); the goal is reached in a state of the goal's colour
+        (``env.obs``), the shortest path is along moves of positive probability.
     model : the map, an ActionHMM over the same observations and actions.
     n_pairs : start/goal pairs, >= 1.
     seed : int or Generator.  Starts, warm-up moves and goals come from one stream, moves made without a plan
@@ -604,6 +630,8 @@ def navigate(env: Environment, model: ActionHMM, n_pairs: int = 100, seed=0, *, 
     start : ``"random"`` or ``"world"``.
     update_map : remove from the map a move that surprised the agent (an observation the map gave
         probability below ``surprise``) from a state it was sure of (belief >= 0.5); the next plans avoid it.
+        Meant for worlds that changed (a blocked passage); in a world whose moves slip or views are noisy,
+        the map should give those surprises their probability (else it will remove good moves).
     surprise : that threshold, in [0, 1).
     keep_paths : keep the true states visited by each navigation.
     pairs : optional ``(start state index, goal observation)`` pairs to use instead of random ones
@@ -656,24 +684,23 @@ def navigate(env: Environment, model: ActionHMM, n_pairs: int = 100, seed=0, *, 
     colours_at = [np.flatnonzero(env.obs == o) for o in range(env.n_obs)]
     dist_cache: dict[int, np.ndarray] = {}
     starts, goals, shortest, steps, success, paths = [], [], [], [], [], []
-    hits, seen = [], []  # per pair: localisation hit per step
+    hits = []  # per pair: localisation hit per step
     removed = 0
     for i in range(n_pairs):
         s = int(rng.integers(env.n_states)) if start == "random" else env.start
         if pairs is not None:
             s = pairs[i][0]
-        o = int(env.obs[s])
-        b = _initial_belief(nav.model, o, prior)
+        b = _initial_belief(nav.model, _observe(env, s, rng), prior)
         hit = [corr[b.argmax()] == s]
         for _ in range(warmup):
             a = int(rng.integers(env.n_actions))
             s = _world_step(env, s, a, rng)
-            o = int(env.obs[s])
-            b, _ = nav.update(b, a, o)
+            b, _ = nav.update(b, a, _observe(env, s, rng))
             hit.append(corr[b.argmax()] == s)
         for c in range(env.n_obs):
             if c not in dist_cache:
                 dist_cache[c] = distances_to(env, colours_at[c])
+        o = int(env.obs[s])  # the true colour
         if pairs is not None:
             goal = pairs[i][1]
             if goal == o or not np.isfinite(dist_cache[goal][s]):
@@ -698,8 +725,7 @@ def navigate(env: Environment, model: ActionHMM, n_pairs: int = 100, seed=0, *, 
                 a = int(move_rng.integers(env.n_actions))
             before = b
             s = _world_step(env, s, a, move_rng)
-            o = int(env.obs[s])
-            b, p_obs = nav.update(b, a, o)
+            b, p_obs = nav.update(b, a, _observe(env, s, move_rng))
             taken += 1
             path.append(s)
             hit.append(corr[b.argmax()] == s)
@@ -708,7 +734,7 @@ def navigate(env: Environment, model: ActionHMM, n_pairs: int = 100, seed=0, *, 
                 if before[h] >= 0.5 and (nav.model.T[a][h].sum() > 0):
                     nav.set_model(without_transitions(nav.model, [(h, a)]))
                     removed += 1
-            if o == goal:
+            if env.obs[s] == goal:  # in the goal's place (what it shows may be noise)
                 reached = True
                 break
         steps.append(taken)
