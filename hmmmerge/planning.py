@@ -146,11 +146,15 @@ class Localisation:
     estimated: np.ndarray
 
     def accuracy_after(self, moves: int) -> float:
-        """Accuracy over the steps after the first ``moves`` moves of each episode."""
+        """Accuracy over the steps from move ``moves`` on (the beliefs after ``moves`` moves and later).
+
+        >>> Localisation(0.5, np.array([0.0, 0.5, 1.0]), None, None).accuracy_after(1)
+        0.75
+        """
         check_int(moves, "moves", low=0)
-        if moves + 1 > len(self.curve):
-            raise ValueError(f"episodes have {len(self.curve) - 1} moves; cannot skip {moves}")
-        return float(self.curve[moves + 1:].mean()) if moves + 1 < len(self.curve) else float("nan")
+        if moves >= len(self.curve):
+            raise ValueError(f"episodes have {len(self.curve) - 1} moves; no step from move {moves} on")
+        return float(self.curve[moves:].mean())
 
 
 def localise(model: ActionHMM, traj: Trajectories, correspondence: Correspondence) -> Localisation:

@@ -270,6 +270,12 @@ def test_cli_plan_json(capsys):
                  "--episodes", "50", "--from", "world", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["n_states"] == 4 and out["start"] == "world"
+    assert main(["plan", "--learner", "first-order", "--world", "cscg-room", "--pairs", "40", "--episodes", "50",
+                 "--compare", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["compare"]["oracle"]["success_rate"] > out["success_rate"]  # 4 colours: first order is lost
+    assert {k: out["compare"]["first-order"][k] for k in ("success_rate", "path_ratio", "localisation_accuracy")} \
+        == {k: out[k] for k in ("success_rate", "path_ratio", "localisation_accuracy")}  # the same pairs
 
 
 @pytest.mark.parametrize("argv, message", [
