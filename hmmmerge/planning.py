@@ -92,8 +92,13 @@ class Correspondence:
         return len(self.states)
 
 
-def estimate_correspondence(model: ActionHMM, traj: Trajectories, n_true_states: int | None = None,
-                            chunk: int = 256) -> Correspondence:
+def _episodes_per_chunk(traj: Trajectories, n_states: int, budget: int = 2_000_000) -> int:
+    """Episodes whose filtered beliefs (episodes x steps x states floats) stay within ``budget`` floats."""
+    return max(1, budget // max(1, traj.obs.shape[1] * n_states))
+
+
+def estimate_correspondence(model: ActionHMM, traj: Trajectories, n_true_states: int | None = None
+                            ) -> Correspondence:
     """The learned-state -> true-state :class:`Correspondence`, by majority over walks with known ``states``.
 
     Each step adds the model's filtered belief ``P(h_t | o_<=t, a_<=t)`` to the
@@ -116,6 +121,7 @@ def estimate_correspondence(model: ActionHMM, traj: Trajectories, n_true_states:
         raise ValueError(f"traj.states holds state {int(traj.states.max())} >= n_true_states={S}")
     H = model.n_states
     counts = np.zeros((H, S))
+    chunk = _episodes_per_chunk(traj, H)
     for lo in range(0, traj.n_episodes, chunk):
         part = traj[lo:lo + chunk]
         post = model.run_filter(part.obs, part.actions, posteriors=True).posteriors.reshape(-1, H)
@@ -175,8 +181,10 @@ def localise(model: ActionHMM, traj: Trajectories, correspondence: Correspondenc
                          f"the model has {model.n_states}")
     if not isinstance(traj, Trajectories) or traj.states is None:
         raise ValueError("traj must be Trajectories with true states (traj.states)")
-    post = model.run_filter(traj.obs, traj.actions, posteriors=True).posteriors
-    map_states = post.argmax(axis=2)
+    chunk = _episodes_per_chunk(traj, model.n_states)
+    map_states = np.concatenate([
+        model.run_filter(traj.obs[lo:lo + chunk], traj.actions[lo:lo + chunk], posteriors=True)
+        .posteriors.argmax(axis=2) for lo in range(0, traj.n_episodes, chunk)])
     estimated = correspondence.states[map_states]
     hit = estimated == traj.states
     return Localisation(float(hit.mean()), hit.mean(axis=0), map_states, estimated)
@@ -604,18 +612,19 @@ class _Navigator:
 
 
 def navigate(env: Environment, model: ActionHMM, n_pairs: int = 100, seed=0, *, correspondence=None,
-             warmup: int = 10, budget: float = 2.0, horizon: int | None = None, start: str = "random",
+             warmup: int = 10, budget: float = 2.0, horizon: int | None = None, start="random",
              update_map: bool = False, surprise: float = 1e-3, keep_paths: bool = False,
              pairs=None) -> NavigationResult:
     """Navigate the true world ``env`` with the map ``model``, over ``n_pairs`` start/goal pairs.
 
     Each pair: the agent is put at a uniformly random true state (``start="random"``; belief: the map's
-    states that emit what it sees, weighted by the map's long-run :func:`occupancy`) or at ``env.start`` (``start="world"``; belief: the map's
-    ``B``), makes ``warmup`` random moves to localise, then gets a goal: an observation, uniformly among
-    those it does not see now and can reach in the true world.  It then moves by the map, re-planning
-    after every observation (the move that maximises the belief-weighted probability of reaching the goal
-    within ``horizon``, see :func:`plan`), until it sees the goal or has made ``ceil(budget * shortest)``
-    moves.  When the map sees no way from the current belief it makes a random move.
+    states that emit what it sees, weighted by the map's long-run :func:`occupancy`) or at ``env.start``
+    (``start="world"``; belief: the map's ``B``), makes ``warmup`` random moves to localise, then gets a
+    goal: a colour, uniformly among those it is not in now and can reach in the true world.  It then
+    moves by the map, re-planning after every observation (the move that maximises the belief-weighted
+    probability of reaching the goal within ``horizon``, see :func:`plan`), until it stands on the goal
+    colour or has made ``ceil(budget * shortest)`` moves.  When the map sees no way from the current
+    belief it makes a random move.
 
     Parameters
     ----------
@@ -631,7 +640,8 @@ def navigate(env: Environment, model: ActionHMM, n_pairs: int = 100, seed=0, *, 
     warmup : random moves before the goal is given (localisation before it is not scored).
     budget : the goal must be reached within ``budget`` times the true shortest path (>= 1).
     horizon : planning horizon (default: the map's number of states, enough for any deterministic path).
-    start : ``"random"`` or ``"world"``.
+    start : ``"random"``, ``"world"``, or state indices to draw the start from uniformly (as ``"random"``
+        otherwise: e.g. the places the training walks visited).
     update_map : remove from the map a move that surprised the agent (an observation the map gave
         probability below ``surprise``) from a state it was sure of (belief >= 0.5); the next plans avoid it.
         Meant for worlds that changed (a blocked passage); in a world whose moves slip or views are noisy,
@@ -670,8 +680,15 @@ def navigate(env: Environment, model: ActionHMM, n_pairs: int = 100, seed=0, *, 
     check_float(budget, "budget", low=1.0)
     check_float(surprise, "surprise", low=0.0, high=1.0)
     horizon = max(model.n_states, 1) if horizon is None else check_int(horizon, "horizon", low=1)
-    if start not in ("random", "world"):
-        raise ValueError(f"start must be 'random' or 'world', got {start!r}")
+    candidates = None
+    if not isinstance(start, str):
+        candidates = np.unique(np.asarray(start).ravel())
+        if candidates.dtype.kind not in "iu" or not candidates.size or candidates.min() < 0 \
+                or candidates.max() >= env.n_states:
+            raise ValueError(f"start must be 'random', 'world' or state indices in 0..{env.n_states - 1}")
+        start = "random"
+    elif start not in ("random", "world"):
+        raise ValueError(f"start must be 'random', 'world' or state indices, got {start!r}")
     rng = as_generator(seed)  # starts, warm-up moves and goals: the same pairs for every map
     walk_seed, move_seed = (int(x) for x in rng.integers(2**62, size=2))
     move_rng = np.random.default_rng(move_seed)  # moves made without a plan, the world's slips
@@ -691,7 +708,10 @@ def navigate(env: Environment, model: ActionHMM, n_pairs: int = 100, seed=0, *, 
     hits = []  # per pair: localisation hit per step
     removed = 0
     for i in range(n_pairs):
-        s = int(rng.integers(env.n_states)) if start == "random" else env.start
+        if candidates is not None:
+            s = int(candidates[rng.integers(len(candidates))])
+        else:
+            s = int(rng.integers(env.n_states)) if start == "random" else env.start
         if pairs is not None:
             s = pairs[i][0]
         b = _initial_belief(nav.model, _observe(env, s, rng), prior)

@@ -186,7 +186,7 @@ def test_bad_navigation_arguments():
         navigate(cycle_world(5, n_colours=5), env.to_hmm(), 3)
     with pytest.raises(ValueError, match="budget must be a finite number >= 1"):
         navigate(env, env.to_hmm(), 3, budget=0.5)
-    with pytest.raises(ValueError, match="start must be 'random' or 'world'"):
+    with pytest.raises(ValueError, match="start must be 'random', 'world' or state indices, got 'home'"):
         navigate(env, env.to_hmm(), 3, start="home")
     with pytest.raises(ValueError, match="pair 0: goal observation 0 is seen at the start"):
         navigate(env, env.to_hmm(), pairs=[(0, 0)], warmup=0)
@@ -352,3 +352,12 @@ def test_navigation_with_noisy_views_scores_the_place_not_the_view():
     r = navigate(env, env.to_hmm(), 100, seed=0, keep_paths=True)
     assert all(env.obs[p[-1]] == g for p, g, ok in zip(r.paths, r.goals, r.success) if ok)
     assert r.success_rate >= 0.9
+
+
+def test_navigation_from_given_start_states():
+    env = maze(seed=0)
+    r = navigate(env, env.to_hmm(), 30, seed=0, start=[0, 1, 2], warmup=0)
+    assert set(r.starts.tolist()) <= {0, 1, 2}
+    for bad in ([], [51], [-1], ["a"]):
+        with pytest.raises(ValueError, match="start must be 'random', 'world' or state indices"):
+            navigate(env, env.to_hmm(), 3, start=bad)
