@@ -37,16 +37,10 @@ LEARNERS = ("oracle", "level2-fold", "em", "level2-sf", "first-order")
 
 
 def build(name: str, train, env, seed: int):
-    """The map of learner ``name``; ``level2-fold`` is the two-level memory with ``merge="fold"``."""
-    from hmmmerge import baselines
+    """The map of learner ``name`` (a name of the catalogue :data:`hmmmerge.models.MODELS`)."""
+    from hmmmerge.models import build_model
 
-    if name in baselines.MODELS:
-        return baselines.build_model(name, train, env=env, seed=seed)
-    if name.startswith("level2-"):
-        from hmmmerge.agent import TwoLevelMemory
-
-        return TwoLevelMemory(env.n_obs, env.n_actions, merge=name[len("level2-"):], seed=seed).fit(train).level2_hmm()
-    raise ValueError(f"unknown learner {name!r}")
+    return build_model(name, train, env=env, seed=seed)
 
 
 def walked_distance(train, n_states: int, n_obs: int) -> np.ndarray:
