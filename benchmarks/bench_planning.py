@@ -14,6 +14,8 @@ Sections (``--sections``, default all):
 * ``gallery`` -- the gallery worlds, same protocol (seed 0).
 * ``stochastic`` -- the paper's world with slipping moves (``with_noise(slip=...)``): learned from slipping
   walks, navigated with slips (re-planning after every observation; success within 3x the shortest path).
+  Oracle, EM and first order: fold is left out (on slipping walks it did not finish its 1,000 episodes
+  within 10 minutes of this loaded machine; see "Where fold would not hold").
 * ``minigrid`` -- MiniGrid FourRooms (1,040 poses, 360 views; goals are views), 200 walks of 100 moves.
 * ``speed`` -- CPU time of one ``plan`` call (value iteration + path) on 1,000-state maps.
 
@@ -175,7 +177,7 @@ def stochastic(pairs: int, quick: bool, slips=(0.05, 0.1)) -> None:
         env = world("paper-grid", seed=0).with_noise(slip=slip)
         train = random_walk(env, 250 if quick else 1000, 50, seed=0)
         fresh = random_walk(env, 200, 50, seed=10_000)
-        rows += score_maps(env, train, ("oracle", "level2-fold", "em", "first-order"), 0, pairs, fresh,
+        rows += score_maps(env, train, ("oracle", "em", "first-order"), 0, pairs, fresh,
                            f"paper-grid, slip {slip}", budget=3.0)
     print("\nSlipping moves (success within 3x the shortest path):\n")
     print_rows(rows)

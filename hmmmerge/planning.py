@@ -278,6 +278,7 @@ class _ValueTables:
                 break
             V.append(nxt)
         self.V = np.array(V)  # (K+1, H)
+        self.converged = len(V) - 1 < horizon
         self.cum = np.cumsum(self.V, axis=0)  # cum[i] = sum_{j<=i} V_j
 
     def value(self, k: int) -> np.ndarray:
@@ -567,7 +568,7 @@ def _initial_belief(model: ActionHMM, o: int, prior=None) -> np.ndarray:
 class _Navigator:
     """Belief tracking and belief-weighted action choice on one (possibly updated) map."""
 
-    def __init__(self, model: ActionHMM, horizon: int):
+    def __init__(self, model: ActionHMM, horizon: int | None):
         self.horizon = horizon
         self.set_model(model)
 
@@ -575,7 +576,7 @@ class _Navigator:
         self.model = model
         self.stacked = _stacked(model)
         self.Tt = [m.T.tocsr() for m in model.T] if model.is_sparse else None
-        self.policy = {}  # goal -> (Q, S) at the full horizon, (A, H) each
+        self.policy = {}  # goal -> its _ValueTables; (goal, k) -> (Q_k, sum of Q_i up to k), (A, H) each
 
     def predict(self, b: np.ndarray, a: int) -> np.ndarray:
         return self.Tt[a] @ b if self.Tt is not None else b @ self.model.T[a]
@@ -598,13 +599,19 @@ class _Navigator:
                 return prior / prior.sum(), 0.0
         return np.full(len(b), 1.0 / len(b)), 0.0
 
-    def action(self, b: np.ndarray, goal: int) -> int | None:
-        """The move of largest belief-weighted ``Q`` (QMDP), or ``None`` if the map sees no way to ``goal``."""
-        if goal not in self.policy:
-            g = self.model.E[:, goal].copy()
-            tables = _ValueTables(self.model, g, self.horizon, self.stacked)
-            self.policy[goal] = tables.scores(self.horizon)
-        Q, S = self.policy[goal]
+    def action(self, b: np.ndarray, goal: int, moves_left: int) -> int | None:
+        """The move of largest belief-weighted ``Q`` (QMDP) with ``horizon`` moves (default: ``moves_left``)
+        to go, or ``None`` if the map sees no way to ``goal``."""
+        k = self.horizon or moves_left
+        key = (goal, k)
+        if key not in self.policy:
+            tables = self.policy.get(goal)
+            if tables is None or (tables.horizon < k and not tables.converged):
+                g = self.model.E[:, goal].copy()
+                tables = _ValueTables(self.model, g, max(k, 2 * tables.horizon if tables else k), self.stacked)
+                self.policy[goal] = tables
+            self.policy[key] = tables.scores(k)
+        Q, S = self.policy[key]
         q = Q @ b
         if q.max() <= 0.0:
             return None
@@ -639,7 +646,8 @@ def navigate(env: Environment, model: ActionHMM, n_pairs: int = 100, seed=0, *, 
         random walks of 50 moves in ``env`` (seeded from ``seed``).
     warmup : random moves before the goal is given (localisation before it is not scored).
     budget : the goal must be reached within ``budget`` times the true shortest path (>= 1).
-    horizon : planning horizon (default: the map's number of states, enough for any deterministic path).
+    horizon : planning horizon; by default the moves left in the pair's budget (the agent maximises the
+        probability of arriving in time).
     start : ``"random"``, ``"world"``, or state indices to draw the start from uniformly (as ``"random"``
         otherwise: e.g. the places the training walks visited).
     update_map : remove from the map a move that surprised the agent (an observation the map gave
@@ -679,7 +687,7 @@ def navigate(env: Environment, model: ActionHMM, n_pairs: int = 100, seed=0, *, 
     check_int(warmup, "warmup", low=0)
     check_float(budget, "budget", low=1.0)
     check_float(surprise, "surprise", low=0.0, high=1.0)
-    horizon = max(model.n_states, 1) if horizon is None else check_int(horizon, "horizon", low=1)
+    horizon = None if horizon is None else check_int(horizon, "horizon", low=1)
     candidates = None
     if not isinstance(start, str):
         candidates = np.unique(np.asarray(start).ravel())
@@ -744,7 +752,7 @@ def navigate(env: Environment, model: ActionHMM, n_pairs: int = 100, seed=0, *, 
         taken = 0
         reached = False
         while taken < limit:
-            a = nav.action(b, goal)
+            a = nav.action(b, goal, limit - taken)
             if a is None:
                 a = int(move_rng.integers(env.n_actions))
             before = b
