@@ -96,8 +96,16 @@ def _fold_noisy_merger(agent, **extra):
     return StatisticalFoldMerger(**extra)
 
 
+def _replay_merger(agent, **extra):
+    from .replay import ReplayMerger
+
+    merger = ReplayMerger(**extra)
+    merger._validate_params()
+    return merger
+
+
 MERGE_MODES = {"sf": _sf_merger, "random": _random_merger, "none": _no_merger, "fold": _fold_merger,
-               "fold-noisy": _fold_noisy_merger}
+               "fold-noisy": _fold_noisy_merger, "replay": _replay_merger}
 """``merge`` name -> factory ``f(agent, **merge_params) -> merger`` (the interface: :mod:`hmmmerge.merging`)."""
 
 
@@ -110,7 +118,9 @@ class TwoLevelMemory(Estimator):
     merge : a key of :data:`MERGE_MODES`: ``"sf"`` (Algorithm 3), ``"random"``, ``"none"`` or
         ``"fold"`` (:class:`~hmmmerge.fold.FoldMerger`, evidence-driven folding; ``merge_params`` go to it)
         or ``"fold-noisy"`` (:class:`~hmmmerge.fold_noisy.StatisticalFoldMerger`; its noise-aware
-        emissions feed the online predictors and :meth:`level2_hmm`).
+        emissions feed the online predictors and :meth:`level2_hmm`) or ``"replay"``
+        (:class:`~hmmmerge.replay.ReplayMerger`: level 2 a clone HMM re-estimated at sleeps by stepwise EM
+        over replayed episodes; the mode for a world of unknown kind: slipping moves, noisy views, random starts).
     initial_size : size of the initial random clusters (1, 10, 100 in the paper).
     merge_iterations : merge iterations per sleep (5).
     refresh_every, sleep_every : in steps (200, 500).
