@@ -16,10 +16,11 @@ def add_parser(sub) -> None:
     p.add_argument("--episodes", type=int, default=1000)
     p.add_argument("--episode-length", type=int, default=50)
     p.add_argument("--size", type=int, default=10, help="initial cluster size (1, 10, 100 in the paper)")
-    p.add_argument("--merge", choices=["sf", "random", "none", "fold", "fold-noisy"], default="sf",
+    p.add_argument("--merge", choices=["sf", "random", "none", "fold", "fold-noisy", "replay"], default="sf",
                    help="sleep consolidation: sf (the paper's Algorithm 3), random, none, fold (evidence-driven "
-                        "determinising merges, beyond the paper; see README), or fold-noisy (fold with a "
-                        "likelihood-ratio test, for noisy observations)")
+                        "determinising merges, beyond the paper; see README), fold-noisy (fold with a "
+                        "likelihood-ratio test, for noisy observations), or replay (level 2 a clone HMM "
+                        "re-estimated at sleeps by stepwise EM over replayed episodes: for a world of unknown kind)")
     p.add_argument("--merge-iterations", type=int, default=5)
     p.add_argument("--similarity", choices=["euclidean", "cosine", "kl", "correlation"], default="euclidean")
     p.add_argument("--literal", action="store_true",

@@ -1,0 +1,182 @@
+"""Tests of the sleep-replay learner (``merge="replay"``): what it recovers, resume, checked files."""
+
+import numpy as np
+import pytest
+
+from hmmmerge import gridworld, random_walk
+from hmmmerge.agent import TwoLevelMemory
+from hmmmerge.evaluate import score_trajectories
+from hmmmerge.hmm import ActionHMM
+from hmmmerge.replay import ReplayMerger
+from hmmmerge.trajectories import Trajectories
+
+# a 4-cycle: action 0 forward, action 1 back; colours 0 0 1 1 (every state aliased with one other)
+RING = np.array([[1, 2, 3, 0], [3, 0, 1, 2]])
+RING_COLOURS = np.array([0, 0, 1, 1])
+
+
+def slip_walk(next_state, colours, n_episodes, length, slip, seed, random_start=False):
+    """Random walk where with probability ``slip`` a uniformly random action is executed (the intended one
+    is recorded); every episode at state 0, or at a uniformly random state."""
+    rng = np.random.default_rng(seed)
+    A, S = next_state.shape
+    acts = np.full((n_episodes, length + 1), -1)
+    acts[:, 1:] = rng.integers(0, A, (n_episodes, length))
+    done = np.where(rng.random(acts.shape) < slip, rng.integers(0, A, acts.shape), acts)
+    path = np.empty_like(acts)
+    path[:, 0] = rng.integers(0, S, n_episodes) if random_start else 0
+    for t in range(1, length + 1):
+        path[:, t] = next_state[done[:, t], path[:, t - 1]]
+    return Trajectories(colours[path], acts, path)
+
+
+def true_transitions(next_state, slip):
+    A, S = next_state.shape
+    det = np.stack([np.eye(S)[next_state[a]] for a in range(A)])
+    return (1 - slip) * det + slip * det.mean(axis=0)
+
+
+def clone_label_table(merger, traj):
+    """Expected visits of each clone to each true state (smoothed posteriors on ``traj``) and clone occupancy."""
+    d = merger._data(traj.obs.ravel(), traj.actions.ravel())
+    post = d.posteriors(merger._T, merger._B)
+    obs, states = traj.obs.ravel(), traj.states.ravel()
+    table = np.zeros((merger._H, int(states.max()) + 1))
+    clone = np.repeat(merger._starts[obs], np.diff(d.off)) + (np.arange(d.off[-1]) - np.repeat(d.off[:-1], np.diff(d.off)))
+    np.add.at(table, (clone, np.repeat(states, np.diff(d.off))), post)
+    return table
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_on_a_slip_world_the_transition_probabilities_are_recovered_within_sampling_error(seed):
+    slip = 0.2
+    train = slip_walk(RING, RING_COLOURS, 400, 20, slip, seed)
+    agent = TwoLevelMemory(2, 2, merge="replay", merge_params={"n_clones": 3}, sleep_every=100, seed=seed).fit(train)
+    m = agent.merger_
+    table = clone_label_table(m, train)
+    occ = table.sum(axis=1) / table.sum()
+    used = np.flatnonzero(occ > 0.01)
+    owner = table.argmax(axis=1)
+    # every clone that carries weight stands for one true state, and every true state has clones
+    assert (table[used].max(axis=1) / table[used].sum(axis=1)).min() > 0.95
+    assert set(owner[used].tolist()) == {0, 1, 2, 3}
+    # lumped by true state (weights: occupancy), T equals the truth within a few standard errors
+    lumped = np.zeros((2, 4, 4))
+    for a in range(2):
+        for i in used:
+            np.add.at(lumped[a, owner[i]], owner, occ[i] * m._T[a, i])
+    lumped /= lumped.sum(axis=2, keepdims=True)
+    truth = true_transitions(RING, slip)
+    n_per_row = train.n_steps / 8   # transitions seen per (state, action)
+    tol = 4 * np.sqrt(truth * (1 - truth) / n_per_row) + 0.02
+    assert (np.abs(lumped - truth) <= tol).all(), np.abs(lumped - truth).max()
+
+
+def ring_oracle():
+    det = true_transitions(RING, 0.0)
+    return ActionHMM(det, np.eye(2)[RING_COLOURS], np.full(4, 0.25))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_with_random_starts_it_predicts_what_the_oracle_predicts(seed):
+    train = slip_walk(RING, RING_COLOURS, 300, 20, 0.0, seed, random_start=True)
+    fresh = slip_walk(RING, RING_COLOURS, 100, 20, 0.0, 100 + seed, random_start=True)
+    agent = TwoLevelMemory(2, 2, merge="replay", merge_params={"n_clones": 3}, sleep_every=100, seed=seed).fit(train)
+    oracle = ring_oracle()
+    ours = score_trajectories(agent.level2_hmm(), fresh)
+    best = score_trajectories(oracle, fresh)
+    assert ours.accuracy >= best.accuracy - 0.005
+    p_ours = agent.level2_hmm().run_filter(fresh, predictions=True).predictions[:, 1:]
+    p_best = oracle.run_filter(fresh, predictions=True).predictions[:, 1:]
+    sure = p_best.max(axis=2) > 0.99   # where the oracle knows the next view, so does level 2
+    assert sure.mean() > 0.5
+    assert (p_ours.argmax(axis=2)[sure] == p_best.argmax(axis=2)[sure]).mean() > 0.99
+
+
+def test_level2_is_the_merger_model_on_the_clusters_and_c_is_the_filtered_clone():
+    traj = random_walk(gridworld(), 30, seed=0)
+    agent = TwoLevelMemory(10, 4, merge="replay", seed=0).fit(traj)
+    m = agent.merger_
+    l2 = agent.level2_hmm()
+    assert l2.n_states == agent.n_clusters_ == len(m._clone_of)
+    # every cluster emits the colour of its level-1 states
+    n = agent.memory_.n_states
+    a = agent.clusters_.assignment[:n]
+    assert (a >= 0).all()
+    assert (l2.E.argmax(axis=1)[a] == agent.memory_.emission[:n]).all()
+    # the last episode's states sit in the clusters of their filtered clones
+    last = agent.last_states_[-1]
+    clones = m._filtered_clones(traj.obs[-1], traj.actions[-1])
+    assert (m._cluster_of[clones] == a[last]).all() or m._n_new > 0
+
+
+def test_resume_from_a_file_equals_an_uninterrupted_life(tmp_path):
+    env = gridworld()
+    first, second = random_walk(env, 25, seed=0), random_walk(env, 25, seed=1)
+    whole = TwoLevelMemory(10, 4, merge="replay", sleep_every=300, seed=3).fit(first).partial_fit(second)
+    part = TwoLevelMemory(10, 4, merge="replay", sleep_every=300, seed=3).fit(first)
+    part.save(tmp_path / "a.npz")
+    back = TwoLevelMemory.load(tmp_path / "a.npz").partial_fit(second)
+    h1, h2 = whole.history(), back.history()
+    assert all(np.array_equal(h1[k], h2[k], equal_nan=True) for k in h1)
+    assert np.array_equal(whole.clusters_.assignment[:whole.memory_.n_states],
+                          back.clusters_.assignment[:back.memory_.n_states])
+    assert np.array_equal(whole.merger_._T, back.merger_._T)
+    assert np.array_equal(whole.merger_._S, back.merger_._S)
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"n_clones": 0}, "n_clones"), ({"replay": -1}, "replay"), ({"window": 0}, "window"),
+    ({"n_iter": 0}, "n_iter"), ({"step_exponent": 0.5}, "step_exponent"), ({"step_exponent": 1.5}, "step_exponent"),
+    ({"pseudocount": 0.0}, "pseudocount"), ({"prune": -0.1}, "prune"), ({"n_clones": 2.5}, "n_clones"),
+])
+def test_bad_parameters_are_refused_with_the_name(params, message):
+    with pytest.raises(ValueError, match=message):
+        TwoLevelMemory(10, 4, merge="replay", merge_params=params)
+
+
+def _saved():
+    agent = TwoLevelMemory(10, 4, merge="replay", seed=0).fit(random_walk(gridworld(), 20, seed=0))
+    d = agent.merger_.state_dict()
+    d["assignment"] = agent.clusters_.assignment[:agent.memory_.n_states]
+    return d
+
+
+@pytest.mark.parametrize("key, damage", [
+    ("replay_T", lambda x: x.astype(np.int64)),            # dtype
+    ("replay_T", lambda x: x[:, :-1]),                     # shape
+    ("replay_T", lambda x: np.where(x == x.max(), np.nan, x)),   # NaN
+    ("replay_T", lambda x: x * 0.5),                       # rows not summing to 1
+    ("replay_S", lambda x: -x),                            # range
+    ("replay_obs", lambda x: x + 100),                     # observation out of range
+    ("replay_actions", lambda x: np.where(x < 0, 0, x)),   # episode starts lost
+    ("replay_states", lambda x: x + 10**6),                # level-1 state beyond level 1
+    ("replay_clone_of_cluster", lambda x: x[:-1]),         # clusters do not match
+    ("replay_sizes", lambda x: x * 0 - 5),                 # sizes out of range
+    ("replay_current", lambda x: x.astype(np.float64) + 0.5),
+    ("replay_episode_lengths", lambda x: x + 1),
+])
+def test_a_damaged_file_is_refused_with_one_line_naming_the_array(key, damage):
+    d = _saved()
+    d[key] = damage(np.asarray(d[key]))
+    with pytest.raises(ValueError) as err:
+        ReplayMerger().load_state_dict(d, source="agent.npz")
+    text = str(err.value)
+    assert text.startswith("agent.npz: ") and "\n" not in text
+
+
+def test_a_file_of_another_capacity_is_refused():
+    with pytest.raises(ValueError, match="n_clones"):
+        ReplayMerger(n_clones=7).load_state_dict(_saved(), source="agent.npz")
+
+
+def test_run_command_reaches_the_mode(tmp_path):
+    from hmmmerge.cli import main
+
+    code = main(["run", "--merge", "replay", "--episodes", "15", "--out", str(tmp_path)])
+    assert code == 0
+    agent = TwoLevelMemory.load(tmp_path / "agent.npz")
+    assert agent.merge == "replay" and agent.episodes_ == 15 and agent.n_clusters_ > 0
+    code = main(["run", "--merge", "replay", "--episodes", "5", "--resume", str(tmp_path / "agent.npz"),
+                 "--out", str(tmp_path / "more")])
+    assert code == 0 and TwoLevelMemory.load(tmp_path / "more" / "agent.npz").episodes_ == 20
