@@ -180,3 +180,28 @@ def test_run_command_reaches_the_mode(tmp_path):
     code = main(["run", "--merge", "replay", "--episodes", "5", "--resume", str(tmp_path / "agent.npz"),
                  "--out", str(tmp_path / "more")])
     assert code == 0 and TwoLevelMemory.load(tmp_path / "more" / "agent.npz").episodes_ == 20
+
+
+def _run_digest(mode):
+    import hashlib
+
+    env = gridworld()
+    agent = TwoLevelMemory(env.n_obs, env.n_actions, merge=mode, seed=7).fit(random_walk(env, 40, seed=3))
+    h = hashlib.sha256()
+    hist = agent.history()
+    for k in sorted(hist):
+        h.update(k.encode())
+        h.update(np.ascontiguousarray(hist[k], dtype=np.float64).tobytes())
+    h.update(np.ascontiguousarray(agent.clusters_.assignment[:agent.memory_.n_states], dtype=np.int64).tobytes())
+    for k in sorted(agent.last_predictions_):
+        h.update(np.ascontiguousarray(agent.last_predictions_[k], dtype=np.int64).tobytes())
+    return h.hexdigest()[:16]
+
+
+@pytest.mark.parametrize("mode, digest", [
+    # history, C and predictions of each mode as computed by main at 5c52501, before this mode existed
+    ("sf", "a65e8bc00b12ac48"), ("random", "aec1382db7ffe60d"), ("none", "32c32d6f4b7593c1"),
+    ("fold", "cd8cd57d64f38998"),
+])
+def test_the_other_modes_give_the_same_results_as_before(mode, digest):
+    assert _run_digest(mode) == digest
