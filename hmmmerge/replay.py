@@ -65,6 +65,8 @@ class ReplayMerger(Estimator):
     step_exponent : ``eta = (u + 2) ** -step_exponent`` (0.5 < exponent <= 1: the stepwise-EM conditions).
     pseudocount : added to every expected count of ``window * S`` at the M-step.
     prune : transitions below it are dropped from the agent's online level 2.
+    risk : the Hoeffding test's risk when clones are lumped into clusters (ALERGIA's alpha).
+    tolerance : next-cluster frequencies closer than it always pass that test (EM's own imprecision).
 
     >>> ReplayMerger(n_clones=5).n_clones
     5
@@ -73,11 +75,13 @@ class ReplayMerger(Estimator):
     _parameter_constraints = {
         "n_clones": Int(1, 4096), "replay": Int(0, 10**6), "window": Int(1, 10**6), "n_iter": Int(1, 1000),
         "step_exponent": Float(0.5, 1.0, low_open=True), "pseudocount": Float(0.0, 1e6, low_open=True),
-        "prune": Float(0.0, 1.0),
+        "prune": Float(0.0, 1.0), "risk": Float(0.0, 1.0, low_open=True),
+        "tolerance": Float(0.0, 1.0),
     }
 
     def __init__(self, n_clones: int = 20, replay: int = 20, window: int = 200, n_iter: int = 2,
-                 step_exponent: float = 0.6, pseudocount: float = 1e-3, prune: float = 1e-3):
+                 step_exponent: float = 0.6, pseudocount: float = 1e-3, prune: float = 1e-3, risk: float = 0.05,
+                 tolerance: float = 0.2):
         self.n_clones = n_clones
         self.replay = replay
         self.window = window
@@ -85,6 +89,8 @@ class ReplayMerger(Estimator):
         self.step_exponent = step_exponent
         self.pseudocount = pseudocount
         self.prune = prune
+        self.risk = risk
+        self.tolerance = tolerance
         self._A = None
 
     # ------------------------------------------------------------ set-up
@@ -103,13 +109,17 @@ class ReplayMerger(Estimator):
         self._S = None          # kept expected counts per episode (stepwise EM)
         self._Sb = None
         self._updates = 0
+        self._var = 0.0          # variance factor of the kept statistics: 1 / (effective number of episodes)
         self._episodes: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (obs, acts, states), last `window`
         self._n_new = 0         # episodes at the end of the buffer not learned from yet
         self._cur = ([], [], [])  # the episode being lived: obs, actions, level-1 states
         self._last = -1          # the last level-1 state placed
         self._n_seen = 0         # level-1 states that existed at the last chunk
-        self._clone_of = np.zeros(0, dtype=np.int64)   # clone of each cluster id
-        self._cluster_of = np.full(self._H, -1, dtype=np.int64)
+        self._clone_state = np.full(0, -1, dtype=np.int64)   # most probable clone of each level-1 state
+        self._block = np.arange(self._H, dtype=np.int64)     # block (lumped clones) of each clone
+        self._cluster_of = np.full(self._H, -1, dtype=np.int64)   # cluster of each block (-1: none)
+        self._block_of = np.zeros(0, dtype=np.int64)         # block of each cluster
+        self._lumped = None      # (T, B) of the blocks (cached)
         self._t2 = None          # the agent's level-2 CSR (cached)
 
     def _check(self, memory) -> None:
@@ -197,23 +207,47 @@ class ReplayMerger(Estimator):
         return self._starts[obs] + _block_argmax(d.alpha, d.off)
 
     def _connect(self, clusters, states, clones) -> None:
-        """Connect ``states`` to the clusters of ``clones`` (new clusters for clones without one); a state
-        listed twice takes its last clone."""
-        states, last = np.unique(states[::-1], return_index=True)
-        clones = clones[::-1][last]
-        cid = self._cluster_of[clones]
+        """Remember the clone of each new level-1 state and connect it to its block's cluster (a new
+        cluster for a block without one)."""
+        self._remember(states, clones)
+        blocks = self._block[clones]
+        cid = self._cluster_of[blocks]
         new = cid < 0
         if new.any():
-            fresh, inv = np.unique(clones[new], return_inverse=True)
+            fresh, inv = np.unique(blocks[new], return_inverse=True)
             movers = states[new]
             clusters.assignment[movers] = -1   # the agent may have connected them online
             order = np.argsort(inv, kind="stable")
             bounds = np.searchsorted(inv[order], np.arange(len(fresh) + 1))
             ids = clusters.add_clusters([movers[order[bounds[i]:bounds[i + 1]]] for i in range(len(fresh))])
             self._cluster_of[fresh] = ids
-            self._clone_of = np.concatenate([self._clone_of, fresh])
+            self._block_of = np.concatenate([self._block_of, fresh])
             self._t2 = None
         clusters.assignment[states[~new]] = cid[~new]
+
+    def _remember(self, states, clones) -> None:
+        top = int(states.max()) + 1 if len(states) else 0
+        if top > len(self._clone_state):
+            grown = np.full(max(top, 2 * len(self._clone_state), 1024), -1, dtype=np.int64)
+            grown[:len(self._clone_state)] = self._clone_state
+            self._clone_state = grown
+        self._clone_state[states] = clones
+
+    def _write_clusters(self, clusters, n: int) -> None:
+        """C from scratch: every level-1 state in the cluster of its clone's block; clusters numbered in
+        the order of their blocks."""
+        clone = self._clone_state[:n]
+        if len(clone) < n:
+            clone = np.concatenate([clone, np.full(n - len(clone), -1, dtype=np.int64)])
+        blocks = np.where(clone >= 0, self._block[np.maximum(clone, 0)], -1)
+        used = np.unique(blocks[blocks >= 0])
+        clusters.assignment[:] = -1
+        clusters.assignment[:n] = np.where(blocks >= 0, np.searchsorted(used, blocks), -1)
+        clusters.compact()
+        self._block_of = used
+        self._cluster_of = np.full(self._H, -1, dtype=np.int64)
+        self._cluster_of[used] = np.arange(len(used))
+        self._t2 = None
 
     def _init_model(self, rng) -> None:
         H, A = self._H, self._A
@@ -265,16 +299,18 @@ class ReplayMerger(Estimator):
                 self._S += (eta / len(batch)) * C
                 self._Sb *= 1.0 - eta
                 self._Sb += (eta / len(batch)) * Bc
+            self._var = (1.0 - eta) ** 2 * self._var + eta ** 2 / len(batch) if self._updates else 1.0 / len(batch)
             self._updates += 1
             self._m_step()
         self._n_new = 0
-        # reconnect the batch's level-1 states under the new model
+        # the batch's level-1 states take their most probable clone under the new model; clones are
+        # lumped into blocks; C is written from the blocks
         d.log_likelihood(self._T, self._B)
         clones = self._starts[obs] + _block_argmax(d.alpha, d.off)
-        states = np.concatenate([b[2] for b in batch])
-        self._connect(clusters, states, clones)
-        self._drop_empty(clusters)
-        self._t2 = None
+        self._remember(np.concatenate([b[2] for b in batch]), clones)
+        self._lump()
+        self._fold_unheld(memory.n_states)
+        self._write_clusters(clusters, memory.n_states)
         report.update(replayed=len(picks), log_likelihood_per_step=float(ll) / len(obs), clusters=clusters.n_clusters)
         return [report]
 
@@ -285,26 +321,62 @@ class ReplayMerger(Estimator):
         B = self._Sb * scale + pc
         self._T, self._B = T, B / B.sum()
 
-    def _drop_empty(self, clusters) -> None:
-        """Renumber the clusters after a sleep moved states (empty ones vanish; ids keep their order)."""
-        k = clusters.n_clusters
-        a = clusters.assignment
-        sizes = np.bincount(a[a >= 0], minlength=k)
-        if (sizes > 0).all():
+    def _weights(self) -> np.ndarray:
+        """Expected visits of each clone per episode (from the kept statistics)."""
+        return self._S.sum(axis=(0, 2)) if self._S is not None else np.ones(self._H)
+
+    def _lump(self) -> None:
+        """Blocks of clones that the Hoeffding test does not tell apart (:func:`~hmmmerge._replay_kernels.lump_clones`).
+
+        The kept statistics are a weighted mean of per-episode counts; as counts they stand for their
+        effective number of episodes, ``1 / sum_u w_u**2 / n_u`` over the batches (weights ``w_u``, ``n_u``
+        episodes each), the sample size with the same variance."""
+        from ._replay_kernels import lump_clones
+
+        bound = float(np.sqrt(0.5 * np.log(2.0 / float(self.risk))))
+        self._block = lump_clones(np.ascontiguousarray(self._S / self._var), self._colour, bound,
+                                  float(self.tolerance), 50)
+        self._lumped = None
+
+    def _fold_unheld(self, n: int) -> None:
+        """Blocks that hold no level-1 state (no state has its most probable clone there) join the block of
+        their observation that holds states and whose next-block distributions are nearest (L1, summed
+        over actions), so that level 2 -- the blocks that hold states -- keeps their transitions."""
+        clone = self._clone_state[:n]
+        held = np.zeros(int(self._block.max()) + 1, dtype=bool)
+        held[self._block[clone[clone >= 0]]] = True
+        if held.all() or not held.any():
             return
-        clusters.compact()
-        self._clone_of = self._clone_of[sizes > 0]
-        self._cluster_of[:] = -1
-        self._cluster_of[self._clone_of] = np.arange(len(self._clone_of))
+        TL, _ = self._blocks_model()
+        colour = self._block_colour()
+        target = np.arange(len(held))
+        for u in np.flatnonzero(~held).tolist():
+            cands = np.flatnonzero(held & (colour == colour[u]))
+            if len(cands):
+                dist = np.abs(TL[:, cands, :] - TL[:, u, None, :]).sum(axis=(0, 2))
+                target[u] = cands[int(np.argmin(dist))]
+        _, self._block = np.unique(target[self._block], return_inverse=True)
+        self._block = self._block.astype(np.int64)
+        self._lumped = None
+
+    def _blocks_model(self):
+        """``(T, B)`` of all blocks, the clone HMM lumped by block (weights: expected visits)."""
+        from ._replay_kernels import lumped_model
+
+        if self._lumped is None:
+            nb = int(self._block.max()) + 1
+            self._lumped = lumped_model(self._T, self._B, self._weights(), self._block, nb)
+        return self._lumped
 
     # ------------------------------------------------------------ level 2 for the agent
     def _restricted(self):
-        """``T`` and ``B`` on the clusters' clones, rows renormalised."""
-        ids = self._clone_of
-        T = self._T[:, ids][:, :, ids]
+        """``T`` and ``B`` of the lumped model on the clusters' blocks, rows renormalised."""
+        ids = self._block_of
+        TL, BL = self._blocks_model()
+        T = TL[:, ids][:, :, ids]
         s = T.sum(axis=2, keepdims=True)
         T = np.divide(T, s, out=np.zeros_like(T), where=s > 0)
-        B = self._B[ids]
+        B = BL[ids]
         B = B / B.sum() if B.sum() > 0 else np.full(len(ids), 1.0 / max(len(ids), 1))
         return T, B
 
@@ -319,7 +391,7 @@ class ReplayMerger(Estimator):
         >>> len(ptr) == 4 * agent.n_clusters_ + 1, bool(np.allclose(np.add.reduceat(val, ptr[:-1]), 1))
         (True, True)
         """
-        if self._A is None or self._T is None or len(self._clone_of) != clusters.n_clusters:
+        if self._A is None or self._T is None or len(self._block_of) != clusters.n_clusters:
             return None
         if self._t2 is None:
             T, _ = self._restricted()
@@ -349,11 +421,16 @@ class ReplayMerger(Estimator):
         if self._A is None:
             raise ValueError("no level-1 state recorded yet: level 2 is not known")
         k = clusters.n_clusters
-        if len(self._clone_of) != k:
+        if len(self._block_of) != k:
             raise ValueError("the clusters are not the ones this merger wrote")
         E = np.zeros((k, self._K))
-        E[np.arange(k), self._colour[self._clone_of]] = 1.0
+        E[np.arange(k), self._block_colour()[self._block_of]] = 1.0
         return E
+
+    def _block_colour(self) -> np.ndarray:
+        out = np.zeros(int(self._block.max()) + 1, dtype=np.int64)
+        out[self._block] = self._colour
+        return out
 
     def level2_hmm(self, memory, clusters):
         """Level 2 as an :class:`~hmmmerge.hmm.ActionHMM`: the clone HMM on the clusters' clones.
@@ -366,7 +443,7 @@ class ReplayMerger(Estimator):
         """
         from .hmm import ActionHMM
 
-        if self._A is None or self._T is None or not len(self._clone_of):
+        if self._A is None or self._T is None or not len(self._block_of):
             raise ValueError("no sleep yet: there is no level-2 model")
         T, B = self._restricted()
         return ActionHMM(T, self.emission(clusters, memory.n_states), B)
@@ -395,9 +472,12 @@ class ReplayMerger(Estimator):
             "T": self._T if has else np.zeros((A, H, H)), "B": self._B if has else np.zeros(H),
             "S": self._S if self._S is not None else np.zeros((A, H, H)),
             "Sb": self._Sb if self._Sb is not None else np.zeros(H),
+            "variance": np.array([self._var]),
             "episode_lengths": lens, "obs": cat(0), "actions": cat(1), "states": cat(2),
             "current": np.array(self._cur, dtype=np.int64).reshape(3, -1),
-            "clone_of_cluster": self._clone_of.copy(),
+            "clone_of_state": self._clone_state[:self._n_seen].copy() if len(self._clone_state) >= self._n_seen
+            else np.concatenate([self._clone_state, np.full(self._n_seen - len(self._clone_state), -1)]),
+            "block_of_clone": self._block.copy(), "block_of_cluster": self._block_of.copy(),
         }
         return {_PREFIX + k: v for k, v in out.items()}
 
@@ -433,6 +513,9 @@ class ReplayMerger(Estimator):
         B = get.floats("B", shape=(H,), low=0.0, high=1.0)
         S = get.floats("S", shape=(A, H, H), low=0.0)
         Sb = get.floats("Sb", shape=(H,), low=0.0)
+        var = float(get.floats("variance", shape=(1,), low=0.0, high=1.0)[0])
+        if updates and var <= 0.0:
+            raise ValueError(f"{source}: replay_variance must be positive after an update")
         if has and (not np.allclose(T.sum(axis=2), 1.0, atol=1e-6) or not np.isclose(B.sum(), 1.0, atol=1e-6)):
             raise ValueError(f"{source}: replay_T or replay_B rows do not sum to 1")
         lens = get.ints("episode_lengths", ndim=1, low=1)
@@ -441,7 +524,14 @@ class ReplayMerger(Estimator):
         acts = get.ints("actions", shape=(total,), low=-1, high=A - 1)
         sts = get.ints("states", shape=(total,), low=0, high=None if n_states is None else n_states - 1)
         cur = get.ints("current", ndim=2, low=-1)
-        clone_of = get.ints("clone_of_cluster", ndim=1, low=0, high=H - 1)
+        clone_state = get.ints("clone_of_state", shape=(n_seen,), low=-1, high=H - 1)
+        block = get.ints("block_of_clone", shape=(H,), low=0, high=H - 1)
+        block_of = get.ints("block_of_cluster", ndim=1, low=0, high=int(block.max()))
+        colour = np.repeat(np.arange(K), H // K)
+        first = np.full(H, -1, dtype=np.int64)
+        first[block[::-1]] = colour[::-1]
+        if (first[block] != colour).any() or not np.array_equal(np.unique(block), np.arange(block.max() + 1)):
+            raise ValueError(f"{source}: replay_block_of_clone mixes observations or skips block ids")
         starts = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
         if total and ((acts[starts] != -1).any() or (np.delete(acts, starts) < 0).any()):
             raise ValueError(f"{source}: replay_actions must be -1 exactly at the episodes' starts")
@@ -449,21 +539,24 @@ class ReplayMerger(Estimator):
                                                     or (cur[1, 1:] < 0).any() or cur[1].max() >= A
                                                     or cur[2].min() < 0)):
             raise ValueError(f"{source}: replay_current is malformed")
-        if n_new > len(lens) or len(np.unique(clone_of)) != len(clone_of) or (
+        if n_new > len(lens) or len(np.unique(block_of)) != len(block_of) or (
                 n_states is not None and (last >= n_states or n_seen > n_states
                                           or (cur.shape[1] and cur[2].max() >= n_states))):
-            raise ValueError(f"{source}: replay_sizes, replay_current or replay_clone_of_cluster are inconsistent")
+            raise ValueError(f"{source}: replay_sizes, replay_current or replay_block_of_cluster are inconsistent")
         if n_states is not None and "assignment" in d:
             a = np.asarray(d["assignment"])
-            if len(np.unique(a[a >= 0])) != len(clone_of):
-                raise ValueError(f"{source}: the clusters of assignment do not match replay_clone_of_cluster")
+            if len(np.unique(a[a >= 0])) != len(block_of):
+                raise ValueError(f"{source}: the clusters of assignment do not match replay_block_of_cluster")
         self._T, self._B = (T, B) if has else (None, None)
         self._S, self._Sb = (S, Sb) if updates else (None, None)
+        self._var = var
         self._updates, self._n_new, self._last, self._n_seen = updates, n_new, last, n_seen
         self._episodes = [(obs[s:s + n], acts[s:s + n], sts[s:s + n]) for s, n in zip(starts.tolist(), lens.tolist())]
         self._cur = tuple(row.tolist() for row in cur)
-        self._clone_of = clone_of
-        self._cluster_of[clone_of] = np.arange(len(clone_of))
+        self._clone_state = clone_state.copy()
+        self._block = block
+        self._block_of = block_of
+        self._cluster_of[block_of] = np.arange(len(block_of))
 
 
 class _Reader:

@@ -1,0 +1,133 @@
+"""Numba kernels of the sleep-replay learner (:mod:`hmmmerge.replay`).
+
+:func:`lump_clones` groups the clones of the learned clone HMM into blocks of
+clones that no test tells apart: partition refinement (the coarsest stable
+partition, as in Moore's minimisation) where two clones stay in one block when,
+for every action, their expected next-block frequencies pass ALERGIA's
+Hoeffding test (Carrasco & Oncina 1994): ``|f1/n1 - f2/n2| < bound * (1/sqrt(n1)
++ 1/sqrt(n2))`` with ``bound = sqrt(log(2 / risk) / 2)``.  A clone joins the
+first compatible group of its block, groups pool their counts, clones are taken
+heaviest first.
+
+Imported lazily (numba is slow to import).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True)
+def _compatible(succ_i, n_i, pool, n_g, nb, bound, floor):
+    """Hoeffding test of one clone's next-block counts against a group's pooled counts, every action;
+    frequencies closer than ``floor`` always pass."""
+    A = n_i.shape[0]
+    for a in range(A):
+        if n_i[a] <= 0.0 or n_g[a] <= 0.0:
+            continue
+        tol = max(bound * (1.0 / np.sqrt(n_i[a]) + 1.0 / np.sqrt(n_g[a])), floor)
+        for b in range(nb):
+            if abs(succ_i[a, b] / n_i[a] - pool[a, b] / n_g[a]) >= tol:
+                return False
+    return True
+
+
+@njit(cache=True)
+def lump_clones(counts, colour, bound, floor, max_rounds):
+    """Blocks of clones (ids ``0..nb-1``) from expected transition counts ``counts`` (A, H, H).
+
+    Starts from one block per colour (observation) and refines until no block
+    splits (or ``max_rounds``).  Returns ``block`` (H,).
+    """
+    A, H, _ = counts.shape
+    n_out = np.zeros((H, A))
+    occ = np.zeros(H)
+    for a in range(A):
+        for i in range(H):
+            s = 0.0
+            for j in range(H):
+                s += counts[a, i, j]
+            n_out[i, a] = s
+            occ[i] += s
+    order = np.argsort(-occ, kind="mergesort")
+    # colours renumbered 0..nb-1 in order of first appearance by clone index
+    block = np.full(H, -1, dtype=np.int64)
+    seen = np.full(colour.max() + 1, -1, dtype=np.int64)
+    nb = 0
+    for i in range(H):
+        c = colour[i]
+        if seen[c] < 0:
+            seen[c] = nb
+            nb += 1
+        block[i] = seen[c]
+    for _ in range(max_rounds):
+        succ = np.zeros((H, A, nb))
+        for a in range(A):
+            for i in range(H):
+                for j in range(H):
+                    succ[i, a, block[j]] += counts[a, i, j]
+        new = np.full(H, -1, dtype=np.int64)
+        g_pool = np.zeros((H, A, nb))
+        g_n = np.zeros((H, A))
+        g_next = np.full(H, -1, dtype=np.int64)    # groups of one old block as a linked list
+        head = np.full(nb, -1, dtype=np.int64)
+        tail = np.full(nb, -1, dtype=np.int64)
+        ng = 0
+        for q in range(H):
+            i = order[q]
+            b = block[i]
+            g = head[b]
+            while g >= 0:
+                if _compatible(succ[i], n_out[i], g_pool[g], g_n[g], nb, bound, floor):
+                    break
+                g = g_next[g]
+            if g < 0:
+                g = ng
+                ng += 1
+                if head[b] < 0:
+                    head[b] = g
+                else:
+                    g_next[tail[b]] = g
+                tail[b] = g
+            new[i] = g
+            g_pool[g] += succ[i]
+            g_n[g] += n_out[i]
+        # number the new blocks in order of their first clone (stable ids)
+        ids = np.full(ng, -1, dtype=np.int64)
+        k = 0
+        for i in range(H):
+            if ids[new[i]] < 0:
+                ids[new[i]] = k
+                k += 1
+        for i in range(H):
+            new[i] = ids[new[i]]
+        stable = k == nb
+        block = new
+        nb = k
+        if stable:
+            break
+    return block
+
+
+@njit(cache=True)
+def lumped_model(T, B, weight, block, nb):
+    """The clone HMM lumped by ``block``: ``T_L[a, X, Y] = sum_{i in X} w_i sum_{j in Y} T[a, i, j] / sum_{i in X} w_i``
+    and ``B_L[X] = sum_{i in X} B[i]``; a block of zero weight takes its clones' plain mean."""
+    A, H, _ = T.shape
+    TL = np.zeros((A, nb, nb))
+    w = np.zeros(nb)
+    cnt = np.zeros(nb)
+    for i in range(H):
+        w[block[i]] += weight[i]
+        cnt[block[i]] += 1.0
+    for a in range(A):
+        for i in range(H):
+            x = block[i]
+            wi = weight[i] / w[x] if w[x] > 0.0 else 1.0 / cnt[x]
+            for j in range(H):
+                TL[a, x, block[j]] += wi * T[a, i, j]
+    BL = np.zeros(nb)
+    for i in range(H):
+        BL[block[i]] += B[i]
+    return TL, BL
