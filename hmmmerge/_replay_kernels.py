@@ -131,3 +131,35 @@ def lumped_model(T, B, weight, block, nb):
     for i in range(H):
         BL[block[i]] += B[i]
     return TL, BL
+
+
+@njit(cache=True)
+def block_argmax(alpha, off):
+    """Index of the largest entry of every step's block of the flat per-step array (first on ties)."""
+    n = off.shape[0] - 1
+    out = np.zeros(n, dtype=np.int64)
+    for t in range(n):
+        best = -1.0
+        for k in range(off[t + 1] - off[t]):
+            if alpha[off[t] + k] > best:
+                best = alpha[off[t] + k]
+                out[t] = k
+    return out
+
+
+@njit(cache=True)
+def clone_counts(clone_state, n, H):
+    """Level-1 states per clone among the first ``n`` (-1: no clone yet, not counted)."""
+    out = np.zeros(H, dtype=np.int64)
+    for i in range(n):
+        if clone_state[i] >= 0:
+            out[clone_state[i]] += 1
+    return out
+
+
+@njit(cache=True)
+def write_assignment(assignment, clone_state, n, cluster_of_clone):
+    """``assignment[i] <- cluster_of_clone[clone_state[i]]`` for the first ``n`` states (-1 without a clone)."""
+    for i in range(n):
+        c = clone_state[i]
+        assignment[i] = cluster_of_clone[c] if c >= 0 else -1

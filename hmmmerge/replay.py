@@ -226,28 +226,40 @@ class ReplayMerger(Estimator):
         clusters.assignment[states[~new]] = cid[~new]
 
     def _remember(self, states, clones) -> None:
-        top = int(states.max()) + 1 if len(states) else 0
-        if top > len(self._clone_state):
-            grown = np.full(max(top, 2 * len(self._clone_state), 1024), -1, dtype=np.int64)
-            grown[:len(self._clone_state)] = self._clone_state
-            self._clone_state = grown
+        self._grow_clone_state(int(states.max()) + 1 if len(states) else 0)
         self._clone_state[states] = clones
 
     def _write_clusters(self, clusters, n: int) -> None:
         """C from scratch: every level-1 state in the cluster of its clone's block; clusters numbered in
-        the order of their blocks."""
-        clone = self._clone_state[:n]
-        if len(clone) < n:
-            clone = np.concatenate([clone, np.full(n - len(clone), -1, dtype=np.int64)])
-        blocks = np.where(clone >= 0, self._block[np.maximum(clone, 0)], -1)
-        used = np.unique(blocks[blocks >= 0])
-        clusters.assignment[:] = -1
-        clusters.assignment[:n] = np.where(blocks >= 0, np.searchsorted(used, blocks), -1)
+        the order of their blocks (one pass over the states)."""
+        from ._replay_kernels import write_assignment
+
+        self._grow_clone_state(n)
+        used = np.flatnonzero(self._held_blocks(n))
+        cluster_of_block = np.full(int(self._block.max()) + 1, -1, dtype=np.int64)
+        cluster_of_block[used] = np.arange(len(used))
+        clusters.assignment[n:] = -1
+        write_assignment(clusters.assignment, self._clone_state, n, cluster_of_block[self._block])
         clusters.compact()
         self._block_of = used
         self._cluster_of = np.full(self._H, -1, dtype=np.int64)
         self._cluster_of[used] = np.arange(len(used))
         self._t2 = None
+
+    def _held_blocks(self, n: int) -> np.ndarray:
+        """Whether each block holds one of the first ``n`` level-1 states."""
+        from ._replay_kernels import clone_counts
+
+        self._grow_clone_state(n)
+        held = np.zeros(int(self._block.max()) + 1, dtype=bool)
+        held[self._block[clone_counts(self._clone_state, n, self._H) > 0]] = True
+        return held
+
+    def _grow_clone_state(self, top: int) -> None:
+        if top > len(self._clone_state):
+            grown = np.full(max(top, 2 * len(self._clone_state), 1024), -1, dtype=np.int64)
+            grown[:len(self._clone_state)] = self._clone_state
+            self._clone_state = grown
 
     def _init_model(self, rng) -> None:
         H, A = self._H, self._A
@@ -342,9 +354,7 @@ class ReplayMerger(Estimator):
         """Blocks that hold no level-1 state (no state has its most probable clone there) join the block of
         their observation that holds states and whose next-block distributions are nearest (L1, summed
         over actions), so that level 2 -- the blocks that hold states -- keeps their transitions."""
-        clone = self._clone_state[:n]
-        held = np.zeros(int(self._block.max()) + 1, dtype=bool)
-        held[self._block[clone[clone >= 0]]] = True
+        held = self._held_blocks(n)
         if held.all() or not held.any():
             return
         TL, _ = self._blocks_model()
@@ -602,10 +612,6 @@ class _Reader:
 
 def _block_argmax(alpha, off) -> np.ndarray:
     """Index of the largest entry within every step's block of the flat per-step array."""
-    n = len(off) - 1
-    lens = np.diff(off)
-    step = np.repeat(np.arange(n), lens)
-    # largest first within each block: sort by (step, -alpha)
-    order = np.lexsort((-alpha[:off[-1]], step))
-    first = off[:-1]
-    return order[first] - first
+    from ._replay_kernels import block_argmax
+
+    return block_argmax(alpha, off)
