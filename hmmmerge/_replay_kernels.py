@@ -163,3 +163,105 @@ def write_assignment(assignment, clone_state, n, cluster_of_clone):
     for i in range(n):
         c = clone_state[i]
         assignment[i] = cluster_of_clone[c] if c >= 0 else -1
+
+
+@njit(cache=True)
+def noise_odds(T, starts, sizes, obs, acts, off, alpha, scale, horizon, n_obs):
+    """Evidence that each view was a random one, from the views that follow it.
+
+    For every step ``t`` that is not an episode start, with ``e`` the last step
+    of the episode at most ``horizon`` steps later: ``log((1/n_obs) P(o_{t+1..e} | skip))
+    - log(P(o_t .. o_e | o_<t))``, where *skip* is the belief after the move of
+    step ``t`` without its view (``alpha_{t-1} T[a_t]``) and the second term is the
+    forward pass's own (``scale``).  Also the view the skip belief expects most.
+    ``alpha``, ``scale``: a forward pass of :mod:`hmmmerge.baselines._em_kernels`.
+    Returns ``(log_odds, expected)``; ``-inf`` / -1 at episode starts.
+    """
+    N = obs.shape[0]
+    H = T.shape[1]
+    K = sizes.shape[0]
+    max_size = 0
+    for o in range(K):
+        if sizes[o] > max_size:
+            max_size = sizes[o]
+    m = np.empty(H)
+    buf = np.empty(max_size)
+    nxt = np.empty(max_size)
+    mass = np.empty(K)
+    log_odds = np.full(N, -np.inf)
+    expected = np.full(N, -1, dtype=np.int64)
+    for t in range(1, N):
+        if acts[t] < 0:
+            continue
+        e = t
+        while e + 1 < N and acts[e + 1] >= 0 and e - t < horizon:
+            e += 1
+        cond = 0.0
+        for s in range(t, e + 1):
+            cond += np.log(scale[s])
+        po = obs[t - 1]
+        p0 = starts[po]
+        pb = off[t - 1]
+        for j in range(H):
+            m[j] = 0.0
+        Ta = T[acts[t]]
+        for i in range(sizes[po]):
+            w = alpha[pb + i]
+            if w > 0.0:
+                for j in range(H):
+                    m[j] += w * Ta[p0 + i, j]
+        for o in range(K):
+            mass[o] = 0.0
+            for k in range(sizes[o]):
+                mass[o] += m[starts[o] + k]
+        best = 0
+        for o in range(1, K):
+            if mass[o] > mass[best]:
+                best = o
+        expected[t] = best
+        skip = -np.log(n_obs)
+        if e > t:
+            o1 = obs[t + 1]
+            s1 = starts[o1]
+            n1 = sizes[o1]
+            Tb = T[acts[t + 1]]
+            for k in range(n1):
+                buf[k] = 0.0
+            for j in range(H):
+                if m[j] > 0.0:
+                    for k in range(n1):
+                        buf[k] += m[j] * Tb[j, s1 + k]
+            c = 0.0
+            for k in range(n1):
+                c += buf[k]
+            if not c > 0.0:
+                continue
+            skip += np.log(c)
+            for k in range(n1):
+                buf[k] /= c
+            prev = o1
+            for s in range(t + 2, e + 1):
+                o2 = obs[s]
+                s2 = starts[o2]
+                n2 = sizes[o2]
+                sp = starts[prev]
+                Tc = T[acts[s]]
+                for k in range(n2):
+                    nxt[k] = 0.0
+                for i in range(sizes[prev]):
+                    w = buf[i]
+                    if w > 0.0:
+                        for k in range(n2):
+                            nxt[k] += w * Tc[sp + i, s2 + k]
+                c = 0.0
+                for k in range(n2):
+                    c += nxt[k]
+                if not c > 0.0:
+                    skip = -np.inf
+                    break
+                skip += np.log(c)
+                for k in range(n2):
+                    buf[k] = nxt[k] / c
+                prev = o2
+        log_odds[t] = skip - cond
+    return log_odds, expected

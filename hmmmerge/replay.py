@@ -51,6 +51,8 @@ from ._validation import Float, Int
 __all__ = ["ReplayMerger"]
 
 _PREFIX = "replay_"
+#: views after a step that weigh whether its view was a random one (see ReplayMerger._views_read_as_noise)
+NOISE_HORIZON = 3
 
 
 class ReplayMerger(Estimator):
@@ -109,6 +111,7 @@ class ReplayMerger(Estimator):
         self._S = None          # kept expected counts per episode (stepwise EM)
         self._Sb = None
         self._updates = 0
+        self._noise = 0.0        # estimated share of views replaced by a random one (emissions of level 2)
         self._var = 0.0          # variance factor of the kept statistics: 1 / (effective number of episodes)
         self._episodes: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (obs, acts, states), last `window`
         self._n_new = 0         # episodes at the end of the buffer not learned from yet
@@ -298,6 +301,9 @@ class ReplayMerger(Estimator):
         obs = np.concatenate([b[0] for b in batch])
         acts = np.concatenate([b[1] for b in batch])
         d = self._data(obs, acts)
+        noise, repaired = self._views_read_as_noise(d, obs, acts) if self._updates else (None, 0)
+        if repaired:
+            d = self._data(noise, acts)
         ll = np.nan
         for _ in range(int(self.n_iter)):
             ll, C, Bc = d.expected_counts(self._T, self._B)
@@ -317,14 +323,51 @@ class ReplayMerger(Estimator):
         self._n_new = 0
         # the batch's level-1 states take their most probable clone under the new model; clones are
         # lumped into blocks; C is written from the blocks
+        if repaired:
+            d = self._data(obs, acts)
         d.log_likelihood(self._T, self._B)
         clones = self._starts[obs] + _block_argmax(d.alpha, d.off)
         self._remember(np.concatenate([b[2] for b in batch]), clones)
         self._lump()
         self._fold_unheld(memory.n_states)
         self._write_clusters(clusters, memory.n_states)
-        report.update(replayed=len(picks), log_likelihood_per_step=float(ll) / len(obs), clusters=clusters.n_clusters)
+        report.update(replayed=len(picks), views_read_as_noise=int(repaired), noise_rate=self._noise, log_likelihood_per_step=float(ll) / len(obs), clusters=clusters.n_clusters)
         return [report]
+
+    def _views_read_as_noise(self, d, obs, acts):
+        """Estimate the rate of random views and replace the views that are more likely random than not.
+
+        Evidence per step (:func:`~hmmmerge._replay_kernels.noise_odds`): the next ``NOISE_HORIZON``
+        views under the belief that skips the view against the belief that takes it.  The rate ``q``
+        is the fixed point of ``q = mean_t P(random | evidence_t, q)``, kept as a running average like
+        the statistics; a view whose posterior exceeds 1/2 is replaced by the view the skip belief
+        expects (for this sleep's EM only; level 1 keeps what was seen).  Returns ``(views, count)``.
+        """
+        from ._replay_kernels import noise_odds
+
+        if not np.isfinite(d.log_likelihood(self._T, self._B)):
+            return None, 0
+        log_odds, expected = noise_odds(self._T, d.starts, d.sizes, d.obs, d.acts, d.off, d.alpha, d.scale,
+                                        NOISE_HORIZON, self._K)
+        moves = np.isfinite(log_odds)
+        lo = np.clip(log_odds[moves], -700.0, 700.0)
+        q = 0.05
+        for _ in range(50):
+            q = float(np.mean(1.0 / (1.0 + (1.0 - q) / q * np.exp(-lo)))) if len(lo) else 0.0
+            if q <= 1e-12:
+                q = 0.0
+                break
+        eta = (self._updates + 2.0) ** -float(self.step_exponent)
+        self._noise = (1.0 - eta) * self._noise + eta * q
+        post = np.zeros(len(obs))
+        if q > 0.0:
+            post[moves] = 1.0 / (1.0 + (1.0 - q) / q * np.exp(-lo))
+        swap = (post > 0.5) & (expected != obs)
+        if not swap.any():
+            return None, 0
+        views = obs.copy()
+        views[swap] = expected[swap]
+        return views, int(swap.sum())
 
     def _m_step(self) -> None:
         scale, pc = float(self.window), float(self.pseudocount)
@@ -420,7 +463,9 @@ class ReplayMerger(Estimator):
         return self._t2
 
     def emission(self, clusters, n_states: int) -> np.ndarray:
-        """Each cluster's emission (one-hot on its clone's observation), (k, n_obs).
+        """Each cluster's emission, (k, n_obs): its clone's observation with probability ``1 - q``, every
+        observation with ``q / n_obs``, where ``q`` is the estimated rate of random views (see
+        :meth:`_views_read_as_noise`), so that a noisy view does not throw the filter off the map.
 
         >>> from hmmmerge import gridworld, random_walk
         >>> from hmmmerge.agent import TwoLevelMemory
@@ -433,8 +478,8 @@ class ReplayMerger(Estimator):
         k = clusters.n_clusters
         if len(self._block_of) != k:
             raise ValueError("the clusters are not the ones this merger wrote")
-        E = np.zeros((k, self._K))
-        E[np.arange(k), self._block_colour()[self._block_of]] = 1.0
+        E = np.full((k, self._K), self._noise / self._K)
+        E[np.arange(k), self._block_colour()[self._block_of]] += 1.0 - self._noise
         return E
 
     def _block_colour(self) -> np.ndarray:
@@ -482,7 +527,7 @@ class ReplayMerger(Estimator):
             "T": self._T if has else np.zeros((A, H, H)), "B": self._B if has else np.zeros(H),
             "S": self._S if self._S is not None else np.zeros((A, H, H)),
             "Sb": self._Sb if self._Sb is not None else np.zeros(H),
-            "variance": np.array([self._var]),
+            "variance": np.array([self._var]), "noise": np.array([self._noise]),
             "episode_lengths": lens, "obs": cat(0), "actions": cat(1), "states": cat(2),
             "current": np.array(self._cur, dtype=np.int64).reshape(3, -1),
             "clone_of_state": self._clone_state[:self._n_seen].copy() if len(self._clone_state) >= self._n_seen
@@ -524,6 +569,7 @@ class ReplayMerger(Estimator):
         S = get.floats("S", shape=(A, H, H), low=0.0)
         Sb = get.floats("Sb", shape=(H,), low=0.0)
         var = float(get.floats("variance", shape=(1,), low=0.0, high=1.0)[0])
+        noise = float(get.floats("noise", shape=(1,), low=0.0, high=1.0)[0])
         if updates and var <= 0.0:
             raise ValueError(f"{source}: replay_variance must be positive after an update")
         if has and (not np.allclose(T.sum(axis=2), 1.0, atol=1e-6) or not np.isclose(B.sum(), 1.0, atol=1e-6)):
@@ -560,6 +606,7 @@ class ReplayMerger(Estimator):
         self._T, self._B = (T, B) if has else (None, None)
         self._S, self._Sb = (S, Sb) if updates else (None, None)
         self._var = var
+        self._noise = noise
         self._updates, self._n_new, self._last, self._n_seen = updates, n_new, last, n_seen
         self._episodes = [(obs[s:s + n], acts[s:s + n], sts[s:s + n]) for s, n in zip(starts.tolist(), lens.tolist())]
         self._cur = tuple(row.tolist() for row in cur)
