@@ -51,7 +51,7 @@ def clone_label_table(merger, traj):
 def test_on_a_slip_world_level2_has_the_true_states_and_transition_probabilities(seed):
     slip = 0.1
     train = slip_walk(RING, RING_COLOURS, 400, 20, slip, seed)
-    agent = TwoLevelMemory(2, 2, merge="replay", merge_params={"n_clones": 3}, sleep_every=100, seed=seed).fit(train)
+    agent = TwoLevelMemory(2, 2, merger=ReplayMerger(n_clones=3), sleep_every=100, seed=seed).fit(train)
     l2 = agent.level2_hmm()
     assert l2.n_states == 4   # the clones EM spends on one place are lumped into one cluster
     # each cluster is one true state (majority label of its level-1 states), each true state one cluster
@@ -81,7 +81,7 @@ def ring_oracle():
 def test_with_random_starts_it_predicts_what_the_oracle_predicts(seed):
     train = slip_walk(RING, RING_COLOURS, 300, 20, 0.0, seed, random_start=True)
     fresh = slip_walk(RING, RING_COLOURS, 100, 20, 0.0, 100 + seed, random_start=True)
-    agent = TwoLevelMemory(2, 2, merge="replay", merge_params={"n_clones": 3}, sleep_every=100, seed=seed).fit(train)
+    agent = TwoLevelMemory(2, 2, merger=ReplayMerger(n_clones=3), sleep_every=100, seed=seed).fit(train)
     oracle = ring_oracle()
     ours = score_trajectories(agent.level2_hmm(), fresh)
     best = score_trajectories(oracle, fresh)
@@ -132,7 +132,7 @@ def test_resume_from_a_file_equals_an_uninterrupted_life(tmp_path):
 ])
 def test_bad_parameters_are_refused_with_the_name(params, message):
     with pytest.raises(ValueError, match=message):
-        TwoLevelMemory(10, 4, merge="replay", merge_params=params)
+        TwoLevelMemory(10, 4, merger=ReplayMerger(**params)).fit(random_walk(gridworld(), 2, seed=0))
 
 
 def _saved():
