@@ -166,7 +166,7 @@ def write_assignment(assignment, clone_state, n, cluster_of_clone):
 
 
 @njit(cache=True)
-def noise_odds(T, starts, sizes, obs, acts, off, alpha, scale, horizon, n_obs):
+def noise_odds(T, starts, sizes, obs, acts, off, alpha, scale, horizon, n_obs, expected_above):
     """Evidence that each view was a random one, from the views that follow it.
 
     For every step ``t`` that is not an episode start, with ``e`` the last step
@@ -175,7 +175,9 @@ def noise_odds(T, starts, sizes, obs, acts, off, alpha, scale, horizon, n_obs):
     step ``t`` without its view (``alpha_{t-1} T[a_t]``) and the second term is the
     forward pass's own (``scale``).  Also the view the skip belief expects most.
     ``alpha``, ``scale``: a forward pass of :mod:`hmmmerge.baselines._em_kernels`.
-    Returns ``(log_odds, expected)``; ``-inf`` / -1 at episode starts.
+    A view predicted with probability ``scale[t] >= expected_above`` is not weighed against the
+    future (the skip and the taken belief then agree on it): ``log_odds = -log(n_obs * scale[t])``,
+    ``expected = obs[t]``.  Returns ``(log_odds, expected)``; ``-inf`` / -1 at episode starts.
     """
     N = obs.shape[0]
     H = T.shape[1]
@@ -192,6 +194,10 @@ def noise_odds(T, starts, sizes, obs, acts, off, alpha, scale, horizon, n_obs):
     expected = np.full(N, -1, dtype=np.int64)
     for t in range(1, N):
         if acts[t] < 0:
+            continue
+        if scale[t] >= expected_above:
+            log_odds[t] = -np.log(n_obs * scale[t])
+            expected[t] = obs[t]
             continue
         e = t
         while e + 1 < N and acts[e + 1] >= 0 and e - t < horizon:

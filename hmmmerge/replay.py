@@ -81,7 +81,7 @@ class ReplayMerger(Estimator):
         "tolerance": Float(0.0, 1.0),
     }
 
-    def __init__(self, n_clones: int = 20, replay: int = 20, window: int = 200, n_iter: int = 2,
+    def __init__(self, n_clones: int = 30, replay: int = 20, window: int = 200, n_iter: int = 2,
                  step_exponent: float = 0.6, pseudocount: float = 1e-3, prune: float = 1e-3, risk: float = 0.05,
                  tolerance: float = 0.2):
         self.n_clones = n_clones
@@ -338,7 +338,8 @@ class ReplayMerger(Estimator):
         """Estimate the rate of random views and replace the views that are more likely random than not.
 
         Evidence per step (:func:`~hmmmerge._replay_kernels.noise_odds`): the next ``NOISE_HORIZON``
-        views under the belief that skips the view against the belief that takes it.  The rate ``q``
+        views under the belief that skips the view against the belief that takes it (for the views
+        level 2 gave less than 1/2; for the others the two beliefs are taken to agree).  The rate ``q``
         is the fixed point of ``q = mean_t P(random | evidence_t, q)``, kept as a running average like
         the statistics; a view whose posterior exceeds 1/2 is replaced by the view the skip belief
         expects (for this sleep's EM only; level 1 keeps what was seen).  Returns ``(views, count)``.
@@ -348,7 +349,7 @@ class ReplayMerger(Estimator):
         if not np.isfinite(d.log_likelihood(self._T, self._B)):
             return None, 0
         log_odds, expected = noise_odds(self._T, d.starts, d.sizes, d.obs, d.acts, d.off, d.alpha, d.scale,
-                                        NOISE_HORIZON, self._K)
+                                        NOISE_HORIZON, self._K, 0.5)
         moves = np.isfinite(log_odds)
         lo = np.clip(log_odds[moves], -700.0, 700.0)
         q = 0.05
