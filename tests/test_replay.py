@@ -207,3 +207,47 @@ def _run_digest(mode):
 ])
 def test_the_other_modes_give_the_same_results_as_before(mode, digest):
     assert _run_digest(mode) == digest
+
+
+def noisy(traj, rate, n_obs, seed):
+    """Each view replaced by a uniformly random one with probability ``rate``."""
+    rng = np.random.default_rng(seed)
+    flip = rng.random(traj.obs.shape) < rate
+    return Trajectories(np.where(flip, rng.integers(0, n_obs, traj.obs.shape), traj.obs), traj.actions, traj.states)
+
+
+def test_the_rate_of_random_views_is_estimated_and_slips_are_not_read_as_noise():
+    # the 10x10 grid: a view replaced with probability 0.1 (by any of 10 colours)
+    env = gridworld()
+    clean = random_walk(env, 300, seed=0)
+    agent = TwoLevelMemory(10, 4, merge="replay", seed=0).fit(noisy(clean, 0.1, 10, 1))
+    assert abs(agent.merger_._noise - 0.1) < 0.03
+    # the same grid with slipping moves and exact views: no view is random
+    slip = slip_walk(env.next_state, env.obs, 300, 50, 0.1, 2)
+    agent = TwoLevelMemory(10, 4, merge="replay", seed=0).fit(slip)
+    assert agent.merger_._noise < 0.02   # a tenth of the moves slip; at most a fiftieth of the views read as random
+    # level 2 emits the clone's view with 1 - q and each view with q / n_obs
+    E = agent.level2_hmm().E
+    assert np.allclose(E.sum(axis=1), 1) and np.allclose(E.max(axis=1), 1 - agent.merger_._noise * 0.9)
+
+
+def test_lumping_merges_clones_with_the_same_future_and_keeps_different_ones_apart():
+    from hmmmerge._replay_kernels import lump_clones
+
+    # one action; colour 0: clones 0, 1, 2; colour 1: clones 3, 4.  Clones 0 and 1 go to clone 3, which
+    # goes back to clone 0 (views 0 1 0 1 ...); clone 2 goes to clone 4, which stays (views 0 1 1 1 ...).
+    # So 0 and 1 are one place; 2, 3 and 4 are told apart by the views that follow.
+    counts = np.zeros((1, 5, 5))
+    counts[0, 0, 3] = counts[0, 1, 3] = counts[0, 2, 4] = 100.0
+    counts[0, 3, 0] = counts[0, 4, 4] = 100.0
+    colour = np.array([0, 0, 0, 1, 1])
+    block = lump_clones(counts, colour, 1.36, 0.0, 50)
+    assert block[0] == block[1] and len({block[0], block[2], block[3], block[4]}) == 4
+    # one count each: the test cannot tell anything apart
+    block = lump_clones(counts / 100.0, colour, 1.36, 0.0, 50)
+    assert block[0] == block[1] == block[2] and block[3] == block[4]
+    # many counts: clone 1 also leads to clone 4, one time in 11 -- told apart, unless within the tolerance
+    close = counts * 100.0
+    close[0, 1, 4] = 1000.0
+    assert lump_clones(close, colour, 1.36, 0.0, 50)[1] != lump_clones(close, colour, 1.36, 0.0, 50)[0]
+    assert lump_clones(close, colour, 1.36, 0.2, 50)[1] == lump_clones(close, colour, 1.36, 0.2, 50)[0]
