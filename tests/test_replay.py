@@ -78,11 +78,12 @@ def ring_oracle():
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-def test_with_random_starts_it_predicts_what_the_oracle_predicts(seed):
+def test_with_random_starts_it_reaches_the_minimal_machine_and_predicts_what_the_oracle_predicts(seed):
     train = slip_walk(RING, RING_COLOURS, 300, 20, 0.0, seed, random_start=True)
     fresh = slip_walk(RING, RING_COLOURS, 100, 20, 0.0, 100 + seed, random_start=True)
     agent = TwoLevelMemory(2, 2, merger=ReplayMerger(n_clones=3), sleep_every=100, seed=seed).fit(train)
     oracle = ring_oracle()
+    assert agent.level2_hmm().n_states == 4   # the ring's minimal machine: its four states
     ours = score_trajectories(agent.level2_hmm(), fresh)
     best = score_trajectories(oracle, fresh)
     assert ours.accuracy >= best.accuracy - 0.005
