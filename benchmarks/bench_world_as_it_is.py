@@ -75,7 +75,7 @@ CONDITIONS = {
     "random-start": {"slip": 0.0, "obs_noise": 0.0, "start": "random"},
 }
 WORLDS = ("paper-grid", "maze", "torus", "two-rooms", "cscg-room", "aliased-loop", "random-graph", "fourrooms-3x3")
-LEARNERS = ("oracle", "first-order", "context", "em", "sf", "fold-noisy", "fold")
+LEARNERS = ("oracle", "first-order", "context", "em", "sf", "fold-noisy", "fold", "replay")
 """The default learners; ``--target`` defaults to the last merge mode listed, so a new mode appended is checked."""
 MINIGRID = "MiniGrid-FourRooms-v0"
 SMOOTHING = 1e-3
