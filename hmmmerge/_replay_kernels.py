@@ -38,18 +38,33 @@ def lump_clones(counts, colour, bound, floor, max_rounds):
     """Blocks of clones (ids ``0..nb-1``) from expected transition counts ``counts`` (A, H, H).
 
     Starts from one block per colour (observation) and refines until no block
-    splits (or ``max_rounds``).  Returns ``block`` (H,).
+    splits (or ``max_rounds``); entries below 1e-3 (a thousandth of a transition)
+    are left out.  Returns ``block`` (H,).
     """
     A, H, _ = counts.shape
-    n_out = np.zeros((H, A))
-    occ = np.zeros(H)
+    # the entries worth a thousandth of a transition or more, as a list (refinement rounds then cost O(entries))
+    m = 0
     for a in range(A):
         for i in range(H):
-            s = 0.0
             for j in range(H):
-                s += counts[a, i, j]
-            n_out[i, a] = s
-            occ[i] += s
+                if counts[a, i, j] >= 1e-3:
+                    m += 1
+    e_a = np.empty(m, dtype=np.int64)
+    e_i = np.empty(m, dtype=np.int64)
+    e_j = np.empty(m, dtype=np.int64)
+    e_c = np.empty(m)
+    n_out = np.zeros((H, A))
+    occ = np.zeros(H)
+    m = 0
+    for a in range(A):
+        for i in range(H):
+            for j in range(H):
+                c = counts[a, i, j]
+                if c >= 1e-3:
+                    e_a[m], e_i[m], e_j[m], e_c[m] = a, i, j, c
+                    n_out[i, a] += c
+                    occ[i] += c
+                    m += 1
     order = np.argsort(-occ, kind="mergesort")
     # colours renumbered 0..nb-1 in order of first appearance by clone index
     block = np.full(H, -1, dtype=np.int64)
@@ -63,10 +78,8 @@ def lump_clones(counts, colour, bound, floor, max_rounds):
         block[i] = seen[c]
     for _ in range(max_rounds):
         succ = np.zeros((H, A, nb))
-        for a in range(A):
-            for i in range(H):
-                for j in range(H):
-                    succ[i, a, block[j]] += counts[a, i, j]
+        for q in range(m):
+            succ[e_i[q], e_a[q], block[e_j[q]]] += e_c[q]
         new = np.full(H, -1, dtype=np.int64)
         g_pool = np.zeros((H, A, nb))
         g_n = np.zeros((H, A))
