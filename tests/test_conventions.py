@@ -23,7 +23,7 @@ from hmmmerge.models import MERGERS, MODELS, make_learner, merger_class
 #: small settings so that every learner fits in well under a second
 SMALL = {"em": {"n_clones": 2, "n_iter": 3}, "level2-sf": {"sleep_every": 100}, "level2-random": {"sleep_every": 100},
          "level2-none": {"sleep_every": 100}, "level2-fold": {"sleep_every": 100},
-         "level2-fold-noisy": {"sleep_every": 100}}
+         "level2-fold-noisy": {"sleep_every": 100}, "level2-replay": {"sleep_every": 20}}
 
 
 @pytest.fixture(scope="module")
