@@ -91,7 +91,7 @@ def _fold_merger(agent, **extra):
 
 
 def _fold_noisy_merger(agent, **extra):
-    from .fold_noisy import StatisticalFoldMerger
+    from .fold import StatisticalFoldMerger
 
     return StatisticalFoldMerger(**extra)
 

@@ -1,176 +1,19 @@
-"""Sleep consolidation by folding: evidence-driven state merging of level 1 (``merge="fold"``).
+"""Sleep consolidation by folding (``merge="fold"``): the engine with the exact colour-clash test.
 
-With one start state, Algorithm 1's level 1 is a prefix tree of
-(action, observation) paths.  This module groups its states into clusters
-(level 2, the connection matrix C) the way automaton learning does it
-(blue-fringe / EDSM, Lang, Pearlmutter & Price 1998; RPNI):
-
-* **blocks** are the clusters; every placed level-1 state is in one block, a
-  block emits one colour and has at most one successor block per action, so
-  level 2 stays deterministic where the world is;
-* **red** blocks are the consolidated automaton; **blue** blocks hang from a
-  red block by one transition and are undecided;
-* **placing** a new level-1 state walks the automaton: if the block of its
-  parent has a successor under the action with the right colour, the state
-  joins it; otherwise it starts a new block (attached as that successor).
-  This happens as experience arrives (:meth:`FoldMerger.observe`), so
-  level 2 predicts for the current episode;
-* a **sleep** (:meth:`FoldMerger.sleep`) folds blue blocks into red ones:
-  merging blue ``b`` into red ``r`` merges their successors under each action
-  too, recursively (determinisation); one colour clash anywhere refuses the
-  merge; its **evidence** is the number of distinct blocks (other than
-  ``r``) that ``b``'s side agreed with.  A blue block is merged into its
-  consistent red block with most evidence when that evidence leads the
-  runner-up's by ``min_evidence`` (largest lead first); a blue block that
-  clashes with every red block of its colour is promoted to red; the rest
-  wait for more experience;
-* **undo**: every change is journaled.  When new experience contradicts a
-  level-2 transition (a state's parent block has a successor of another
-  colour), the merge decisions that put the two level-1 parents in one block
-  are found from the journal; everything from the latest of them on is rolled
-  back (C returns exactly to its earlier value), and the rolled-back states are
-  placed and folded again, now with the contradicting evidence.  Level 1 is
-  never modified;
-* **provisional pass**: the merges above are *consolidated*.  After them a
-  sleep folds what still waits, provisionally: a blue block is merged into
-  its best consistent red block when that block is the only consistent one
-  or leads the runner-up by ``provisional_lead`` (default 1), every such
-  pair of a round at once (largest lead first), and when none qualifies
-  every waiting blue block is promoted, until no blue block is left.  Level 2 (C) and the online placing use
-  the provisional automaton; the next sleep first rolls the whole pass back
-  (with everything placed after it, placed again), so a provisional merge
-  never becomes evidence for a consolidated one and a wrong one lasts one
-  wake period at most;
-* **colour fold**: the provisional pass opens by folding groups of blocks:
-  first all blocks of one colour, then (``colour_past``, default 1) all
-  blocks of one colour whose first level-1 state was entered by the same
-  action from the same colour (and so on, ``d`` steps back, up to
-  ``colour_past``).  A group becomes one block (determinisation included)
-  when its joint fold clashes nowhere and its evidence (summed over the
-  folds) is at least ``colour_evidence`` (default 20); a group that clashes
-  is rolled back (a group with two red blocks is skipped: they clash, the
-  later one was promoted for clashing).  A view seen in one place (or
-  entered one way only in one place) is then one block with the pooled
-  futures of all its visits, wherever in level 1 they are, so long
-  episodes get the shared futures that a bushy prefix tree gives short
-  ones; the blocks are found by walking the automaton from the start,
-  O(blocks) per sleep.
-
-The work of a sleep is the new experience plus the folds it triggers; the
-part of level 1 already in the red automaton is never visited again.  The
-merger keeps, per block, its level-1 link counts and, per cluster id, label
-counts, so the agent's level-2 transitions (:meth:`FoldMerger.level2_transitions`)
-and purity (:meth:`FoldMerger.purity`) cost O(clusters) instead of a pass over
-level 1, and writing C renumbers only the clusters whose id changed
-(:meth:`~hmmmerge.clusters.Clusters.relabel`).  The state lives in flat arrays
-worked on by the numba kernels of :mod:`hmmmerge._fold_kernels`; they
-reproduce the first, pure-Python version decision for decision
-(``tests/fold_reference.py``).  On one core, a 1,000-episode run of the
-paper's world takes about 0.6 s of CPU and 10,000 episodes about 7.4x that,
-1.7x what fold takes without its provisional pass (``python
-benchmarks/bench_fold.py --sections speed``).
-
-Default evidence minimum.  Evidence counts the distinct blocks that the
-blue side agreed with (a self-loop at a wall or two paths that met add
-nothing).  Two different cells of one colour in a world with ``n_obs``
-equally frequent colours agree on one such comparison with probability about
-``1/n_obs``, so ``k`` agreements by chance have probability about
-``n_obs**-k``.  A blue block is merged into its best red block only if that
-evidence leads every other consistent red block's by ``k``.
-``min_evidence=None`` takes the smallest ``k >= 3`` with ``n_obs**-k <= 1e-3``
-(3 for 10 colours, 5 for 4 colours): a run makes a few hundred merge
-decisions, so chance merges are rare, and undo repairs the one that slips
-through.  ``single_evidence`` (off by default) adds a rule: a blue block that
-clashes with every red block of its colour but one is either that block's
-cell or a cell not yet in the automaton, so fewer agreements (``e``, chance
-``n_obs**-e``) could do.  It was meant for blue blocks in rarely visited
-corners that wait for a thinly explored red block, but it is not stable: a wrong merge it makes is
-consolidated, pollutes a red block, and the genuine blue copies of that
-cell clash with it and are promoted as duplicates (before the provisional
-pass, on the walk of ``--sections speed``, ``e = 2``: 917 promotions, 1,361
-clusters, 0.970 online; ``e = 1`` thrashes on the random graph).  The
-provisional pass below does the same job without that risk; with it,
-``single_evidence`` is worse than off on the paper's world and with 4
-colours and better only over episodes 100-200 of the random graph
-(``e = 2``; ``bench_fold.py --sections evidence``).  Hence off by default.
-
-Default provisional lead.  Blue blocks wait where the data are thin, and
-thin data stay thin: in a rarely visited corner each entrance to a cell
-starts its own blue block, and the red block of the cell receives none of
-that traffic, so a fold finds nothing to compare (evidence 0-2) however
-often the corner is visited (paper's world, 6 runs, without this pass:
-100-394 clusters for 100 cells, mean 210.5, red blocks one per cell, the
-excess in level-1 paths below 0-12 waiting blue blocks, nearly all visited
-once).  A blue block that is
-consistent with one red block only is that block's cell or a cell with no
-red block yet, and a unique best candidate is, without a clash, the most
-likely one; so the provisional pass asks for a lead of 1 (0 would pick
-among ties arbitrarily).  A wrong choice costs at most the predictions of
-one wake period (the walk contradicts it at its first differing
-observation) and is not carried forward: the pass is redone at every sleep
-from the consolidated automaton.  Making the same rule consolidating
-(``single_evidence``, above) is what let a wrong merge pollute a red block
-and cascade.  Sensitivity: ``bench_fold.py --sections evidence``.
-
-Default colour evidence and past, and why the colour fold.  With long
-episodes level 1 is a few long paths: two visits of a place are compared only
-along the moves both took next (a random walk with three actions shares its
-next move a third of the time), so a blue block shows evidence 0-2 with every
-red block and waits.  On MiniGrid FourRooms (1,040 poses, 360 egocentric
-views; 20 episodes of 1,000 moves, walk seed 0) the consolidated automaton
-stays at 42 red blocks and 8 merges, and the provisional pass decides on no
-evidence: its level 2 has 4,009 clusters, 1,366 of them mixing poses (23% of
-the level-1 states sit in a cluster whose majority is another pose) and 3,117
-duplicates of a pose.  Local windows do not decide either: among visits that
-agree on the next 8 (action, view) pairs, 15% are at another pose (4 pairs:
-22%), and context from the past as a tie-break of the provisional pass moved
-held-out accuracy by less than 0.01.  What the data do hold is many visits of
-views seen in one place: folding all visits of a colour at once is refused by
-the first clash between two places, so it succeeds where the colour is one
-place (or where the walk does not tell its places apart).  The threshold
-guards the second case: with a chance ``q`` that two different places agree
-on one compared block, ``k`` agreements happen by chance with probability
-``q**k``; in FourRooms ``q`` is about 0.8 (the 15% above over 8 steps), and
-``0.8**20 ~ 0.01``.  The past then splits a view seen in several places by
-how it was entered, so that a part seen in one place folds on its own:
-``colour_past=1``.  Measured on walk seeds 0-3 (held-out on 10 fresh
-walks of 200 moves; ``bench_fold.py --sections minigrid`` and BENCHMARKS.md):
-no colour fold 0.901 / 0.884 / 0.903 / 0.906; colours only
-(``colour_past=0``) 0.940 / 0.927 / 0.950 / 0.933 (mean 0.937);
-``colour_past=1`` 0.965 / 0.943 / 0.940 / 0.944 (mean 0.948; EM with 5
-clones 0.962 / 0.955 / 0.950 / 0.955); 2: mean 0.950; with
-``colour_past=1``, ``colour_evidence`` 5, 10, 20, 40: mean 0.946, 0.946,
-0.948, 0.948 (colours only: 3: 0.924, 10: 0.928, 20: 0.937, 40: 0.933, 100:
-0.912).  On the paper's world (no colour is one place; the past-keyed groups
-clash or hold two red blocks) the colour fold changes episodes 100-200 from
-0.9288 to 0.9286 and nothing else; on the gallery every target is met as
-before (torus, episodes 100-200: 0.915 to 0.956).
-
-Why it works, and where it does not.  With a common start and a
-deterministic world, a level-1 state's true position is a function of its
-path, so one colour clash in a shared future proves two blocks differ, and
-folding (determinisation) spreads every accepted identification to all
-futures at once.  Measured on the paper's world (10x10, 10 colours, 1,000
-episodes of 50 moves, sleeps every 500 steps, colourings 0-2 x walk seeds
-0-4, ``bench_fold.py``): online ``l2`` accuracy over the last 50 episodes
-0.9992 (worst run 0.992), over episodes 100-200 0.929, purity with
-singletons 1.000, 100.6 clusters for 100 cells; without the provisional
-pass 0.998, 0.862 and 192 clusters (blocks waiting in rarely visited
-corners).  An episode's steps after its first never-traversed transition
-cannot be predicted by a predictor anchored to level 1, which bounds
-episodes 100-200 below 1.  Four colours: 0.994 online, 114 clusters; the
-aliased loop folds to its 3-state minimal machine.  It does not
-hold without a common start: the first observations then contradict each
-other with no merge to undo, nothing is ever merged, and level 2 stays level
-1 (random start cells on the paper's world: 0.06 online, 50,187 clusters).
-Noisy observations break the exact clash test: with 5% of the colours
-replaced at random, contradictions are everywhere (1,734 in a run, 168
-undos, 43,367 clusters, 0.11 online, 348 s before the kernels; with the
-provisional pass 21,894 clusters, 0.16 online, 140 s); the
-statistical variant ``merge="fold-noisy"`` (:mod:`hmmmerge.fold_noisy`) is
-built for that case.  In a world with random transitions
-two visits of one position have different futures, so clashes prove nothing
-and the blocks would grow like level 1.
+Level 1 with one start state is a prefix tree of (action, observation)
+paths; its states are grouped into blocks (the clusters of level 2, C) by
+blue-fringe state merging (EDSM, Lang, Pearlmutter & Price 1998; RPNI):
+placing walks the automaton as experience arrives; a sleep folds blue blocks
+into red ones (merging their successors too), refused by one colour clash
+anywhere, a merge needing an evidence lead of ``min_evidence`` agreeing blocks;
+contradicted merges are undone from the journal; a provisional pass (lead
+``provisional_lead``, opened by the colour fold: ``colour_evidence``,
+``colour_past``) decides what still waits and is rolled back at the next
+sleep.  The state lives in flat arrays worked on by the numba kernels of
+:mod:`hmmmerge.fold._kernels`, checked decision for decision against the
+pure-Python engine with the same test (``tests/fold_reference.py``).  The
+derivation of the defaults and the measurements: BENCHMARKS.md, "Design notes
+of the fold family".
 
 Examples
 --------
@@ -194,7 +37,7 @@ import weakref
 
 import numpy as np
 
-from ._validation import check_int
+from .._validation import check_int
 
 __all__ = ["FoldMerger", "default_min_evidence"]
 
@@ -262,7 +105,7 @@ class FoldMerger:
     Nodes are level-1 states shifted by one; node 0 is the virtual start state
     whose one action (index ``n_actions``) leads to the first observation.
     The state lives in flat arrays worked on by the numba kernels of
-    :mod:`hmmmerge._fold_kernels`.
+    :mod:`hmmmerge.fold._kernels`.
 
     Examples
     --------
@@ -289,7 +132,7 @@ class FoldMerger:
 
     # ------------------------------------------------------------ set-up
     def _init(self, n_obs: int, n_actions: int, capacity: int = 1024) -> None:
-        from ._fold_kernels import LINKS_OK, N_SC, NROWS, FoldState
+        from ._kernels import LINKS_OK, N_SC, NROWS, FoldState
 
         self._A = int(n_actions)
         self._n_obs = int(n_obs)
@@ -339,7 +182,7 @@ class FoldMerger:
 
     def _room(self, nodes: int = 0, journal: int = 0, conflicts: int = 0, decisions: int = 0, rows: int = 0) -> None:
         """Grow the arrays so that ``nodes`` nodes fit and the lists (and rows) can take the given extra entries."""
-        from ._fold_kernels import JLEN, NCONF, NDEC, NROWS
+        from ._kernels import JLEN, NCONF, NDEC, NROWS
 
         st = self._st
         new = {}
@@ -370,7 +213,7 @@ class FoldMerger:
 
     @property
     def n_red(self) -> int:
-        from ._fold_kernels import NRED
+        from ._kernels import NRED
 
         return 0 if self._A is None else int(self._st.sc[NRED])
 
@@ -382,7 +225,7 @@ class FoldMerger:
     @property
     def stats(self) -> dict:
         """Counters: ``merges``, ``promotions``, ``undos``, ``conflicts`` (all zero before any data)."""
-        from ._fold_kernels import CONFLICTS, MERGES, PROMOTIONS
+        from ._kernels import CONFLICTS, MERGES, PROMOTIONS
 
         if self._A is None:
             return dict.fromkeys(_STATS, 0)
@@ -393,7 +236,7 @@ class FoldMerger:
     # ------------------------------------------------------------ experience
     def _place_all(self, nodes) -> None:
         """Place recorded nodes in order (parents first)."""
-        from ._fold_kernels import place_nodes
+        from ._kernels import place_nodes
 
         nodes = np.asarray(nodes, dtype=np.int64)
         if not len(nodes):
@@ -482,8 +325,8 @@ class FoldMerger:
     # ------------------------------------------------------------ folding
     def _blue_fringe(self, k_single: int | None = None, provisional: bool = False, k: int | None = None) -> None:
         """Promote, then merge (most evidence first) until every blue block waits for evidence
-        (:func:`hmmmerge._fold_kernels.blue_fringe`; ``k_single``: that rule's minimum, default the merger's)."""
-        from ._fold_kernels import NEED_ROOM, NROOTS, blue_fringe
+        (:func:`hmmmerge.fold._kernels.blue_fringe`; ``k_single``: that rule's minimum, default the merger's)."""
+        from ._kernels import NEED_ROOM, NROOTS, blue_fringe
 
         k_single = self._k_single if k_single is None else k_single
         k = self._k if k is None else k
@@ -498,7 +341,7 @@ class FoldMerger:
         consistent red block or one leading by ``provisional_lead``, all of a round at once; when none
         can, every waiting blue block is promoted.  :meth:`_drop_provisional` takes it all back at the
         next sleep."""
-        from ._fold_kernels import JLEN, MERGES, PROMOTIONS
+        from ._kernels import JLEN, MERGES, PROMOTIONS
 
         self._prov = [-1, 0, 0]
         if self._k_prov < 0:
@@ -519,8 +362,8 @@ class FoldMerger:
         """The colour fold (the module docstring): the blocks reached from the start, grouped by colour and
         then, for ``d = 1 .. colour_past``, by colour and the last ``d`` (action, colour) steps before
         their first level-1 state; a group is folded when its joint fold clashes nowhere and agrees on
-        at least ``colour_evidence`` blocks (:func:`hmmmerge._fold_kernels.fold_groups`)."""
-        from ._fold_kernels import NROOTS, fold_groups, reached_blocks
+        at least ``colour_evidence`` blocks (:func:`hmmmerge.fold._kernels.fold_groups`)."""
+        from ._kernels import NROOTS, fold_groups, reached_blocks
 
         for depth in range(self.colour_past + 1):
             while True:
@@ -551,7 +394,7 @@ class FoldMerger:
 
     def _drop_provisional(self) -> None:
         """Roll back the provisional pass of the last sleep and everything placed after it (placed again)."""
-        from ._fold_kernels import JLEN, LINKS_OK, rollback
+        from ._kernels import JLEN, LINKS_OK, rollback
 
         mark = self._prov[0]
         self._prov = [-1, 0, 0]
@@ -582,7 +425,7 @@ class FoldMerger:
         return int(dec[np.searchsorted(dec, t, side="right") - 1])
 
     def _decisions_array(self) -> np.ndarray:
-        from ._fold_kernels import NDEC
+        from ._kernels import NDEC
 
         return self._st.decisions[:int(self._st.sc[NDEC])]
 
@@ -635,7 +478,7 @@ class FoldMerger:
         >>> FoldMerger().contradicted_merge()
         -1
         """
-        from ._fold_kernels import NCONF, SETTLED
+        from ._kernels import NCONF, SETTLED
 
         t = -1
         if self._A is not None:
@@ -652,7 +495,7 @@ class FoldMerger:
         before the merge; returns the level-1 states that became unplaced (to
         be placed again: the next :meth:`sleep` does it).
         """
-        from ._fold_kernels import JLEN, LINKS_OK, rollback
+        from ._kernels import JLEN, LINKS_OK, rollback
 
         if decision not in self.decisions:
             raise ValueError(f"{decision!r} is not a merge decision in force")
@@ -673,7 +516,7 @@ class FoldMerger:
 
     def _resolve_conflicts(self) -> int:
         """Roll back the decisions behind contradicted transitions and place again; returns rounds used."""
-        from ._fold_kernels import NCONF, SETTLED
+        from ._kernels import NCONF, SETTLED
 
         rounds = 0
         sc = self._st.sc
@@ -741,7 +584,7 @@ class FoldMerger:
         >>> fold.place(mem, cl, states)   # the same path: nothing new
         False
         """
-        from ._fold_kernels import place_steps
+        from ._kernels import place_steps
 
         self._check(memory)
         states = np.asarray(states, dtype=np.int64)
@@ -797,7 +640,7 @@ class FoldMerger:
         >>> _ = fold.sleep(mem, cl); [x.tolist() for x in fold.level2_transitions(mem, cl)]
         [[0, 1, 1], [1], [1.0], [1], [0]]
         """
-        from ._fold_kernels import LINKS_OK, NCONF, count_links, level2_rows
+        from ._kernels import LINKS_OK, NCONF, count_links, level2_rows
 
         if self._A is None or self._st.sc[NCONF] or not self._current(clusters, memory.n_states):
             return None
@@ -831,7 +674,7 @@ class FoldMerger:
         >>> _ = fold.sleep(mem, cl); fold.purity(mem, cl)
         (1.0, nan)
         """
-        from ._fold_kernels import label_table
+        from ._kernels import label_table
 
         n = memory.n_states
         if self._A is None or n == 0 or not self._current(clusters, n):
@@ -863,7 +706,7 @@ class FoldMerger:
         >>> fold = FoldMerger(); fold.observe_tree(mem); sorted(fold.state_dict())[:3]
         ['fold_action', 'fold_cid', 'fold_colour']
         """
-        from ._fold_kernels import JLEN, NCONF, NDEC, NRED, SETTLED
+        from ._kernels import JLEN, NCONF, NDEC, NRED, SETTLED
 
         if self._A is None:
             return {}
@@ -904,7 +747,7 @@ class FoldMerger:
         >>> back = FoldMerger(); back.load_state_dict(fold.state_dict()); back.block_of(2).tolist()
         [1, 2]
         """
-        from ._fold_kernels import (CONFLICTS, JLEN, LINKS_OK, MERGES, NCONF, NDEC, NRED, NROOTS, NROWS, PROMOTIONS,
+        from ._kernels import (CONFLICTS, JLEN, LINKS_OK, MERGES, NCONF, NDEC, NRED, NROOTS, NROWS, PROMOTIONS,
                                     ROOT as _ROOT_OP, SETTLED)
 
         if "fold_sizes" not in d:
@@ -971,7 +814,7 @@ class FoldMerger:
         >>> fold = FoldMerger(); fold.observe_tree(mem); fold.block_of(2).tolist()
         [1, 2]
         """
-        from ._fold_kernels import roots_of
+        from ._kernels import roots_of
 
         out = np.full(n_states, -1, dtype=np.int64)
         if self._A is None:
@@ -993,7 +836,7 @@ class FoldMerger:
         >>> fold.write_clusters(cl, 2); cl.assignment.tolist()
         [0, 1]
         """
-        from ._fold_kernels import find_all, merge_rows
+        from ._kernels import find_all, merge_rows
 
         clusters.grow(n_states)
         if self._A is not None and self._current(clusters, n_states):
