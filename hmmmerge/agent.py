@@ -185,7 +185,9 @@ class TwoLevelMemory(Estimator):
             check_int(getattr(self, name), name, low=0 if name == "merge_iterations" else 1)
         if self.merge_params is not None and not isinstance(self.merge_params, dict):
             raise TypeError(f"merge_params must be a dict or None, got {type(self.merge_params).__name__}")
-        self._make_merger()  # the merger checks its own parameters
+        merger = self._make_merger()  # the merger checks its own parameters (an Estimator: now)
+        if hasattr(merger, "_validate_params"):
+            merger._validate_params()
 
     def _make_merger(self):
         return MERGE_MODES[self.merge](self, **(self.merge_params or {}))

@@ -142,7 +142,7 @@ def test_single_evidence_merges_into_the_only_consistent_red_block():
 
     assert not run() and not run(single_evidence=4) and run(single_evidence=3)
     with pytest.raises(ValueError, match="single_evidence"):
-        FoldMerger(single_evidence=-1)
+        FoldMerger(single_evidence=-1).observe_tree(EpisodicMemory(2, 1))   # checked at first use
 
 
 @pytest.mark.parametrize("past", [0, 1, 3])

@@ -57,8 +57,9 @@ def test_pair_llr_signs():
                                 {"provisional_lead": True}, {"patience": 0}, {"patience": 1.5},
                                 {"retest_growth": 1}, {"retest_growth": True}])
 def test_bad_parameters_are_refused(kw):
+    fold = StatisticalFoldMerger(**kw)     # checked at first use, not in __init__ (the Estimator convention)
     with pytest.raises((ValueError, TypeError), match="risk|noise|min_visits|provisional_lead|patience|retest_growth"):
-        StatisticalFoldMerger(**kw)
+        fold.observe_tree(EpisodicMemory(2, 1))
     with pytest.raises((ValueError, TypeError), match="risk|noise|min_visits|provisional_lead|patience|retest_growth"):
         TwoLevelMemory(4, 4, merge="fold-noisy", merge_params=kw)
 

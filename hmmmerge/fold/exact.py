@@ -37,7 +37,8 @@ import weakref
 
 import numpy as np
 
-from .._validation import check_int
+from .._validation import Int, check_int
+from .engine import Engine, tree_links
 
 __all__ = ["FoldMerger", "default_min_evidence"]
 
@@ -52,6 +53,8 @@ COLOUR_EVIDENCE = 20
 """Default ``colour_evidence`` (derived in the module docstring)."""
 COLOUR_PAST = 1
 """Default ``colour_past`` (derived in the module docstring)."""
+MAX_COLOUR_PAST = 64
+"""The largest ``colour_past``: each step back is one more grouping of every block per sleep."""
 
 
 def default_min_evidence(n_obs: int, risk: float = 1e-3) -> int:
@@ -78,7 +81,7 @@ def _grown(a: np.ndarray, size: int, fill) -> np.ndarray:
     return out
 
 
-class FoldMerger:
+class FoldMerger(Engine):
     """Evidence-driven folding of level-1 states into a deterministic level 2.
 
     Parameters
@@ -119,16 +122,19 @@ class FoldMerger:
     [0, 1, 0, 1, 0, 1]
     """
 
+    _parameter_constraints = {"min_evidence": Int(0, none=True), "max_undo_rounds": Int(1),
+                              "single_evidence": Int(0, none=True), "provisional_lead": Int(1, none=True),
+                              "colour_evidence": Int(0, none=True), "colour_past": Int(0, MAX_COLOUR_PAST)}
+
     def __init__(self, min_evidence: int | None = None, max_undo_rounds: int = 50,
                  single_evidence: int | None = None, provisional_lead: int | None = PROVISIONAL_LEAD,
                  colour_evidence: int | None = COLOUR_EVIDENCE, colour_past: int = COLOUR_PAST):
-        self.min_evidence = check_int(min_evidence, "min_evidence", low=0, allow_none=True)
-        self.single_evidence = check_int(single_evidence, "single_evidence", low=0, allow_none=True)
-        self.provisional_lead = check_int(provisional_lead, "provisional_lead", low=1, allow_none=True)
-        self.max_undo_rounds = check_int(max_undo_rounds, "max_undo_rounds", low=1)
-        self.colour_evidence = check_int(colour_evidence, "colour_evidence", low=0, allow_none=True)
-        self.colour_past = check_int(colour_past, "colour_past", low=0)
-        self._A = None
+        self.min_evidence = min_evidence
+        self.max_undo_rounds = max_undo_rounds
+        self.single_evidence = single_evidence
+        self.provisional_lead = provisional_lead
+        self.colour_evidence = colour_evidence
+        self.colour_past = colour_past
 
     # ------------------------------------------------------------ set-up
     def _init(self, n_obs: int, n_actions: int, capacity: int = 1024) -> None:
@@ -172,13 +178,6 @@ class FoldMerger:
         self._tab = np.zeros((0, 0), dtype=np.int64)
         self._tab_ok = False
         self._unlabelled = False
-
-    def _check(self, memory) -> None:
-        if self._A is None:
-            self._init(memory.n_obs, memory.n_actions)
-        elif (memory.n_obs, memory.n_actions) != (self._n_obs, self._A):
-            raise ValueError(f"the memory has {memory.n_obs} observations / {memory.n_actions} actions; "
-                             f"this merger was fed {self._n_obs} / {self._A}")
 
     def _room(self, nodes: int = 0, journal: int = 0, conflicts: int = 0, decisions: int = 0, rows: int = 0) -> None:
         """Grow the arrays so that ``nodes`` nodes fit and the lists (and rows) can take the given extra entries."""
@@ -297,30 +296,12 @@ class FoldMerger:
         3
         """
         self._check(memory)
-        n = memory.n_states
-        start = self.n_recorded
-        parent = np.full(n, -2, dtype=np.int64)
-        action = np.full(n, -1, dtype=np.int64)
-        nxt = memory.next_state
-        for a in range(self._A):
-            src = np.flatnonzero(nxt[a] >= 0)
-            if ((parent[nxt[a, src]] != -2)).any():
-                raise ValueError("a level-1 state has two incoming links: not a prefix tree")
-            parent[nxt[a, src]] = src
-            action[nxt[a, src]] = a
+        n, start = memory.n_states, self.n_recorded
+        parent, action = tree_links(memory, start)
         self._room(nodes=n + 1)
-        h = np.arange(start, n)
-        orphan = h[parent[start:] == -2]
-        if len(orphan) and (orphan != memory.start_state).any():
-            bad = int(orphan[orphan != memory.start_state][0])
-            raise ValueError(f"level-1 state {bad} has no incoming link (a replaced link?): "
-                             "use observe() with the step stream")
-        st = self._st
-        top = parent[start:] == -2
-        st.parent[h + 1] = np.where(top, 0, parent[start:] + 1)
-        st.action[h + 1] = np.where(top, self._A, action[start:])
-        st.colour[h + 1] = memory.emission[start:n]
-        self._place_all(h + 1)
+        h = np.arange(start, n) + 1
+        self._st.parent[h], self._st.action[h], self._st.colour[h] = parent, action, memory.emission[start:n]
+        self._place_all(h)
 
     # ------------------------------------------------------------ folding
     def _blue_fringe(self, k_single: int | None = None, provisional: bool = False, k: int | None = None) -> None:
@@ -806,22 +787,8 @@ class FoldMerger:
         self._prov = prov.tolist()
         self._dirty = True
 
-    def block_of(self, n_states: int) -> np.ndarray:
-        """The block (root node) of each of the first ``n_states`` level-1 states; -1 if not placed.
-
-        >>> from hmmmerge.episodic import EpisodicMemory
-        >>> mem = EpisodicMemory(2, 1); _ = [mem.observe(o, a) for o, a in [(0, -1), (1, 0)]]
-        >>> fold = FoldMerger(); fold.observe_tree(mem); fold.block_of(2).tolist()
-        [1, 2]
-        """
-        from ._kernels import roots_of
-
-        out = np.full(n_states, -1, dtype=np.int64)
-        if self._A is None:
-            return out
-        m = min(n_states, self._n - 1)
-        out[:m] = roots_of(self._st.uf, m)
-        return out
+    def _uf_array(self) -> np.ndarray:
+        return self._st.uf
 
     def write_clusters(self, clusters, n_states: int) -> None:
         """Set ``clusters`` to the blocks: cluster ids in order of their root node.

@@ -35,11 +35,11 @@ import math
 
 import numpy as np
 
-from .._validation import check_int
+from .._validation import Float, Int, check_float
+from .engine import RED, UNION, Engine, tree_links
 
-__all__ = ["StatisticalFoldMerger", "pair_llr"]
+__all__ = ["LikelihoodTest", "StatisticalFoldMerger", "pair_llr"]
 
-_UNION, _DELTA, _PROMOTE = 0, 1, 2
 _STATS = ("merges", "promotions", "ambiguous", "sleeps", "retests", "undone")
 _REFUTE = math.log(1000.0)
 """Log odds against one cell at which a comparison refutes a merge (fixed: ``risk`` sets acceptance only)."""
@@ -80,7 +80,62 @@ def pair_llr(x, y, noise: float, pi=None) -> float:
     return _log_marginal(xy, log_pi, L) - _log_marginal(x, log_pi, L) - _log_marginal(y, log_pi, L)
 
 
-class StatisticalFoldMerger:
+def _below_one(low: float, none: bool = False):
+    """A number in ``[low, 1)`` (``low`` 0: ``(0, 1)``), or None if ``none``."""
+    def check(value, name):
+        v = check_float(value, name, low=low, high=1, low_open=low == 0, allow_none=none)
+        if v == 1:
+            raise ValueError(f"{name} must be a number below 1, got {value!r}")
+    return check
+
+
+class LikelihoodTest:
+    """The statistical test (the plug of :class:`~hmmmerge.fold.engine.Engine`): the evidence sums the
+    pair log Bayes factors of the blocks folded into each block (its positive part capped at the largest);
+    a pair below ``-log 1000`` (while re-testing: only between blocks both seen ``min_visits`` times) or a
+    running evidence below ``-3 log 1000`` refutes the fold; blocks pool their colour counts."""
+
+    def __init__(self, merger):
+        self.m = merger
+
+    def start(self):
+        return [{}, 0.0]
+
+    def pair(self, acc, x, y) -> bool:
+        m = self.m
+        cnt, tau = m._cnt, m._refute
+        groups = acc[0]
+        llr = m._llr(cnt[x], cnt[y])
+        if llr < -tau and (not m._t0 or min(sum(cnt[x]), sum(cnt[y])) >= m._t0):
+            return False
+        if not groups and m._skip_root:     # the candidates were chosen by this colour: no evidence
+            llr = min(llr, 0.0)
+        g = groups.get(x)
+        if g is None:
+            groups[x] = g = [0.0, -math.inf]
+            old = 0.0
+        else:
+            old = min(g[0], g[1]) if m._cap else g[0]
+        g[0] += llr
+        g[1] = max(g[1], llr)
+        acc[1] += (min(g[0], g[1]) if m._cap else g[0]) - old
+        return acc[1] >= -3 * tau   # else refuted beyond what agreements could plausibly repay
+
+    def joined(self, x, y) -> None:
+        cx, cy = self.m._cnt[x], self.m._cnt[y]
+        for k in range(len(cx)):
+            cx[k] += cy[k]
+
+    def parted(self, x, y) -> None:
+        cx, cy = self.m._cnt[x], self.m._cnt[y]
+        for k in range(len(cx)):
+            cx[k] -= cy[k]
+
+    def evidence(self, acc) -> float:
+        return acc[1]
+
+
+class StatisticalFoldMerger(Engine):
     """Evidence-driven folding with a likelihood-ratio test, for noisy observations (module docstring).
 
     Parameters
@@ -111,9 +166,6 @@ class StatisticalFoldMerger:
     stats : counters: ``merges``, ``promotions``, ``ambiguous`` (actions of new states
         matched among several candidates), ``sleeps``, ``retests``, ``undone`` (decisions undone).
 
-    Nodes are level-1 states shifted by one; node 0 is the virtual start state
-    whose one action (index ``n_actions``) leads to the first observation.
-
     Examples
     --------
     >>> from hmmmerge.episodic import EpisodicMemory
@@ -127,90 +179,46 @@ class StatisticalFoldMerger:
     (2, 22)
     """
 
+    _parameter_constraints = {"risk": _below_one(1e-300), "noise": _below_one(0, none=True), "min_visits": Int(1),
+                              "provisional_lead": Float(0, none=True), "patience": Int(1),
+                              "retest_growth": Float(1, low_open=True, none=True)}
+    _NODES = Engine._NODES + (("_cnt", None), ("_pos", -1), ("_nvis", 0))
+    _cap = True         # the positive part of a block's evidence is capped at its largest pair value
+    _skip_root = True   # the pair that chose the candidates is no evidence
+    _t0 = 0             # while re-testing: a pair refutes only if both blocks have this many visits
+    noise_ = None
+
     def __init__(self, risk: float = 1e-3, noise: float | None = None, min_visits: int = 3,
                  provisional_lead: float | None = 0.5, patience: int = 3, retest_growth: float | None = 2.0):
-        if isinstance(risk, bool) or not isinstance(risk, (int, float)) or not 0 < risk < 1:
-            raise ValueError(f"risk must be a number in (0, 1), got {risk!r}")
-        if noise is not None and (isinstance(noise, bool) or not isinstance(noise, (int, float))
-                                  or not 0 < noise < 1):
-            raise ValueError(f"noise must be None or a number in (0, 1), got {noise!r}")
-        self.risk = float(risk)
-        self.min_visits = check_int(min_visits, "min_visits", low=1)
-        self.noise = None if noise is None else float(noise)
-        if provisional_lead is not None and (isinstance(provisional_lead, bool)
-                                             or not isinstance(provisional_lead, (int, float))
-                                             or not 0 <= provisional_lead < math.inf):
-            raise ValueError(f"provisional_lead must be None or a number >= 0, got {provisional_lead!r}")
-        self.provisional_lead = None if provisional_lead is None else float(provisional_lead)
-        self._cap = True
-        self._t0 = 0     # while re-testing: a pair refutes only if both blocks have this many visits
-        self.patience = check_int(patience, "patience", low=1)
-        if retest_growth is not None and (isinstance(retest_growth, bool) or not isinstance(retest_growth, (int, float))
-                                          or not 1 < retest_growth < math.inf):
-            raise ValueError(f"retest_growth must be None or a number > 1, got {retest_growth!r}")
-        self.retest_growth = None if retest_growth is None else float(retest_growth)
-        self._skip_root = True
-        self._A = None
-        self.noise_ = None
+        self.risk = risk
+        self.noise = noise
+        self.min_visits = min_visits
+        self.provisional_lead = provisional_lead
+        self.patience = patience
+        self.retest_growth = retest_growth
 
-    # ------------------------------------------------------------ set-up
-    def _init(self, n_obs: int, n_actions: int) -> None:
-        self._A = int(n_actions)
+    def _make_test(self):
+        return LikelihoodTest(self)
+
+    def _init_params(self, n_obs: int, n_actions: int) -> None:
         self._K = int(n_obs)
         self._tau = math.log(1.0 / self.risk)
         self._refute = _REFUTE
-        self._parent = [-1]
-        self._action = [-1]
-        self._colour = [-1]
-        self._uf = [0]                       # union-find parent (-1: not placed); roots are blocks
-        self._delta = [[-1] * (n_actions + 1)]   # per root: successor node per action
-        self._cnt = [[0] * n_obs]                # per root: colour counts of its visits
-        self._red = [True]
-        self._reds: list[int] = []               # red roots (node 0, the virtual start, is red but not listed)
-        self._journal: list[tuple] = []
+        self._cnt[0] = [0] * n_obs               # per root: colour counts of its visits
         self._cid: dict[int, int] = {}          # block root -> cluster id (as last written or placed)
         self._next_cid: dict[tuple, int] = {}   # (cluster id, action) -> cluster id, as C was last written
         self._cid_counts = np.zeros((0, n_obs), dtype=np.int64)   # per cluster id: colour counts of its blocks
         self._total = [0] * n_obs                # visits per colour, over all blocks
-        self._pos = [-1]                         # per node: action-path position if at depth <= 2, else -1
-        self._shallow = [[0] * n_obs for _ in range(1 + n_actions + n_actions ** 2)]   # colour counts per position
+        # per node (_pos): action-path position if at depth <= 2, else -1; colour counts per position
+        self._shallow = [[0] * n_obs for _ in range(1 + n_actions + n_actions ** 2)]
         self._last = -1
-        self._nvis = [0]                         # per node: visits of its level-1 state
         self._log: list[tuple[int, int, int]] = []   # committed decisions in order: (0, r, b) merge, (1, b, -1) promotion
         self._retested = 0                       # level-1 states recorded at the last re-test
         self.stats = dict.fromkeys(_STATS, 0)
 
-    def _check(self, memory) -> None:
-        if self._A is None:
-            self._init(memory.n_obs, memory.n_actions)
-        elif (memory.n_obs, memory.n_actions) != (self._K, self._A):
-            raise ValueError(f"the memory has {memory.n_obs} observations / {memory.n_actions} actions; "
-                             f"this merger was fed {self._K} / {self._A}")
-
-    @property
-    def n_recorded(self) -> int:
-        return 0 if self._A is None else len(self._parent) - 1
-
     @property
     def n_red(self) -> int:
         return 0 if self._A is None else sum(1 for r in self._reds if self._uf[r] == r)
-
-    def _grow(self, n: int) -> None:
-        grow = n + 1 - len(self._parent)
-        if grow > 0:
-            for lst in (self._parent, self._action, self._colour, self._uf, self._pos):
-                lst.extend([-1] * grow)
-            self._nvis.extend([0] * grow)
-            self._red.extend([False] * grow)
-            self._delta.extend([None] * grow)
-            self._cnt.extend([None] * grow)
-
-    # ------------------------------------------------------------ union-find
-    def _find(self, x: int) -> int:
-        uf = self._uf
-        while uf[x] != x:
-            x = uf[x]
-        return x
 
     def _find_compress(self, x: int) -> int:
         """``_find`` with path compression: only outside tentative folds (the journal must be empty)."""
@@ -240,8 +248,7 @@ class StatisticalFoldMerger:
             self._uf[node] = root
             self._cnt[root][colour] += 1
             return False
-        self._uf[node] = node
-        self._delta[node] = [-1] * (self._A + 1)
+        self._make_root(node)
         cnt = [0] * self._K
         cnt[colour] = 1
         self._cnt[node] = cnt
@@ -421,19 +428,9 @@ class StatisticalFoldMerger:
         """
         self._check(memory)
         n, start = memory.n_states, self.n_recorded
-        parent = np.full(n, -2, dtype=np.int64)
-        action = np.full(n, -1, dtype=np.int64)
-        nxt = memory.next_state
-        for a in range(self._A):
-            src = np.flatnonzero(nxt[a] >= 0)
-            parent[nxt[a, src]] = src
-            action[nxt[a, src]] = a
+        parent, action = tree_links(memory, start, strict=False)
         self._grow(n)
-        for h in range(start, n):
-            if parent[h] == -2 and h != memory.start_state:
-                raise ValueError(f"level-1 state {h} has no incoming link (a replaced link?): "
-                                 "feed the step stream with observe()")
-            pnode, a = (0, self._A) if parent[h] == -2 else (int(parent[h]) + 1, int(action[h]))
+        for h, pnode, a in zip(range(start, n), parent.tolist(), action.tolist()):
             self._record(h + 1, pnode, a, int(memory.emission[h]))
 
     # ------------------------------------------------------------ the test
@@ -462,79 +459,6 @@ class StatisticalFoldMerger:
             if c not in F:
                 F[c] = _log_marginal(c, self._log_pi, self._L)
         return F[xy] - F[x] - F[y]
-
-    def _fold(self, r: int, b: int) -> float | None:
-        """Merge block ``b`` into ``r`` and, recursively, their successors; the evidence, or None (refuted).
-
-        Changes are journaled; the caller rolls back a refused or tentative fold.
-        """
-        tau = self._refute
-        groups: dict[int, list[float]] = {}
-        total = 0.0
-        stack = [(r, b)]
-        uf, cnt, delta, red, journal = self._uf, self._cnt, self._delta, self._red, self._journal
-        A1 = self._A + 1
-        cap = self._cap
-        while stack:
-            x, y = stack.pop()
-            while uf[x] != x:
-                x = uf[x]
-            while uf[y] != y:
-                y = uf[y]
-            if x == y:
-                continue
-            if red[y] and not red[x]:
-                x, y = y, x
-            llr = self._llr(cnt[x], cnt[y])
-            if llr < -tau and (not self._t0 or min(sum(cnt[x]), sum(cnt[y])) >= self._t0):
-                return None
-            if not groups and self._skip_root:     # the candidates were chosen by this colour: no evidence
-                llr = min(llr, 0.0)
-            g = groups.get(x)
-            if g is None:
-                groups[x] = g = [0.0, -math.inf]
-                old = 0.0
-            else:
-                old = min(g[0], g[1]) if cap else g[0]
-            g[0] += llr
-            g[1] = max(g[1], llr)
-            total += (min(g[0], g[1]) if cap else g[0]) - old
-            if total < -3 * tau:   # refuted beyond what agreements could plausibly repay
-                return None
-            uf[y] = x
-            journal.append((_UNION, y, x))
-            cx, cy = cnt[x], cnt[y]
-            for k in range(len(cx)):
-                cx[k] += cy[k]
-            dx, dy = delta[x], delta[y]
-            for a in range(A1):
-                ty = dy[a]
-                if ty < 0:
-                    continue
-                tx = dx[a]
-                if tx < 0:
-                    journal.append((_DELTA, x, a, -1))
-                    dx[a] = ty
-                else:
-                    stack.append((tx, ty))
-        return total
-
-    def _rollback(self, t: int) -> None:
-        j, uf, cnt, delta = self._journal, self._uf, self._cnt, self._delta
-        while len(j) > t:
-            op = j.pop()
-            if op[0] == _UNION:
-                _, y, x = op
-                uf[y] = y
-                cx, cy = cnt[x], cnt[y]
-                for k in range(len(cx)):
-                    cx[k] -= cy[k]
-            elif op[0] == _PROMOTE:
-                self._red[op[1]] = False
-                self._reds.pop()
-            else:
-                _, x, a, old = op
-                delta[x][a] = old
 
     def _try(self, r: int, b: int) -> float | None:
         mark = len(self._journal)
@@ -624,7 +548,7 @@ class StatisticalFoldMerger:
                         self.stats["promotions"] += 1
                         self._log.append((1, b, -1))
                     else:
-                        self._journal.append((_PROMOTE, b))
+                        self._journal.append((RED, b))
                     changed = True
                     decisions += 1
                     continue
@@ -654,7 +578,7 @@ class StatisticalFoldMerger:
                 for b in promote:
                     self._red[b] = True
                     self._reds.append(b)
-                    self._journal.append((_PROMOTE, b))
+                    self._journal.append((RED, b))
                 changed = changed or bool(promote)
                 decisions += len(promote)
             if not changed:
@@ -678,14 +602,17 @@ class StatisticalFoldMerger:
         ``keep``: keep the rebuilt state even when nothing was undone (tests).
         """
         n = len(self._parent)
-        saved = (self._uf, self._cnt, self._delta, self._red, self._reds)
-        A1, K = self._A + 1, self._K
+        names = ("_uf", "_cnt", "_delta", "_dchild", "_red", "_reds")
+        saved = [getattr(self, name) for name in names]
+        K = self._K
         self._uf = uf = [-1] * n
         self._cnt = cnt = [None] * n
         self._delta = delta = [None] * n
+        self._dchild = [None] * n
         self._red = [False] * n
         self._reds = []
-        uf[0], cnt[0], delta[0], self._red[0] = 0, [0] * K, [-1] * A1, True
+        self._make_root(0)
+        cnt[0], self._red[0] = [0] * K, True
         parent, action, colour, nvis, placed = self._parent, self._action, self._colour, self._nvis, saved[0]
         for u in range(1, n):
             if placed[u] < 0:
@@ -696,8 +623,9 @@ class StatisticalFoldMerger:
                 root = self._find(q)
                 uf[u] = root
             else:
-                root = uf[u] = u
-                delta[u], cnt[u] = [-1] * A1, [0] * K
+                root = u
+                self._make_root(u)
+                cnt[u] = [0] * K
                 delta[p][action[u]] = u
             cnt[root][colour[u]] += nvis[u]
         kept, undone = [], 0
@@ -725,7 +653,8 @@ class StatisticalFoldMerger:
                 kept.append((kind, r, b))
         self._t0 = 0
         if not undone and not keep:
-            self._uf, self._cnt, self._delta, self._red, self._reds = saved
+            for name, value in zip(names, saved):
+                setattr(self, name, value)
             return 0
         self._log = kept
         return undone
@@ -760,7 +689,7 @@ class StatisticalFoldMerger:
         """Roll the provisional folds back; their blocks keep the cluster ids C was written with."""
         if not self._journal:
             return
-        unions = [op[1] for op in self._journal if op[0] == _UNION]
+        unions = [op[1] for op in self._journal if op[0] == UNION]
         cid = {y: self._cid[self._find(y)] for y in unions}
         self._rollback(0)
         self._cid.update(cid)
@@ -804,39 +733,9 @@ class StatisticalFoldMerger:
         return [report]
 
     # ------------------------------------------------------------ clusters
-    def block_of(self, n_states: int) -> np.ndarray:
-        """The block (root node) of each of the first ``n_states`` level-1 states; -1 if not placed.
-
-        >>> from hmmmerge.episodic import EpisodicMemory
-        >>> mem = EpisodicMemory(2, 1); _ = [mem.observe(o, a) for o, a in [(0, -1), (1, 0)]]
-        >>> fold = StatisticalFoldMerger(); fold.observe_tree(mem); fold.block_of(3).tolist()
-        [1, 2, -1]
-        """
-        from ._kernels import roots_of   # the exact fold's union-find walk
-
-        out = np.full(n_states, -1, dtype=np.int64)
-        if self._A is not None:
-            m = min(n_states, len(self._uf) - 1)
-            out[:m] = roots_of(np.asarray(self._uf, dtype=np.int64), m)
-        return out
-
     def write_clusters(self, clusters, n_states: int) -> None:
-        """Set ``clusters`` to the blocks: cluster ids in order of their root node.
-
-        >>> from hmmmerge.clusters import Clusters
-        >>> from hmmmerge.episodic import EpisodicMemory
-        >>> mem = EpisodicMemory(2, 1); _ = [mem.observe(o, a) for o, a in [(0, -1), (1, 0)]]
-        >>> fold = StatisticalFoldMerger(); fold.observe_tree(mem); cl = Clusters(n_states=2)
-        >>> fold.write_clusters(cl, 2); cl.assignment.tolist()
-        [0, 1]
-        """
-        clusters.grow(n_states)
-        roots = self.block_of(n_states)
-        clusters.assignment[:] = -1
-        clusters.assignment[:n_states] = roots
-        clusters.compact()   # ids in order of the root nodes
-        blocks = np.unique(roots)
-        self._cid = dict(zip(blocks[blocks >= 0].tolist(), range(clusters.n_clusters)))
+        """Set ``clusters`` to the blocks (:meth:`Engine.write_clusters`) and count their colours."""
+        super().write_clusters(clusters, n_states)
         self._recount_cids()
 
     def emission(self, clusters, n_states: int) -> np.ndarray:
@@ -965,6 +864,7 @@ class StatisticalFoldMerger:
         self._red = arr["red"].astype(bool).tolist()
         has = arr["has_row"].astype(bool).tolist()
         self._delta = [row if ok else None for row, ok in zip(arr["delta"].astype(np.int64).tolist(), has)]
+        self._dchild = [[-1] * (A + 1) if ok else None for ok in has]   # not used by this test
         self._cnt = [row if ok else None for row, ok in zip(arr["counts"].astype(np.int64).tolist(), has)]
         self._reds = arr["reds"].astype(np.int64).tolist()
         self._cid = {int(r): int(c) for r, c in arr["cid"].tolist()}
