@@ -68,14 +68,15 @@ class ExactTest:
     (other than the one folded into) that the other side was compared with and agreed."""
 
     def __init__(self, engine):
-        self.colour = engine._colour
+        self.m = engine
 
     def start(self):
         return set()
 
     def pair(self, acc, x, y) -> bool:
         acc.add(x)
-        return self.colour[x] == self.colour[y]
+        colour = self.m._colour
+        return colour[x] == colour[y]
 
     def joined(self, x, y) -> None:
         pass

@@ -81,7 +81,219 @@ def _grown(a: np.ndarray, size: int, fill) -> np.ndarray:
     return out
 
 
-class FoldMerger(Engine):
+class ExactFold(Engine):
+    """The exact fold whatever holds its state: parameters, sleep, undo of contradicted merges, provisional pass.
+
+    A subclass holds the state (:class:`FoldMerger`: flat arrays and numba
+    kernels; ``tests/fold_reference.py``: the engine's lists) and provides
+    ``_links()`` (union-find, placing transition, parent and union time per
+    node), ``_decisions_array()``, ``_open_conflicts()`` (contradictions since
+    the last settling: ``(node, child whose transition it contradicted)``),
+    ``_settle()``, ``_unwind(t)`` (roll the journal back to ``t``; the
+    unplaced nodes), ``_jlen()``, ``_keep_counts(merges, promotions)``,
+    ``_place_all(nodes)``, ``_blue_fringe(k_single, provisional, k)``,
+    ``_fold_colours_at(depth)``, ``stats``, ``n_red``, ``observe_tree`` and
+    ``write_clusters``.
+    """
+
+    _parameter_constraints = {"min_evidence": Int(0, none=True), "max_undo_rounds": Int(1),
+                              "single_evidence": Int(0, none=True), "provisional_lead": Int(1, none=True),
+                              "colour_evidence": Int(0, none=True), "colour_past": Int(0, MAX_COLOUR_PAST)}
+
+    def __init__(self, min_evidence: int | None = None, max_undo_rounds: int = 50,
+                 single_evidence: int | None = None, provisional_lead: int | None = PROVISIONAL_LEAD,
+                 colour_evidence: int | None = COLOUR_EVIDENCE, colour_past: int = COLOUR_PAST):
+        self.min_evidence = min_evidence
+        self.max_undo_rounds = max_undo_rounds
+        self.single_evidence = single_evidence
+        self.provisional_lead = provisional_lead
+        self.colour_evidence = colour_evidence
+        self.colour_past = colour_past
+
+    def _init_params(self, n_obs: int, n_actions: int) -> None:
+        self._k = default_min_evidence(n_obs) if self.min_evidence is None else self.min_evidence
+        self._k_single = -1 if self.single_evidence is None else self.single_evidence
+        self._k_prov = -1 if self.provisional_lead is None else self.provisional_lead
+        # the provisional pass in force: journal index where it began (-1 none), its merges and promotions
+        self._prov = [-1, 0, 0]
+        self._undos = 0
+        self._last = -1                   # the level-1 state of the last step seen by place()
+        self._pending: list[int] = []     # nodes unplaced by an undo, placed again at the next sleep
+        self._dirty = True                # blocks changed since C was written (other than by place())
+
+    @property
+    def evidence_minimum(self) -> int | None:
+        """The evidence minimum in use (known once the alphabet sizes are)."""
+        return None if self._A is None else self._k
+
+    @property
+    def provisional(self) -> dict:
+        """Merges and promotions of the provisional pass in force (taken back at the next sleep)."""
+        return {"merges": self._prov[1] if self._A is not None else 0,
+                "promotions": self._prov[2] if self._A is not None else 0}
+
+    @property
+    def decisions(self) -> list[int]:
+        """The merge decisions in force, as journal positions (oldest first)."""
+        return self._decisions_array().tolist() if self._A is not None else []
+
+    # ------------------------------------------------------------ sleep
+    def sleep(self, memory, clusters, rng=None) -> list[dict]:
+        """Consolidate: place what is new, undo contradicted merges, fold the blue fringe, write C.
+
+        Every recorded level-1 state ends in exactly one cluster of
+        ``clusters``.  States not recorded yet are recorded first from the
+        links of ``memory`` (exact for deterministic worlds); ``rng`` is not
+        used (folding is deterministic).  Returns one report: merges,
+        promotions and undos of this sleep, red blocks and clusters.
+
+        >>> from hmmmerge.episodic import EpisodicMemory
+        >>> from hmmmerge.clusters import Clusters
+        >>> mem = EpisodicMemory(2, 1)
+        >>> _ = [mem.observe(o, -1 if t == 0 else 0) for t, o in enumerate([0, 1, 0, 1, 0, 1, 0])]
+        >>> cl = Clusters(n_states=mem.n_states)
+        >>> FoldMerger(min_evidence=1).sleep(mem, cl)[0]["clusters"]
+        2
+        """
+        self._check(memory)
+        if self.n_recorded < memory.n_states:
+            self.observe_tree(memory)
+        before = self.stats
+        self._drop_provisional()
+        self._place_pending()
+        rounds = self._resolve_conflicts()
+        self._blue_fringe()
+        self._provisional_pass()
+        self.write_clusters(clusters, memory.n_states)
+        after = self.stats
+        report = {k: after[k] - before[k] for k in ("merges", "promotions", "undos")}
+        report.update(undo_rounds=rounds, red=self.n_red, clusters=clusters.n_clusters,
+                      provisional_merges=self._prov[1], provisional_promotions=self._prov[2])
+        return [report]
+
+    def _provisional_pass(self) -> None:
+        """Fold what waits, provisionally: the colour fold, then blue blocks merge into the only consistent
+        red block or one leading by ``provisional_lead``, all of a round at once; when none can, every
+        waiting blue block is promoted.  :meth:`_drop_provisional` takes it all back at the next sleep."""
+        self._prov = [-1, 0, 0]
+        if self._k_prov < 0:
+            return
+        mark, before = self._jlen(), self.stats
+        if self.colour_evidence is not None:
+            self._fold_colours()
+        self._blue_fringe(k_single=0, provisional=True, k=self._k_prov)
+        after = self.stats
+        done = [after["merges"] - before["merges"], after["promotions"] - before["promotions"]]
+        self._keep_counts(before["merges"], before["promotions"])   # the counters count consolidated decisions
+        if any(done):
+            self._prov = [mark] + done
+            self._dirty = True
+
+    def _fold_colours(self) -> None:
+        """The colour fold (BENCHMARKS.md, design notes): by colour, then for ``d = 1 .. colour_past`` by
+        colour and the last ``d`` (action, colour) steps before a block's first state."""
+        for depth in range(self.colour_past + 1):
+            self._fold_colours_at(depth)
+
+    def _drop_provisional(self) -> None:
+        """Roll back the provisional pass of the last sleep and everything placed after it (placed again)."""
+        mark = self._prov[0]
+        self._prov = [-1, 0, 0]
+        if mark >= 0:
+            self._pending.extend(self._unwind(mark))
+
+    # ------------------------------------------------------------ undo
+    def _decision_of(self, t: int) -> int:
+        """The journal index of the fold decision containing journal entry ``t``."""
+        dec = self._decisions_array()
+        return int(dec[np.searchsorted(dec, t, side="right") - 1])
+
+    def _responsible(self, u: int, w: int) -> int:
+        """Latest fold decision (journal index) that made nodes ``u`` and ``w`` share a block; -1 if none."""
+        uf, just, parent, uf_time = self._links()
+        latest = -1
+        pending = [(u, w)]
+        seen = set()
+        while pending:
+            u, w = pending.pop()
+            if u == w or (u, w) in seen:
+                continue
+            seen.add((u, w))
+            path_u = {}
+            x = u
+            while True:
+                path_u[x] = len(path_u)
+                if uf[x] == x:
+                    break
+                x = int(uf[x])
+            # walk w up to the first common ancestor
+            edges = []
+            y = w
+            while y not in path_u:
+                edges.append(y)
+                y = int(uf[y])
+            x = u
+            while x != y:
+                edges.append(x)
+                x = int(uf[x])
+            for z in edges:
+                j = int(just[z])
+                if j < 0:          # a fold union (or a conflict root, which joins nothing)
+                    latest = max(latest, self._decision_of(int(uf_time[z])))
+                else:              # placed by following the transition that ``j`` created
+                    pending.append((int(parent[z]), int(parent[j])))
+                    pending.append((j, int(uf[z])))
+        return latest
+
+    def contradicted_merge(self) -> int:
+        """The latest merge decision behind a contradicted transition placed since the last sleep; -1 if none.
+
+        >>> FoldMerger().contradicted_merge()
+        -1
+        """
+        t = -1
+        if self._A is not None:
+            parent = self._links()[2]
+            for node, child in self._open_conflicts():
+                t = max(t, self._responsible(int(parent[node]), int(parent[child])))
+        return t
+
+    def undo(self, decision: int) -> list[int]:
+        """Undo merge ``decision`` (a journal position from :attr:`decisions`) and every change after it.
+
+        Blocks, transitions and placements return exactly to their state
+        before the merge; returns the level-1 states that became unplaced (to
+        be placed again: the next :meth:`sleep` does it).
+        """
+        if decision not in self.decisions:
+            raise ValueError(f"{decision!r} is not a merge decision in force")
+        unplaced = self._unwind(decision)
+        self._undos += 1
+        self._pending.extend(unplaced)
+        return sorted(x - 1 for x in unplaced)
+
+    def _place_pending(self) -> None:
+        uf = self._links()[0]
+        pending = sorted(set(x for x in self._pending if uf[x] < 0))
+        self._pending = []
+        self._place_all(pending)
+
+    def _resolve_conflicts(self) -> int:
+        """Roll back the decisions behind contradicted transitions and place again; returns rounds used."""
+        rounds = 0
+        while self._open_conflicts() and rounds < self.max_undo_rounds:
+            rounds += 1
+            t = self.contradicted_merge()
+            if t < 0:      # no merge is behind them (not with deterministic data): their new blocks stay
+                self._settle()
+                break
+            self.undo(t)
+            self._place_pending()
+            self._blue_fringe()
+        return rounds
+
+
+class FoldMerger(ExactFold):
     """Evidence-driven folding of level-1 states into a deterministic level 2.
 
     Parameters
@@ -122,31 +334,12 @@ class FoldMerger(Engine):
     [0, 1, 0, 1, 0, 1]
     """
 
-    _parameter_constraints = {"min_evidence": Int(0, none=True), "max_undo_rounds": Int(1),
-                              "single_evidence": Int(0, none=True), "provisional_lead": Int(1, none=True),
-                              "colour_evidence": Int(0, none=True), "colour_past": Int(0, MAX_COLOUR_PAST)}
-
-    def __init__(self, min_evidence: int | None = None, max_undo_rounds: int = 50,
-                 single_evidence: int | None = None, provisional_lead: int | None = PROVISIONAL_LEAD,
-                 colour_evidence: int | None = COLOUR_EVIDENCE, colour_past: int = COLOUR_PAST):
-        self.min_evidence = min_evidence
-        self.max_undo_rounds = max_undo_rounds
-        self.single_evidence = single_evidence
-        self.provisional_lead = provisional_lead
-        self.colour_evidence = colour_evidence
-        self.colour_past = colour_past
-
     # ------------------------------------------------------------ set-up
     def _init(self, n_obs: int, n_actions: int, capacity: int = 1024) -> None:
         from ._kernels import LINKS_OK, N_SC, NROWS, FoldState
 
-        self._A = int(n_actions)
-        self._n_obs = int(n_obs)
-        self._k = default_min_evidence(n_obs) if self.min_evidence is None else self.min_evidence
-        self._k_single = -1 if self.single_evidence is None else self.single_evidence
-        self._k_prov = -1 if self.provisional_lead is None else self.provisional_lead
-        # the provisional pass in force: journal index where it began (-1 none), its merges and promotions
-        self._prov = [-1, 0, 0]
+        self._A, self._n_obs = int(n_actions), int(n_obs)
+        self._init_params(n_obs, n_actions)
         A1 = self._A + 1
         cap = max(int(capacity), 16)
 
@@ -166,9 +359,6 @@ class FoldMerger(Engine):
         st.parent[0], st.uf[0], st.red[0], st.row[0] = -1, 0, True, 0
         st.sc[NROWS], st.sc[LINKS_OK] = 1, 1
         self._n = 1                       # nodes recorded or reserved (level-1 states + 1)
-        self._undos = 0
-        self._last = -1                   # the level-1 state of the last step seen by place()
-        self._pending: list[int] = []     # nodes unplaced by an undo, placed again at the next sleep
         # cluster ids: _croot[c] is a node of cluster c's block as last written (ids grow with place());
         # _written identifies the Clusters object written to; _dirty: blocks changed in another way
         self._croot = np.zeros(0, dtype=np.int64)
@@ -215,11 +405,6 @@ class FoldMerger(Engine):
         from ._kernels import NRED
 
         return 0 if self._A is None else int(self._st.sc[NRED])
-
-    @property
-    def evidence_minimum(self) -> int | None:
-        """The evidence minimum in use (known once the alphabet sizes are)."""
-        return None if self._A is None else self._k
 
     @property
     def stats(self) -> dict:
@@ -317,43 +502,20 @@ class FoldMerger(Engine):
             if blue_fringe(self._st, k, k_single, provisional) != NEED_ROOM:
                 return
 
-    def _provisional_pass(self) -> None:
-        """Fold what waits, provisionally (the module docstring): blue blocks merge into the only
-        consistent red block or one leading by ``provisional_lead``, all of a round at once; when none
-        can, every waiting blue block is promoted.  :meth:`_drop_provisional` takes it all back at the
-        next sleep."""
-        from ._kernels import JLEN, MERGES, PROMOTIONS
-
-        self._prov = [-1, 0, 0]
-        if self._k_prov < 0:
-            return
-        sc = self._st.sc
-        mark, merges, promotions = int(sc[JLEN]), int(sc[MERGES]), int(sc[PROMOTIONS])
-        if self.colour_evidence is not None:
-            self._fold_colours()
-        self._blue_fringe(k_single=0, provisional=True, k=self._k_prov)
-        sc = self._st.sc
-        done = [int(sc[MERGES]) - merges, int(sc[PROMOTIONS]) - promotions]
-        sc[MERGES], sc[PROMOTIONS] = merges, promotions   # the counters count consolidated decisions
-        if any(done):
-            self._prov = [mark] + done
-            self._dirty = True
-
-    def _fold_colours(self) -> None:
-        """The colour fold (the module docstring): the blocks reached from the start, grouped by colour and
-        then, for ``d = 1 .. colour_past``, by colour and the last ``d`` (action, colour) steps before
-        their first level-1 state; a group is folded when its joint fold clashes nowhere and agrees on
-        at least ``colour_evidence`` blocks (:func:`hmmmerge.fold._kernels.fold_groups`)."""
+    def _fold_colours_at(self, depth: int) -> None:
+        """The colour fold, ``depth`` steps back (:func:`hmmmerge.fold._kernels.fold_groups`): the blocks
+        reached from the start, grouped by colour and the last ``depth`` (action, colour) steps before
+        their first level-1 state; a group is folded when its joint fold clashes nowhere and agrees on at
+        least ``colour_evidence`` blocks."""
         from ._kernels import NROOTS, fold_groups, reached_blocks
 
-        for depth in range(self.colour_past + 1):
-            while True:
-                blocks, bounds = self._colour_groups(reached_blocks(self._st), depth)
-                roots = int(self._st.sc[NROOTS])
-                self._room(journal=2 * (roots + 1) * (2 * self._A + 6) + 64, decisions=len(bounds) + 1)
-                stack = np.empty((2 + (self._A + 1) * (roots + 1), 2), dtype=np.int64)
-                if fold_groups(self._st, self.colour_evidence, stack, blocks, bounds) >= 0:
-                    break
+        while True:
+            blocks, bounds = self._colour_groups(reached_blocks(self._st), depth)
+            roots = int(self._st.sc[NROOTS])
+            self._room(journal=2 * (roots + 1) * (2 * self._A + 6) + 64, decisions=len(bounds) + 1)
+            stack = np.empty((2 + (self._A + 1) * (roots + 1), 2), dtype=np.int64)
+            if fold_groups(self._st, self.colour_evidence, stack, blocks, bounds) >= 0:
+                return
 
     def _colour_groups(self, blocks: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
         """``blocks`` ordered by (colour, then action and parent colour of each of ``depth`` steps back
@@ -373,179 +535,44 @@ class FoldMerger(Engine):
             cut[1:] |= key[1:] != key[:-1]
         return blocks, np.concatenate([[0], np.flatnonzero(cut), [len(blocks)]]).astype(np.int64)
 
-    def _drop_provisional(self) -> None:
-        """Roll back the provisional pass of the last sleep and everything placed after it (placed again)."""
-        from ._kernels import JLEN, LINKS_OK, rollback
-
-        mark = self._prov[0]
-        self._prov = [-1, 0, 0]
-        if mark < 0:
-            return
-        buf = np.empty(int(self._st.sc[JLEN]) - mark, dtype=np.int64)
-        m = rollback(self._st, mark, buf)
-        self._st.sc[LINKS_OK] = 0
-        self._dirty = True
-        self._pending.extend(buf[:m].tolist())
-
-    @property
-    def provisional(self) -> dict:
-        """Merges and promotions of the provisional pass in force (taken back at the next sleep)."""
-        return {"merges": self._prov[1] if self._A is not None else 0,
-                "promotions": self._prov[2] if self._A is not None else 0}
-
-    # ------------------------------------------------------------ undo
-    def _find(self, x: int) -> int:
-        uf = self._st.uf
-        while uf[x] != x:
-            x = int(uf[x])
-        return x
-
-    def _decision_of(self, t: int) -> int:
-        """The journal index of the fold decision containing journal entry ``t``."""
-        dec = self._decisions_array()
-        return int(dec[np.searchsorted(dec, t, side="right") - 1])
+    # ------------------------------------------------------------ the journal (see ExactFold)
+    def _links(self):
+        st = self._st
+        return st.uf, st.just, st.parent, st.uf_time
 
     def _decisions_array(self) -> np.ndarray:
         from ._kernels import NDEC
 
         return self._st.decisions[:int(self._st.sc[NDEC])]
 
-    def _responsible(self, u: int, w: int) -> int:
-        """Latest fold decision (journal index) that made nodes ``u`` and ``w`` share a block; -1 if none."""
-        st = self._st
-        uf, just, parent, uf_time = st.uf, st.just, st.parent, st.uf_time
-        latest = -1
-        pending = [(u, w)]
-        seen = set()
-        while pending:
-            u, w = pending.pop()
-            if u == w or (u, w) in seen:
-                continue
-            seen.add((u, w))
-            path_u = {}
-            x = u
-            while True:
-                path_u[x] = len(path_u)
-                if uf[x] == x:
-                    break
-                x = int(uf[x])
-            # walk w up to the first common ancestor
-            edges = []
-            y = w
-            while y not in path_u:
-                edges.append(y)
-                y = int(uf[y])
-            x = u
-            while x != y:
-                edges.append(x)
-                x = int(uf[x])
-            for z in edges:
-                j = int(just[z])
-                if j < 0:          # a fold union (or a conflict root, which joins nothing)
-                    latest = max(latest, self._decision_of(int(uf_time[z])))
-                else:              # placed by following the transition that ``j`` created
-                    pending.append((int(parent[z]), int(parent[j])))
-                    pending.append((j, int(uf[z])))
-        return latest
-
-    @property
-    def decisions(self) -> list[int]:
-        """The merge decisions in force, as journal positions (oldest first)."""
-        return self._decisions_array().tolist() if self._A is not None else []
-
-    def contradicted_merge(self) -> int:
-        """The latest merge decision behind a contradicted transition placed since the last sleep; -1 if none.
-
-        >>> FoldMerger().contradicted_merge()
-        -1
-        """
+    def _open_conflicts(self) -> list:
         from ._kernels import NCONF, SETTLED
 
-        t = -1
-        if self._A is not None:
-            st = self._st
-            parent = st.parent
-            for node, child in st.conflicts[int(st.sc[SETTLED]):int(st.sc[NCONF])].tolist():
-                t = max(t, self._responsible(int(parent[node]), int(parent[child])))
-        return t
+        return self._st.conflicts[int(self._st.sc[SETTLED]):int(self._st.sc[NCONF])].tolist()
 
-    def undo(self, decision: int) -> list[int]:
-        """Undo merge ``decision`` (a journal position from :attr:`decisions`) and every change after it.
+    def _settle(self) -> None:
+        from ._kernels import NCONF, SETTLED
 
-        Blocks, transitions and placements return exactly to their state
-        before the merge; returns the level-1 states that became unplaced (to
-        be placed again: the next :meth:`sleep` does it).
-        """
+        self._st.sc[SETTLED] = self._st.sc[NCONF]
+
+    def _unwind(self, t: int) -> list[int]:
         from ._kernels import JLEN, LINKS_OK, rollback
 
-        if decision not in self.decisions:
-            raise ValueError(f"{decision!r} is not a merge decision in force")
-        buf = np.empty(int(self._st.sc[JLEN]) - decision, dtype=np.int64)
-        m = rollback(self._st, decision, buf)
+        buf = np.empty(int(self._st.sc[JLEN]) - t, dtype=np.int64)
+        m = rollback(self._st, t, buf)
         self._st.sc[LINKS_OK] = 0       # per-block link counts are recounted when next needed
-        unplaced = buf[:m].tolist()
-        self._undos += 1
         self._dirty = True
-        self._pending.extend(unplaced)
-        return sorted(x - 1 for x in unplaced)
+        return buf[:m].tolist()
 
-    def _place_pending(self) -> None:
-        uf = self._st.uf
-        pending = sorted(set(x for x in self._pending if uf[x] < 0))
-        self._pending = []
-        self._place_all(pending)
+    def _jlen(self) -> int:
+        from ._kernels import JLEN
 
-    def _resolve_conflicts(self) -> int:
-        """Roll back the decisions behind contradicted transitions and place again; returns rounds used."""
-        from ._kernels import NCONF, SETTLED
+        return int(self._st.sc[JLEN])
 
-        rounds = 0
-        sc = self._st.sc
-        while sc[NCONF] > sc[SETTLED] and rounds < self.max_undo_rounds:
-            rounds += 1
-            t = self.contradicted_merge()
-            if t < 0:      # no merge is behind them (not with deterministic data): their new blocks stay
-                sc[SETTLED] = sc[NCONF]
-                break
-            self.undo(t)
-            self._place_pending()
-            self._blue_fringe()
-            sc = self._st.sc
-        return rounds
+    def _keep_counts(self, merges: int, promotions: int) -> None:
+        from ._kernels import MERGES, PROMOTIONS
 
-    # ------------------------------------------------------------ sleep
-    def sleep(self, memory, clusters, rng=None) -> list[dict]:
-        """Consolidate: place what is new, undo contradicted merges, fold the blue fringe, write C.
-
-        Every recorded level-1 state ends in exactly one cluster of
-        ``clusters``.  States not recorded yet are recorded first from the
-        links of ``memory`` (exact for deterministic worlds); ``rng`` is not
-        used (folding is deterministic).  Returns one report: merges,
-        promotions and undos of this sleep, red blocks and clusters.
-
-        >>> from hmmmerge.episodic import EpisodicMemory
-        >>> from hmmmerge.clusters import Clusters
-        >>> mem = EpisodicMemory(2, 1)
-        >>> _ = [mem.observe(o, -1 if t == 0 else 0) for t, o in enumerate([0, 1, 0, 1, 0, 1, 0])]
-        >>> cl = Clusters(n_states=mem.n_states)
-        >>> FoldMerger(min_evidence=1).sleep(mem, cl)[0]["clusters"]
-        2
-        """
-        self._check(memory)
-        if self.n_recorded < memory.n_states:
-            self.observe_tree(memory)
-        before = self.stats
-        self._drop_provisional()
-        self._place_pending()
-        rounds = self._resolve_conflicts()
-        self._blue_fringe()
-        self._provisional_pass()
-        self.write_clusters(clusters, memory.n_states)
-        after = self.stats
-        report = {k: after[k] - before[k] for k in ("merges", "promotions", "undos")}
-        report.update(undo_rounds=rounds, red=self.n_red, clusters=clusters.n_clusters,
-                      provisional_merges=self._prov[1], provisional_promotions=self._prov[2])
-        return [report]
+        self._st.sc[MERGES], self._st.sc[PROMOTIONS] = merges, promotions
 
     def place(self, memory, clusters, states, rng=None) -> bool:
         """The agent's online hook: record and place the new level-1 states of one chunk of steps.
