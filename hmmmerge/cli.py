@@ -13,7 +13,7 @@ import importlib
 import json
 import sys
 
-COMMANDS = ["env", "run", "evaluate", "baseline", "demo", "reproduce"]
+COMMANDS = ["env", "run", "evaluate", "baseline", "plan", "demo", "reproduce"]
 
 #: commands whose start-up the program shortens by loading cached numba kernels without numba's compiler
 #: set-up (see :mod:`hmmmerge._numba_cache`; results are the same)
@@ -32,6 +32,7 @@ SUMMARIES = {
     "run": "run the two-level memory (the paper's agent) and report its metrics",
     "evaluate": "compare world models: accuracy, surprise, states",
     "baseline": "train and score one baseline model",
+    "plan": "navigate the true world with a learned map: success, path ratio, localisation",
     "demo": "the main job: a small paper comparison (sf / random / no merge / first order / EM)",
     "reproduce": "regenerate every figure of the paper (PNG + CSV) and the final-values table",
 }

@@ -4,10 +4,11 @@ Level 2 of the two-level memory (or any :class:`~hmmmerge.hmm.ActionHMM`)
 becomes a networkx ``MultiDiGraph`` in the format every tool here reads
 (``Environment.load``, ``hmmmerge env --graph``): node ``i`` is hidden state
 ``i`` with ``obs`` its most likely observation; for each action the edge goes
-to the most likely successor (``action``, and ``p`` its probability); the
+to the most likely successor (``action``, and ``model_p`` its probability under
+the model; not ``p``, which would make the map a stochastic world); the
 start is the most likely initial state.  An environment needs one edge per
 (node, action): where the model knows no successor the edge is a self-loop
-marked ``known=False`` (and ``p=0``), and the graph attribute
+marked ``known=False`` (and ``model_p=0``), and the graph attribute
 ``unknown_transitions`` counts them.  The map can then be characterised like
 a world (states, clones, Markov radius) and compared with the true one.
 """
@@ -80,8 +81,8 @@ def cognitive_map(model, name: str = "cognitive map") -> Environment:
         for i in range(H):
             if best[i] < 0:
                 unknown += 1
-                g.add_edge(i, i, action=a, p=0.0, known=False)
+                g.add_edge(i, i, action=a, model_p=0.0, known=False)
             else:
-                g.add_edge(i, int(best[i]), action=a, p=float(value[i]), known=True)
+                g.add_edge(i, int(best[i]), action=a, model_p=float(value[i]), known=True)
     g.graph["unknown_transitions"] = unknown
     return Environment(g, start=int(np.argmax(model.B)), n_obs=model.n_obs)

@@ -20,6 +20,12 @@ Formats (the same rule for saving and loading):
   in ``env.graph.graph["start"]``, so ``nx.write_graphml(env.graph, path)``
   keeps the start.
 
+Stochastic worlds (see :mod:`hmmmerge.environment`) keep their edge
+probabilities ``p`` in both formats and ``obs_noise`` as a graph attribute;
+a node's ``obs`` distribution is a JSON object ``{"colour": probability}``
+in JSON files and, in GraphML (which holds scalars only), JSON text -- then
+every node's ``obs`` is written as such text (a plain colour 3 as ``{"3": 1.0}``).
+
 The start is the ``start`` graph attribute unless ``start=`` overrides it, and
 it is matched after the same conversion as the node ids
 (:func:`~hmmmerge.environment.match_node`).  A file without one starts at its
@@ -78,6 +84,8 @@ def to_json_dict(env: Environment) -> dict:
         edge["source"] = _to_json_label(edge["source"])
         edge["target"] = _to_json_label(edge["target"])
     data["graph"] = {"start": _to_json_label(env.start_node), "n_obs": env.n_obs}
+    if env.obs_noise > 0:
+        data["graph"]["obs_noise"] = env.obs_noise
     return {"format": FORMAT, "version": FORMAT_VERSION, "graph": data}
 
 
@@ -96,12 +104,29 @@ def save(env: Environment, path, format: str | None = None) -> None:
     if file_format(path, format) == "graphml":
         buf = io.BytesIO()
         try:
-            nx.write_graphml(env.graph, buf)
+            nx.write_graphml(_graphml_ready(env.graph), buf)
         except nx.NetworkXError as e:  # an attribute value GraphML cannot hold
             raise ValueError(f"{os.fspath(path)}: cannot write GraphML: {e}") from None
         atomic_write_bytes(path, buf.getvalue())
     else:
         atomic_write_text(path, json.dumps(to_json_dict(env), default=_json_scalar))
+
+
+def _graphml_ready(g: nx.MultiDiGraph) -> nx.MultiDiGraph:
+    """``g``, or a copy whose ``obs`` are JSON text when a node's ``obs`` is a distribution (GraphML holds scalars
+    of one type per attribute, so a plain colour ``c`` is then written as ``{"c": 1.0}``).
+
+    >>> g = nx.MultiDiGraph(); g.add_node(0, obs={0: 0.9, 1: 0.1}); g.add_node(1, obs=1)
+    >>> [o for _, o in _graphml_ready(g).nodes(data="obs")]
+    ['{"0": 0.9, "1": 0.1}', '{"1": 1.0}']
+    """
+    if all(not isinstance(o, dict) for _, o in g.nodes(data="obs")):
+        return g
+    out = g.copy()
+    for _, data in out.nodes(data=True):
+        o = data["obs"]
+        data["obs"] = json.dumps(o if isinstance(o, dict) else {int(o): 1.0})
+    return out
 
 
 def _json_scalar(x):

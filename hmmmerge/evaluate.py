@@ -148,6 +148,10 @@ class ModelScore:
     smoothing, score_first : the scoring settings.
     n_episodes, episode_length : the episodes scored.
     seed : the int seed of the fresh walks (``None``: given trajectories or a Generator).
+    oracle_accuracy, oracle_surprise : the same numbers for the true stochastic model of the
+        process (``env.to_hmm(start=start)``) on the same episodes, from :func:`evaluate_model`
+        (``None`` from :func:`score_trajectories`, or with ``oracle=False``): the best any
+        model can do, so ``oracle_accuracy - accuracy`` is the gap that matters.
 
     See Also
     --------
@@ -178,6 +182,8 @@ class ModelScore:
     n_episodes: int
     episode_length: int
     seed: int | None = None
+    oracle_accuracy: float | None = None
+    oracle_surprise: float | None = None
 
     def as_dict(self) -> dict:
         """Plain Python values (lists for arrays and the interval), ready for JSON.
@@ -331,18 +337,20 @@ def surprise(
     smoothing=None,
     *,
     score_first: bool = False,
+    start=None,
 ) -> SurpriseResult:
     """Monte-Carlo estimate of ``sur(env, model)`` on fresh random walks.
 
     Parameters
     ----------
-    env : the world the episodes come from (``random_walk`` from ``env.start``).
+    env : the world the episodes come from (``random_walk`` from ``env.start``, or ``start``).
     model : an :class:`~hmmmerge.hmm.ActionHMM` with the environment's ``n_obs``
         and ``n_actions``.
     n_episodes, episode_length, seed, policy : the walks (see :func:`~hmmmerge.rollouts.random_walk`).
     smoothing : ``None`` (default: a zero-probability step makes the surprise
         ``inf``) or ``epsilon`` in (0, 1]: score ``(1 - epsilon) p + epsilon / n_obs``.
     score_first : also score the first observation of each episode (predicted from ``B``).
+    start : where the episodes start (see :func:`~hmmmerge.rollouts.random_walk`).
 
     Returns
     -------
@@ -361,7 +369,7 @@ def surprise(
     (0.0, 0, 11)
     """
     _check_env_model(env, model)
-    traj = random_walk(env, n_episodes, episode_length, seed=seed, policy=policy)
+    traj = random_walk(env, n_episodes, episode_length, seed=seed, policy=policy, start=start)
     return _score(model, traj, smoothing, score_first, predictions=False)["result"]
 
 
@@ -376,8 +384,10 @@ def evaluate_model(
     *,
     score_first: bool = False,
     trajectories: Trajectories | None = None,
+    start=None,
+    oracle: bool = True,
 ) -> ModelScore:
-    """Score a model on fresh random walks of ``env`` (or on given ``trajectories``).
+    """Score a model on fresh random walks of ``env`` (or on given ``trajectories``), beside the oracle.
 
     Parameters
     ----------
@@ -386,13 +396,21 @@ def evaluate_model(
     n_episodes, episode_length, seed, policy : the walks (see :func:`~hmmmerge.rollouts.random_walk`).
     smoothing, score_first : as in :func:`surprise`.
     trajectories : replaces the fresh walks (then ``n_episodes``,
-        ``episode_length``, ``seed`` and ``policy`` are ignored).
+        ``episode_length``, ``seed`` and ``policy`` are ignored; they should
+        come from the process ``(env, start)``).
+    start : where the episodes start (see :func:`~hmmmerge.rollouts.random_walk`):
+        the process scored is ``env`` from ``start``, slipping moves and noisy
+        views included.
+    oracle : also score the oracle of that process, ``env.to_hmm(start=start)``,
+        on the same episodes with the same settings (``oracle_accuracy``,
+        ``oracle_surprise``).
 
     Returns
     -------
     ModelScore
         accuracy, surprise with its interval and curve, likelihood,
-        no-prediction share, zero-probability steps, states, and what was scored.
+        no-prediction share, zero-probability steps, states, what was scored,
+        and the oracle's accuracy and surprise.
 
     See Also
     --------
@@ -405,14 +423,26 @@ def evaluate_model(
     >>> r = evaluate_model(env, env.to_hmm(), n_episodes=10, episode_length=20)
     >>> r.accuracy, r.surprise, r.no_prediction_share, r.n_states
     (1.0, 0.0, 0.0, 16)
+
+    The clean map on slipping moves from random starts, next to the true model of that process:
+
+    >>> slippery = gridworld(4, 4, n_colours=4, seed=0, slip=0.1)
+    >>> r = evaluate_model(slippery, env.to_hmm(start="random"), n_episodes=50, start="random", smoothing=1e-3)
+    >>> round(r.accuracy, 3), round(r.oracle_accuracy, 3), round(r.surprise, 3), round(r.oracle_surprise, 3)
+    (0.886, 0.915, 0.603, 0.313)
     """
     _check_env_model(env, model)
     walk_seed = None
     if trajectories is None:
-        trajectories = random_walk(env, n_episodes, episode_length, seed=seed, policy=policy)
+        trajectories = random_walk(env, n_episodes, episode_length, seed=seed, policy=policy, start=start)
         walk_seed = int(seed) if isinstance(seed, Integral) else None
     score = score_trajectories(model, trajectories, smoothing=smoothing, score_first=score_first)
-    return replace(score, seed=walk_seed)
+    best = {}
+    if oracle:
+        truth = score_trajectories(env.to_hmm(start=start), trajectories, smoothing=smoothing,
+                                   score_first=score_first)
+        best = {"oracle_accuracy": truth.accuracy, "oracle_surprise": truth.surprise}
+    return replace(score, seed=walk_seed, **best)
 
 
 # --------------------------------------------------------------------------- clusters

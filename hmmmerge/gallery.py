@@ -12,6 +12,12 @@ name               world
 ``cscg-room``      a 6x8 room with 4 colours (the size of the CSCG paper's room)
 =================  ==========================================================
 
+Every builder (and :func:`world`) takes ``slip=p`` (with probability ``p`` a
+move is replaced by a uniformly random action, the intended one recorded) and
+``obs_noise=q`` (each view replaced by a uniformly random colour with
+probability ``q``): ``world("maze", slip=0.05)`` is the maze with slipping
+moves (see :meth:`~hmmmerge.environment.Environment.with_noise`).
+
 Grids keep the conventions of :func:`~hmmmerge.worlds.gridworld`: node labels
 ``(row, col)``, actions 0 left, 1 right, 2 up, 3 down, a blocked move stays
 in place, start bottom-left.  The colouring is random (balanced by default)
@@ -27,7 +33,7 @@ import inspect
 import networkx as nx
 import numpy as np
 
-from ._validation import check_int
+from ._validation import check_float, check_int
 from .environment import Environment
 from .worlds import GRID_ACTIONS, grid_colours, gridworld
 
@@ -51,8 +57,15 @@ def _positive(name, value):
     check_int(value, name, low=1)
 
 
+def _noisy(env: Environment, slip, obs_noise) -> Environment:
+    """``env`` with slipping moves / noisy views when asked (checked: probabilities in [0, 1])."""
+    for name, v in (("slip", slip), ("obs_noise", obs_noise)):
+        check_float(v, name, low=0, high=1)
+    return env.with_noise(slip=slip, obs_noise=obs_noise) if slip or obs_noise else env
+
+
 def torus(rows: int = 10, cols: int = 10, n_colours: int = 10, seed=0, colouring: str = "balanced",
-          start=None) -> Environment:
+          start=None, slip: float = 0.0, obs_noise: float = 0.0) -> Environment:
     """A grid whose moves wrap around: leaving one border enters at the opposite one.
 
     Every cell has four distinct neighbours (for sizes >= 3), so no cell is
@@ -78,10 +91,11 @@ def torus(rows: int = 10, cols: int = 10, n_colours: int = 10, seed=0, colouring
     start = (rows - 1, 0) if start is None else tuple(start)
     if start not in g:
         raise ValueError(f"start {start!r} is not a cell of the {rows}x{cols} torus")
-    return Environment(g, start=start, n_obs=n_colours)
+    return _noisy(Environment(g, start=start, n_obs=n_colours), slip, obs_noise)
 
 
-def cycle_world(length: int = 12, n_colours: int = 3, colouring: str = "periodic", seed=0) -> Environment:
+def cycle_world(length: int = 12, n_colours: int = 3, colouring: str = "periodic", seed=0,
+                slip: float = 0.0, obs_noise: float = 0.0) -> Environment:
     """A ring of ``length`` states; action 0 steps forward (i -> i+1), action 1 back.
 
     ``colouring="periodic"`` colours state ``i`` with ``i % n_colours``.  When
@@ -103,10 +117,11 @@ def cycle_world(length: int = 12, n_colours: int = 3, colouring: str = "periodic
     i = np.arange(length)
     env = Environment.from_arrays(np.vstack([(i + 1) % length, (i - 1) % length]), obs, n_obs=int(n_colours))
     env.graph.graph["name"] = f"ring of {length}"
-    return env
+    return _noisy(env, slip, obs_noise)
 
 
-def maze(n_colours: int = 8, seed=0, colouring: str = "balanced", layout=MAZE_LAYOUT) -> Environment:
+def maze(n_colours: int = 8, seed=0, colouring: str = "balanced", layout=MAZE_LAYOUT, slip: float = 0.0,
+         obs_noise: float = 0.0) -> Environment:
     """A grid maze: the walls of ``layout`` (``#``) are obstacles, the rest are open cells.
 
     The default layout (:data:`MAZE_LAYOUT`, 9x9) has 51 open cells joined by
@@ -126,11 +141,11 @@ def maze(n_colours: int = 8, seed=0, colouring: str = "balanced", layout=MAZE_LA
     env = gridworld(len(rows), len(rows[0]), n_colours=n_colours, seed=seed, colouring=colouring,
                     obstacles=obstacles)
     env.graph.graph["name"] = "maze"
-    return env
+    return _noisy(env, slip, obs_noise)
 
 
 def two_rooms(room: int = 5, corridor: int = 3, n_colours: int = 8, seed=0,
-              colouring: str = "balanced") -> Environment:
+              colouring: str = "balanced", slip: float = 0.0, obs_noise: float = 0.0) -> Environment:
     """Two square rooms of ``room`` x ``room`` cells joined at mid-height by a corridor.
 
     The grid is ``room`` rows by ``2 * room + corridor`` columns; the columns
@@ -147,15 +162,17 @@ def two_rooms(room: int = 5, corridor: int = 3, n_colours: int = 8, seed=0,
     env = gridworld(room, 2 * room + corridor, n_colours=n_colours, seed=seed, colouring=colouring,
                     obstacles=obstacles)
     env.graph.graph["name"] = "two rooms"
-    return env
+    return _noisy(env, slip, obs_noise)
 
 
-def _paper_grid(n_colours: int = 10, seed=0, colouring: str = "balanced") -> Environment:
-    return gridworld(10, 10, n_colours=n_colours, seed=seed, colouring=colouring)
+def _paper_grid(n_colours: int = 10, seed=0, colouring: str = "balanced", slip: float = 0.0,
+                obs_noise: float = 0.0) -> Environment:
+    return gridworld(10, 10, n_colours=n_colours, seed=seed, colouring=colouring, slip=slip, obs_noise=obs_noise)
 
 
-def _cscg_room(n_colours: int = 4, seed=0, colouring: str = "balanced") -> Environment:
-    return gridworld(6, 8, n_colours=n_colours, seed=seed, colouring=colouring)
+def _cscg_room(n_colours: int = 4, seed=0, colouring: str = "balanced", slip: float = 0.0,
+               obs_noise: float = 0.0) -> Environment:
+    return gridworld(6, 8, n_colours=n_colours, seed=seed, colouring=colouring, slip=slip, obs_noise=obs_noise)
 
 
 _BUILDERS = {
@@ -174,15 +191,17 @@ WORLDS = tuple(_BUILDERS)
 def world(name: str, seed=0, **kw) -> Environment:
     """The gallery world called ``name`` (one of :data:`WORLDS`), coloured with ``seed``.
 
-    Extra keyword arguments go to the world's builder (``n_colours`` and
-    ``colouring`` for all of them; sizes for ``torus``, ``two-rooms`` and
-    ``aliased-loop``).
+    Extra keyword arguments go to the world's builder (``n_colours``,
+    ``colouring``, ``slip`` and ``obs_noise`` for all of them; sizes for
+    ``torus``, ``two-rooms`` and ``aliased-loop``).
 
     >>> env = world("cscg-room", seed=1)
     >>> env.n_states, env.n_obs
     (48, 4)
     >>> world("torus", rows=3, cols=3, n_colours=9).n_states
     9
+    >>> world("maze", slip=0.05, obs_noise=0.05)
+    Environment(n_states=51, n_actions=4, n_obs=8, start=(8, 0), stochastic moves, obs_noise=0.05)
     >>> world("labyrinth")
     Traceback (most recent call last):
     ...

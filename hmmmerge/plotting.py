@@ -21,7 +21,8 @@ import numpy as np
 
 from .environment import Environment, _parse_label
 
-__all__ = ["node_positions", "grid_shape", "plot_grid_values", "plot_environment", "plot_learned_map"]
+__all__ = ["node_positions", "grid_shape", "plot_grid_values", "plot_environment", "plot_learned_map", "plot_map",
+           "plot_path", "plot_place_fields"]
 
 DIRECTION_OFFSETS = {0: (0.0, 0.25), 1: (0.25, 0.0), 2: (0.0, -0.25), 3: (-0.25, 0.0)}
 """MiniGrid direction -> (d_row, d_col) drawing offset: 0 right, 1 down, 2 left, 3 up."""
@@ -251,6 +252,125 @@ def plot_learned_map(env: Environment, membership, transitions=None, ax=None, ti
     if title:
         ax.set_title(title)
     return ax
+
+
+def _summed_transitions(model) -> np.ndarray:
+    """``sum_a T[a]`` of an :class:`~hmmmerge.hmm.ActionHMM`, dense (for drawing)."""
+    if model.is_sparse:
+        total = model.T[0].copy()
+        for m in model.T[1:]:
+            total = total + m
+        return total.toarray()
+    return np.asarray(model.T).sum(axis=0)
+
+
+def plot_map(model, env: Environment | None = None, correspondence=None, ax=None, title=None, min_weight=0.2):
+    """A learned map (an :class:`~hmmmerge.hmm.ActionHMM`) drawn as a graph.
+
+    With a world whose nodes have positions and a
+    :class:`~hmmmerge.planning.Correspondence`, each learned state sits where
+    the true states it stands for are (:func:`plot_learned_map` with the
+    correspondence's counts); otherwise the graph of transitions (probability
+    >= ``min_weight`` under some action) is laid out spectrally, each state
+    coloured by its most likely observation.
+
+    >>> import matplotlib; matplotlib.use("Agg")
+    >>> from hmmmerge import gridworld
+    >>> ax = plot_map(gridworld(3, 3, n_colours=3).to_hmm())
+    """
+    import matplotlib.pyplot as plt
+    import networkx as nx
+
+    total = _summed_transitions(model)
+    if env is not None and correspondence is not None and node_positions(env) is not None:
+        return plot_learned_map(env, correspondence.counts, transitions=total, ax=ax, title=title,
+                                min_weight=min_weight)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 6))
+    rows = total.sum(axis=1, keepdims=True)
+    p = np.divide(total, rows, out=np.zeros_like(total), where=rows > 0)
+    g = nx.Graph()
+    g.add_nodes_from(range(model.n_states))
+    g.add_edges_from((int(a), int(b)) for a, b in zip(*np.nonzero(p >= min_weight)) if a != b)
+    pos = nx.spectral_layout(g) if g.number_of_edges() else nx.circular_layout(g)
+    colour = model.E.argmax(axis=1)
+    cmap = "tab10" if model.n_obs <= 10 else "tab20" if model.n_obs <= 20 else "nipy_spectral"
+    nx.draw_networkx(g, pos, ax=ax, node_color=colour, cmap=cmap, vmin=0, vmax=max(model.n_obs - 1, 1),
+                     with_labels=False, node_size=40 if model.n_states > 100 else 120, width=0.5, edge_color="0.5")
+    ax.set_axis_off()
+    if title:
+        ax.set_title(title)
+    return ax
+
+
+def plot_path(env: Environment, path, ax=None, title=None, colour="black", label=None):
+    """A path of true states (indices, e.g. ``NavigationResult.paths[i]``) drawn on the world's map.
+
+    The path is a line from cell to cell, its start a circle and its end a star
+    (the world needs node positions, see :func:`node_positions`).  Call again
+    with the same ``ax`` to draw a second path.
+
+    >>> import matplotlib; matplotlib.use("Agg")
+    >>> from hmmmerge import gridworld
+    >>> ax = plot_path(gridworld(3, 3, n_colours=3), [6, 7, 4, 1])
+    """
+    import matplotlib.pyplot as plt
+
+    path = np.asarray(path, dtype=np.int64)
+    if path.ndim != 1 or not len(path) or path.min() < 0 or path.max() >= env.n_states:
+        raise ValueError(f"path must be a non-empty list of state indices in 0..{env.n_states - 1}")
+    pos = node_positions(env)
+    if pos is None:
+        raise ValueError("plot_path needs node positions ((row, col) or (x, y, direction)); "
+                         "draw other worlds with plot_environment")
+    if ax is None:
+        ax = plot_environment(env, title=title)
+    elif title:
+        ax.set_title(title)
+    cells, dirs = pos
+    xy = cells[:, ::-1].astype(float)
+    if dirs[0] >= 0:
+        xy += np.array([DIRECTION_OFFSETS[d][::-1] for d in dirs.tolist()])
+    line = xy[path]
+    ax.plot(line[:, 0], line[:, 1], "-", color=colour, lw=2, alpha=0.8, label=label, zorder=4)
+    ax.plot(*line[0], "o", color=colour, ms=9, zorder=5)
+    ax.plot(*line[-1], "*", color=colour, ms=14, zorder=5)
+    if label:
+        ax.legend(loc="upper right", fontsize=8)
+    return ax
+
+
+def plot_place_fields(env: Environment, counts, states, ncols: int = 4, title=None):
+    """Place fields: for each learned state of ``states``, where in the world it is active.
+
+    ``counts`` is (H, S), e.g. :attr:`hmmmerge.planning.Correspondence.counts`
+    (posterior mass of learned state ``h`` on true state ``s``); each panel
+    shows one row, normalised.  Returns the Figure.
+
+    >>> import matplotlib; matplotlib.use("Agg")
+    >>> from hmmmerge import gridworld
+    >>> fig = plot_place_fields(gridworld(2, 2, n_colours=2), np.eye(4), [0, 3])
+    """
+    import matplotlib.pyplot as plt
+
+    counts = np.asarray(counts, dtype=float)
+    if counts.ndim != 2 or counts.shape[1] != env.n_states:
+        raise ValueError(f"counts must have shape (H, {env.n_states}), got {counts.shape}")
+    states = [int(h) for h in states]
+    if not states or min(states) < 0 or max(states) >= counts.shape[0]:
+        raise ValueError(f"states must be learned states in 0..{counts.shape[0] - 1}")
+    ncols = min(ncols, len(states))
+    nrows = -(-len(states) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3 * ncols, 3 * nrows), squeeze=False)
+    for ax, h in zip(axes.ravel(), states):
+        row = counts[h]
+        field = row / row.sum() if row.sum() > 0 else row
+        plot_grid_values(env, field, ax=ax, cmap="magma", annotate=None, colorbar=False, title=f"state {h}")
+    for ax in axes.ravel()[len(states):]:
+        ax.set_axis_off()
+    if title:
+        fig.suptitle(title)
+    return fig
 
 
 def _cell_points(ax, shape) -> float:

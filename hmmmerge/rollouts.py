@@ -1,8 +1,12 @@
 """Rollouts: batches of episodes in an environment under a policy.
 
-Protocol (the paper's): every episode starts at ``env.start``; the first
-observation comes with no move (``actions[:, 0] == -1``); ``actions[:, t]`` is
-the move that led to ``obs[:, t]`` and ``states[:, t]``.
+Protocol (the paper's): every episode starts at ``env.start`` (or where
+``start=`` says); the first observation comes with no move
+(``actions[:, 0] == -1``); ``actions[:, t]`` is the move the agent chose
+before ``obs[:, t]`` and ``states[:, t]``.  In a stochastic world the state
+reached is drawn from the transition probabilities (a slipping move records
+the intended action) and each observation from the state's emission
+(observation noise included); ``states`` holds the true states.
 """
 
 from __future__ import annotations
@@ -19,9 +23,9 @@ __all__ = ["Trajectories", "random_walk"]
 
 
 def random_walk(
-    env: Environment, n_episodes: int, episode_length: int = 50, seed=0, policy=None
+    env: Environment, n_episodes: int, episode_length: int = 50, seed=0, policy=None, *, start=None
 ) -> Trajectories:
-    """Episodes of random moves from ``env.start``.
+    """Episodes of random moves from ``env.start`` (or ``start``).
 
     Parameters
     ----------
@@ -29,6 +33,15 @@ def random_walk(
     n_episodes, episode_length : batch shape; each episode has ``episode_length`` moves.
     seed : int or numpy Generator.
     policy : optional (S x A) array of action probabilities per state; uniform if omitted.
+    start : where each episode starts: ``None`` (``env.start``), a node, ``"random"``
+        (uniform over the states) or a distribution over the states (see
+        :meth:`~hmmmerge.environment.Environment.start_distribution`).
+
+    The draws come from one generator in a fixed order: the moves, then the
+    start states (only when they are random), then the outcomes of the moves
+    (only in a world with stochastic moves), then the observations (only with
+    stochastic views).  A deterministic world from ``env.start`` draws the
+    moves alone, so its walks are the same as before stochastic worlds existed.
 
     Examples
     --------
@@ -36,6 +49,8 @@ def random_walk(
     >>> traj = random_walk(gridworld(), n_episodes=3, episode_length=5, seed=1)
     >>> traj.obs.shape, traj.actions[:, 0].tolist()
     ((3, 6), [-1, -1, -1])
+    >>> random_walk(gridworld(slip=0.1), n_episodes=4, episode_length=0, seed=1, start="random").states[:, 0].tolist()
+    [51, 95, 14, 94]
     """
     if not isinstance(env, Environment):
         raise TypeError(f"env must be an Environment, got {type(env).__name__}")
@@ -61,9 +76,9 @@ def random_walk(
 
     states = np.empty((n_episodes, episode_length + 1), dtype=np.int64)
     actions = np.empty_like(states)
-    states[:, 0] = env.start
+    states[:, 0] = _start_states(env, start, n_episodes, rng)
     actions[:, 0] = -1
-    next_state = env.next_state
+    outcome = None if env.deterministic_moves else rng.random((n_episodes, episode_length))
     for t in range(episode_length):
         s = states[:, t]
         if cum is None:
@@ -71,5 +86,18 @@ def random_walk(
         else:
             a = (draws[:, t, None] >= cum[s]).sum(axis=1)
         actions[:, t + 1] = a
-        states[:, t + 1] = next_state[a, s]
-    return Trajectories(obs=env.obs[states], actions=actions, states=states)
+        states[:, t + 1] = env._sample_successors(s, a, None if outcome is None else outcome[:, t])
+    return Trajectories(obs=env._sample_observations(states, rng), actions=actions, states=states)
+
+
+def _start_states(env: Environment, start, n_episodes: int, rng) -> np.ndarray:
+    """The first state of each episode: fixed (no draw) or drawn from the start distribution."""
+    if start is None:
+        return np.full(n_episodes, env.start, dtype=np.int64)
+    dist = env.start_distribution(start)
+    support = np.flatnonzero(dist > 0)
+    if len(support) == 1:
+        return np.full(n_episodes, support[0], dtype=np.int64)
+    cum = np.cumsum(dist)
+    cum[support[-1]:] = np.inf  # guard against round-off at the top end
+    return np.searchsorted(cum, rng.random(n_episodes), side="right").astype(np.int64)

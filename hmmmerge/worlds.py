@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validation import check_int
+from ._validation import check_float, check_int
 from ._random import as_generator
 from .environment import Environment
 
@@ -65,6 +65,8 @@ def gridworld(
     obstacles=(),
     colouring: str = "balanced",
     colours=None,
+    slip: float = 0.0,
+    obs_noise: float = 0.0,
 ) -> Environment:
     """The paper's partially observable colour gridworld.
 
@@ -78,6 +80,9 @@ def gridworld(
     colouring : ``"balanced"`` (equal counts, shuffled) or ``"iid"``.
     colours : optional explicit colours, an int array (rows x cols) overriding
         the random colouring (entries at obstacles are ignored).
+    slip : probability that a move is replaced by a uniformly random action (the
+        intended one is recorded); see :meth:`~hmmmerge.environment.Environment.with_noise`.
+    obs_noise : probability that a view is replaced by a uniformly random colour.
 
     Examples
     --------
@@ -86,9 +91,13 @@ def gridworld(
     (12, 4, 2, (2, 0))
     >>> env.nodes[env.next_state[3, env.start]]  # down from the bottom row: stay
     (2, 0)
+    >>> gridworld(3, 4, n_colours=2, seed=1, slip=0.1)
+    Environment(n_states=12, n_actions=4, n_obs=2, start=(2, 0), stochastic moves)
     """
     for name, v in (("rows", rows), ("cols", cols), ("n_colours", n_colours)):
         check_int(v, name, low=1)
+    for name, v in (("slip", slip), ("obs_noise", obs_noise)):
+        check_float(v, name, low=0, high=1)
     _check_grid_size(int(rows), int(cols), int(n_colours))
     blocked = set()
     for cell in obstacles:
@@ -122,4 +131,5 @@ def gridworld(
         for action, (dr, dc) in GRID_ACTIONS.items():
             next_state[action, i] = index.get((r + dr, c + dc), i)  # a wall or the border: stay
     # the graph (a networkx MultiDiGraph, nodes in row-major order) is built when env.graph is first used
-    return Environment._from_tables(cells, values, next_state, index[start], n_colours, f"gridworld {rows}x{cols}")
+    env = Environment._from_tables(cells, values, next_state, index[start], n_colours, f"gridworld {rows}x{cols}")
+    return env.with_noise(slip=slip, obs_noise=obs_noise) if slip or obs_noise else env

@@ -49,6 +49,12 @@ def add_world_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--colouring", choices=["balanced", "iid"], default=None,
                    help="random colouring (default balanced; the world's own for --world)")
     p.add_argument("--seed", type=int, default=0, help="seed of the colouring (default 0)")
+    p.add_argument("--slip", type=float, default=0.0, metavar="P",
+                   help="moves slip: with probability P a uniformly random action is made, the intended one "
+                        "recorded (default 0)")
+    p.add_argument("--obs-noise", type=float, default=0.0, metavar="Q",
+                   help="noisy views: each observation replaced by a uniformly random colour with probability Q "
+                        "(default 0)")
 
 
 def world_from_args(args):
@@ -58,6 +64,10 @@ def world_from_args(args):
     from ..environment import Environment
 
     start = getattr(args, "start", None)
+    slip, obs_noise = getattr(args, "slip", 0.0) or 0.0, getattr(args, "obs_noise", 0.0) or 0.0
+    for flag, value in (("--slip", slip), ("--obs-noise", obs_noise)):
+        if not 0 <= value <= 1:
+            raise ValueError(f"{flag} must be a probability in [0, 1], got {value}")
     if getattr(args, "graph", None):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -65,10 +75,12 @@ def world_from_args(args):
         command = getattr(args, "command", None)
         for w in caught:  # one line each, e.g. the NoStartWarning of a file without a start
             print(f"hmmmerge{' ' + command if command else ''}: warning: {w.message}", file=sys.stderr)
-        return env
-    env = _built_world(args)
-    if start is not None:
-        env = Environment(env.graph, start=start, n_obs=env.n_obs)
+    else:
+        env = _built_world(args)
+        if start is not None:
+            env = Environment(env.graph, start=start, n_obs=env.n_obs)
+    if slip or obs_noise:
+        env = env.with_noise(slip=slip, obs_noise=obs_noise)
     return env
 
 
@@ -156,7 +168,13 @@ def describe(env, k: int = 3, per_vertex: bool = False, stats: dict | None = Non
     ``markov_radius_mean``, ``markov_radius_distribution``, ``aliasing_depth``
     (min / mean / max over identifiable vertices, ``unidentifiable`` count,
     ``distribution`` with ``-1`` for never) and ``observation_sequences``
-    (``k`` and min / mean / max of the per-vertex count).
+    (``k`` and min / mean / max of the per-vertex count), ``process``
+    (``deterministic``; ``obs_noise``; ``stochastic_moves``: (state, action)
+    pairs with more than one successor; ``max_successors``;
+    ``min_main_move_probability``: the smallest probability of a most likely
+    successor; ``stochastic_views``: states whose own colour is a
+    distribution).  In a stochastic world the structure statistics are those
+    of the most likely moves and colours (``env.next_state``, ``env.obs``).
 
     >>> from hmmmerge.gallery import world
     >>> r = describe(world("aliased-loop"))
@@ -197,6 +215,7 @@ def describe(env, k: int = 3, per_vertex: bool = False, stats: dict | None = Non
             "max": int(seqs.max()),
         } if seqs is not None else dict(missing, k=int(k), min=None, mean=None, max=None),
     }
+    report["process"] = process_summary(env)
     if stats.get("errors"):
         report["not_computed"] = dict(stats["errors"])
     if per_vertex:
@@ -209,6 +228,25 @@ def describe(env, k: int = 3, per_vertex: bool = False, stats: dict | None = Non
             for i, node in enumerate(env.nodes)
         ]
     return report
+
+
+def process_summary(env) -> dict:
+    """How stochastic the world is: the ``process`` entry of :func:`describe`.
+
+    >>> from hmmmerge import gridworld
+    >>> process_summary(gridworld(3, 3, slip=0.2, obs_noise=0.1))  # doctest: +NORMALIZE_WHITESPACE
+    {'deterministic': False, 'obs_noise': 0.1, 'stochastic_moves': 36, 'max_successors': 4,
+     'min_main_move_probability': 0.85, 'stochastic_views': 0}
+    """
+    import numpy as np
+
+    indptr, _, probs = env.transitions
+    degree = np.diff(indptr)
+    top = np.maximum.reduceat(probs, indptr[:-1])
+    views = 0 if env._obs_dist is None else int((np.diff(env._obs_dist[0]) > 1).sum())
+    return {"deterministic": env.is_deterministic, "obs_noise": env.obs_noise,
+            "stochastic_moves": int((degree > 1).sum()), "max_successors": int(degree.max()),
+            "min_main_move_probability": round(float(top.min()), 12), "stochastic_views": views}
 
 
 MAX_LISTED_OBSERVATIONS = 30
@@ -251,6 +289,13 @@ def run(args) -> int:
         return 0
     ad, seq = report["aliasing_depth"], report["observation_sequences"]
     print(f"states {report['n_states']}, actions {report['n_actions']}, observations {report['n_obs']}")
+    process = report["process"]
+    if not process["deterministic"]:
+        print(f"stochastic world: {process['stochastic_moves']} (state, action) pairs with several successors "
+              f"(at most {process['max_successors']}; most likely successor p >= "
+              f"{process['min_main_move_probability']:.4g}), {process['stochastic_views']} states with a colour "
+              f"distribution, observation noise {process['obs_noise']:g}; the structure below is that of the "
+              "most likely moves and colours")
     print(clones_line(report["clones"]))
     print("observations with n clones: " + ", ".join(f"{n}:{c}" for n, c in report["clone_histogram"].items()))
     errors = report.get("not_computed", {})
@@ -358,6 +403,12 @@ def save_plot(env, path, k: int = 3, stats: dict | None = None) -> None:
     axes[1, 2].legend()
     ticks = np.union1d(*(np.zeros(0) if stats[x] is None else stats[x] for x in ("markov_radius", "aliasing_depth")))
     axes[1, 2].set_xticks(ticks if len(ticks) <= 20 else ticks[:: int(np.ceil(len(ticks) / 20))])
+    if not env.is_deterministic:
+        p = process_summary(env)
+        fig.suptitle(f"stochastic world: {p['stochastic_moves']} (state, action) pairs with several successors "
+                     f"(most likely p >= {p['min_main_move_probability']:.3g}), {p['stochastic_views']} states "
+                     f"with a colour distribution, observation noise {p['obs_noise']:g}\n"
+                     "the panels show the most likely moves and colours")
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)

@@ -1,0 +1,234 @@
+"""Using learned maps: navigation in the true world (success, path length, localisation) and planning cost.
+
+Sections (``--sections``, default all):
+
+* ``paper`` -- the paper's world (10x10, 10 colours, balanced), 1,000 training walks of 50 moves, per seed
+  (world colouring = walk seed): every learner's map navigates the same 500 start/goal pairs (random start,
+  10 random moves to localise, then a random reachable colour within twice the shortest path). Columns:
+  success, moves / shortest over successes, moves relative to the oracle's on the pairs both reached,
+  localisation from move 10 on (navigation) and after move 10 of fresh episodes from the start (filter),
+  and the share of successful routes shorter than any connection from that place to that colour in the
+  training walks ("shortcuts").
+* ``detour`` -- the same maps, after learning, in the world with passages blocked (walls put between cells
+  on the way of many pairs): with and without online map updates.
+* ``gallery`` -- the gallery worlds, same protocol (seed 0).
+* ``minigrid`` -- MiniGrid FourRooms (1,040 poses, 360 views; goals are views), 200 walks of 100 moves.
+* ``speed`` -- CPU time of one ``plan`` call (value iteration + path) on 1,000-state maps.
+
+    python benchmarks/bench_planning.py [--sections paper,detour,gallery,minigrid,speed] [--seeds 0,1,2]
+        [--pairs 500] [--quick]
+
+CPU times by ``time.process_time`` (the machine is shared); nothing here is asserted by the tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from hmmmerge import random_walk
+from hmmmerge.planning import block_passage, distances_to, estimate_correspondence, localise, navigate, plan
+
+LEARNERS = ("oracle", "level2-fold", "em", "level2-sf", "first-order")
+
+
+def build(name: str, train, env, seed: int):
+    """The map of learner ``name``; ``level2-fold`` is the two-level memory with ``merge="fold"``."""
+    from hmmmerge import baselines
+
+    if name in baselines.MODELS:
+        return baselines.build_model(name, train, env=env, seed=seed)
+    if name.startswith("level2-"):
+        from hmmmerge.agent import TwoLevelMemory
+
+        return TwoLevelMemory(env.n_obs, env.n_actions, merge=name[len("level2-"):], seed=seed).fit(train).level2_hmm()
+    raise ValueError(f"unknown learner {name!r}")
+
+
+def walked_distance(train, n_states: int, n_obs: int) -> np.ndarray:
+    """(S, O): fewest moves in any training episode from a visit of state ``s`` to a later sight of ``o``."""
+    E, L = train.obs.shape
+    nxt = np.full((E, L + 1, n_obs), np.iinfo(np.int64).max // 2, dtype=np.int64)
+    for t in range(L - 1, -1, -1):  # next time each observation is seen, from t on
+        nxt[:, t] = nxt[:, t + 1]
+        nxt[np.arange(E), t, train.obs[:, t]] = t
+    gap = nxt[:, :L] - np.arange(L)[None, :, None]  # (E, L, O)
+    out = np.full((n_states, n_obs), np.iinfo(np.int64).max // 2, dtype=np.int64)
+    np.minimum.at(out, train.states.ravel(), gap.reshape(-1, n_obs))
+    return np.where(out >= np.iinfo(np.int64).max // 4, np.inf, out.astype(float))
+
+
+def score_maps(env, train, names, seed: int, pairs: int, fresh, tag: str) -> list[dict]:
+    """Every learner's map on the same pairs; one row per learner."""
+    walked = walked_distance(train, env.n_states, env.n_obs)
+    rows, oracle_steps = [], None
+    for name in names:
+        c0 = time.process_time()
+        model = build(name, train, env, seed)
+        c1 = time.process_time()
+        corr = estimate_correspondence(model, train, env.n_states)
+        r = navigate(env, model, pairs, seed=1000 + seed, correspondence=corr)
+        c2 = time.process_time()
+        loc = localise(model, fresh, corr)
+        ok = r.success
+        short = ok & (r.steps < walked[r.starts, r.goals])
+        row = {"world": tag, "seed": seed, "learner": name, "states": model.n_states, "success": r.success_rate,
+               "ratio": r.path_ratio, "loc_nav": r.localisation_accuracy, "loc_fresh": loc.accuracy_after(10),
+               "shortcuts": float(short.sum() / max(ok.sum(), 1)), "fit_s": c1 - c0, "nav_s": c2 - c1,
+               "_steps": r.steps, "_ok": ok, "_model": model, "_corr": corr}
+        if name == "oracle":
+            oracle_steps = (r.steps, ok)
+        if oracle_steps is not None:
+            both = ok & oracle_steps[1]
+            row["vs_oracle"] = float(r.steps[both].sum() / max(oracle_steps[0][both].sum(), 1))
+        rows.append(row)
+    return rows
+
+
+def print_rows(rows) -> None:
+    print("| world | seed | learner | states | success (2x) | moves / shortest | moves / oracle's | "
+          "localisation, navigating | localisation, fresh walks after 10 moves | shortcuts | fit CPU s | "
+          "navigate CPU s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['world']} | {r['seed']} | {r['learner']} | {r['states']} | {r['success']:.3f} | {r['ratio']:.3f} | "
+              f"{r.get('vs_oracle', float('nan')):.3f} | {r['loc_nav']:.3f} | {r['loc_fresh']:.3f} | "
+              f"{r['shortcuts']:.2f} | {r['fit_s']:.1f} | {r['nav_s']:.1f} |", flush=True)
+
+
+def paper(seeds, pairs: int, quick: bool) -> list[dict]:
+    from hmmmerge import world
+
+    all_rows = []
+    for seed in seeds:
+        env = world("paper-grid", seed=seed)
+        train = random_walk(env, 250 if quick else 1000, 50, seed=seed)
+        fresh = random_walk(env, 200, 50, seed=10_000 + seed)
+        all_rows += score_maps(env, train, LEARNERS, seed, pairs, fresh, "paper-grid")
+    print_rows(all_rows)
+    return all_rows
+
+
+def passages_on_routes(env, n_walls: int, seed: int):
+    """``n_walls`` passages between neighbouring cells, drawn among those most used by shortest routes."""
+    rng = np.random.default_rng(seed)
+    use = {}
+    for c in range(env.n_obs):
+        d = distances_to(env, np.flatnonzero(env.obs == c))
+        for s in range(env.n_states):
+            for a in range(env.n_actions):
+                t = int(env.next_state[a, s])
+                if t != s and d[t] == d[s] - 1:
+                    key = tuple(sorted((s, t)))
+                    use[key] = use.get(key, 0) + 1
+    ranked = sorted(use, key=lambda k: -use[k])[: 4 * n_walls]
+    chosen = rng.choice(len(ranked), size=n_walls, replace=False)
+    return [ranked[i] for i in chosen]
+
+
+def detour(paper_rows, pairs: int, n_walls: int = 6) -> None:
+    from hmmmerge import world
+
+    print(f"\nDetours: {n_walls} passages blocked after learning (drawn among the 4x{n_walls} passages most used by "
+          "shortest routes); success within twice the *blocked* world's shortest path.\n")
+    print("| seed | learner | map updated online | success (2x) | moves / shortest | transitions removed |")
+    print("|---|---|---|---|---|---|")
+    for row in paper_rows:
+        if row["learner"] not in ("oracle", "level2-fold", "em"):
+            continue
+        env = world("paper-grid", seed=row["seed"])
+        blocked = env
+        for s, t in passages_on_routes(env, n_walls, row["seed"]):
+            blocked = block_passage(blocked, env.nodes[s], env.nodes[t])
+        for update in (False, True):
+            r = navigate(blocked, row["_model"], pairs, seed=2000 + row["seed"], correspondence=row["_corr"],
+                         update_map=update)
+            print(f"| {row['seed']} | {row['learner']} | {'yes' if update else 'no'} | {r.success_rate:.3f} | "
+                  f"{r.path_ratio:.3f} | {r.map_updates} |", flush=True)
+
+
+def gallery(pairs: int, quick: bool) -> None:
+    from hmmmerge.gallery import WORLDS, world
+
+    rows = []
+    for name in WORLDS:
+        if name == "paper-grid":
+            continue
+        env = world(name, seed=0)
+        train = random_walk(env, 250 if quick else 1000, 50, seed=0)
+        fresh = random_walk(env, 200, 50, seed=10_000)
+        rows += score_maps(env, train, ("oracle", "level2-fold", "em", "first-order"), 0, pairs, fresh, name)
+    print()
+    print_rows(rows)
+
+
+def minigrid(pairs: int, quick: bool) -> None:
+    from hmmmerge import from_gymnasium
+
+    env = from_gymnasium("MiniGrid-FourRooms-v0", seed=0)
+    train = random_walk(env, 50 if quick else 200, 100, seed=0)
+    fresh = random_walk(env, 20, 100, seed=100)
+    print()
+    print_rows(score_maps(env, train, ("oracle", "level2-fold", "first-order"), 0, pairs, fresh, "FourRooms"))
+
+
+def speed(repeats: int = 20) -> None:
+    from hmmmerge import from_gymnasium, gridworld
+
+    print("\n| map | states | horizon | value-iteration sweeps | CPU ms per plan (median of "
+          f"{repeats}) | plan length |")
+    print("|---|---|---|---|---|---|")
+    mg = from_gymnasium("MiniGrid-FourRooms-v0", seed=0)
+    grid = gridworld(32, 32, n_colours=10, seed=0)
+    maps = [("32x32 grid, oracle", grid.to_hmm(), 9),
+            ("FourRooms, oracle", mg.to_hmm(), int(mg.obs[0])),
+            ("FourRooms, fold (200 x 100 moves)", build("level2-fold", random_walk(mg, 200, 100, seed=0), mg, 0),
+             int(mg.obs[0]))]
+    maps += [(label + ", goal: one state", model, None) for label, model, _ in maps]
+    for label, model, colour in maps:
+        rng = np.random.default_rng(0)
+        goal = ("state", int(rng.integers(model.n_states))) if colour is None else colour
+        times, lengths = [], []
+        for _ in range(repeats):
+            b = np.zeros(model.n_states)
+            b[rng.integers(model.n_states)] = 1.0
+            c = time.process_time()
+            try:
+                p = plan(model, b, goal, horizon=1000)
+                lengths.append(len(p))
+            except ValueError:
+                lengths.append(-1)
+            times.append(time.process_time() - c)
+        from hmmmerge.planning import _goal_weights, _ValueTables
+
+        sweeps = len(_ValueTables(model, _goal_weights(model, goal)[0], 1000).V) - 1
+        print(f"| {label} | {model.n_states} | 1000 | {sweeps} | {1000 * np.median(times):.2f} | "
+              f"{np.median(lengths):.0f} |", flush=True)
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sections", default="paper,detour,gallery,minigrid,speed")
+    p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--pairs", type=int, default=500)
+    p.add_argument("--quick", action="store_true", help="fewer training walks (a smoke run)")
+    args = p.parse_args(argv)
+    sections = args.sections.split(",")
+    seeds = [int(s) for s in args.seeds.split(",")]
+    rows = []
+    if "paper" in sections or "detour" in sections:
+        rows = paper(seeds, args.pairs, args.quick)
+    if "detour" in sections:
+        detour(rows, args.pairs)
+    if "gallery" in sections:
+        gallery(args.pairs, args.quick)
+    if "minigrid" in sections:
+        minigrid(args.pairs, args.quick)
+    if "speed" in sections:
+        speed()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,313 @@
+"""Planning, localisation and navigation with a map (hmmmerge.planning)."""
+
+import itertools
+
+import networkx as nx
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hmmmerge import Environment, gridworld, random_walk
+from hmmmerge.gallery import cycle_world, maze
+from hmmmerge.hmm import ActionHMM
+from hmmmerge.planning import (
+    UnreachableGoalError,
+    block_passage,
+    distances_to,
+    estimate_correspondence,
+    localise,
+    navigate,
+    plan,
+    without_transitions,
+)
+
+
+def _onehot(n, i):
+    b = np.zeros(n)
+    b[i] = 1.0
+    return b
+
+
+def _simple_graph(env):
+    g = nx.DiGraph()
+    g.add_nodes_from(range(env.n_states))
+    for a in range(env.n_actions):
+        g.add_edges_from((u, int(env.next_state[a, u])) for u in range(env.n_states))
+    return g
+
+
+def _run(env, s, actions):
+    for a in actions:
+        s = int(env.next_state[a, s])
+    return s
+
+
+@pytest.mark.parametrize("env", [gridworld(4, 4, n_colours=4, seed=0), maze(seed=1)], ids=["grid", "maze"])
+def test_oracle_plans_are_shortest_paths(env):
+    oracle, g = env.to_hmm(), _simple_graph(env)
+    lengths = dict(nx.all_pairs_shortest_path_length(g))
+    for s in range(env.n_states):
+        for c in range(env.n_obs):
+            targets = np.flatnonzero(env.obs == c)
+            if c == env.obs[s] or not len(targets):
+                continue
+            p = plan(oracle, _onehot(env.n_states, s), c, horizon=env.n_states)
+            best = min(lengths[s][t] for t in targets if t in lengths[s])
+            assert len(p) == best
+            assert env.obs[_run(env, s, p.actions)] == c
+            assert p.probability == 1.0 and p.start == s
+            assert p.states.tolist()[-1] == _run(env, s, p.actions)
+        t = (s * 7 + 3) % env.n_states  # a learned-state goal
+        p = plan(oracle, _onehot(env.n_states, s), ("state", t), horizon=env.n_states)
+        assert len(p) == nx.shortest_path_length(g, s, t) and _run(env, s, p.actions) == t
+
+
+def test_distances_match_networkx():
+    env = maze(seed=2)
+    g = _simple_graph(env)
+    for c in range(env.n_obs):
+        targets = np.flatnonzero(env.obs == c)
+        d = distances_to(env, targets)
+        for s in range(env.n_states):
+            expect = min((nx.shortest_path_length(g, s, t) for t in targets if nx.has_path(g, s, t)), default=np.inf)
+            assert d[s] == expect
+
+
+@pytest.mark.parametrize("start", ["random", "world"])
+def test_oracle_navigation_succeeds_on_shortest_paths(start):
+    env = maze(seed=0)
+    r = navigate(env, env.to_hmm(), n_pairs=60, seed=3, start=start, warmup=10)
+    assert r.success_rate == 1.0
+    assert r.path_ratio == 1.0 and (r.steps == r.shortest).all()
+    assert r.n_pairs == 60 and (r.shortest >= 1).all()
+
+
+def test_oracle_localisation_with_known_start_is_perfect():
+    env = gridworld(5, 5, n_colours=3, seed=4)
+    oracle = env.to_hmm()
+    corr = estimate_correspondence(oracle, random_walk(env, 100, 30, seed=0), env.n_states)
+    visited = corr.states >= 0
+    assert (corr.states[visited] == np.flatnonzero(visited)).all() and (corr.share[visited] == 1.0).all()
+    loc = localise(oracle, random_walk(env, 30, 40, seed=1), corr)
+    assert loc.accuracy == 1.0 and (loc.curve == 1.0).all()
+    assert navigate(env, oracle, 20, seed=0, start="world", correspondence=corr).localisation_accuracy == 1.0
+
+
+def test_localisation_is_ambiguous_early_on_an_aliased_start():
+    """From a random start the oracle cannot know where it is at first; a first-order map never does."""
+    env = gridworld(6, 6, n_colours=3, seed=0)
+    r = navigate(env, env.to_hmm(), 100, seed=0)
+    assert r.localisation_curve[0] < 0.5 < r.localisation_curve[-1]
+
+
+def test_correspondence_of_a_first_order_map_is_the_majority_state():
+    env = cycle_world(6, n_colours=3)  # 0 1 2 0 1 2
+    walks = random_walk(env, 50, 20, seed=0)
+    from hmmmerge.baselines import build_model
+
+    fo = build_model("first-order", walks, env=env)
+    corr = estimate_correspondence(fo, walks, env.n_states)
+    counts = np.zeros((3, 6))
+    np.add.at(counts, (walks.obs.ravel(), walks.states.ravel()), 1)  # first-order belief is the observation
+    assert corr.states.tolist() == counts.argmax(axis=1).tolist()
+    assert np.allclose(corr.counts, counts)
+
+
+def test_a_blocked_passage_is_planned_around():
+    env = gridworld(4, 4, n_colours=16, seed=0)  # every cell its own colour
+    blocked = block_passage(env, (3, 0), (3, 1))
+    a_right = 1
+    model = without_transitions(env.to_hmm(), [(env.index[(3, 0)], a_right), (env.index[(3, 1)], 0)])
+    s, t = env.index[(3, 0)], env.index[(3, 1)]
+    p = plan(model, _onehot(16, s), ("state", t), horizon=20)
+    assert len(p) == nx.shortest_path_length(_simple_graph(blocked), s, t) == 3
+    assert _run(blocked, s, p.actions) == t
+
+
+def test_navigation_updates_the_map_and_takes_the_detour():
+    env = cycle_world(8, n_colours=8)
+    blocked = block_passage(env, 0, 1)
+    oracle = env.to_hmm()  # the map learned before the wall
+    kept = navigate(blocked, oracle, pairs=[(0, 1)], warmup=0, update_map=False, keep_paths=True)
+    updated = navigate(blocked, oracle, pairs=[(0, 1)], warmup=0, update_map=True, keep_paths=True)
+    assert not kept.success[0]  # bumps into the wall until the budget is spent
+    assert kept.paths[0] == [0] * 15
+    assert updated.success[0] and updated.map_updates == 1
+    assert updated.steps[0] == 1 + 7  # one bump, then the way round
+    assert updated.paths[0] == [0, 0, 7, 6, 5, 4, 3, 2, 1]
+
+
+def test_an_unreachable_goal_is_a_clear_error():
+    # two rings of 2 states: 0 <-> 1 (colours 0, 1) and 2 <-> 3 (colours 2, 3)
+    model = ActionHMM.from_deterministic([[1, 0, 3, 2]], [0, 1, 2, 3], n_obs=5)
+    with pytest.raises(UnreachableGoalError, match="no way from state 0 to observation 2 within 50 moves"):
+        plan(model, _onehot(4, 0), 2, horizon=50)
+    with pytest.raises(UnreachableGoalError, match="observation 4 is emitted by no state"):
+        plan(model, _onehot(4, 0), 4, horizon=5)
+    with pytest.raises(ValueError, match="no way from state 0 to state 3"):
+        plan(model, _onehot(4, 0), ("state", 3), horizon=10**9)  # converges: no loop over the horizon
+
+
+def test_navigation_with_a_map_that_knows_no_way_ends():
+    env = cycle_world(6, n_colours=6)
+    model = without_transitions(env.to_hmm(), [(h, a) for h in range(6) for a in range(2)])
+    r = navigate(env, model, 10, seed=0, warmup=0)
+    assert r.n_pairs == 10 and (r.steps <= 2 * r.shortest).all()
+
+
+@pytest.mark.parametrize("goal, horizon, belief, error, message", [
+    (99, 5, None, ValueError, "goal observation 99 is not in 0..3"),
+    (-1, 5, None, ValueError, "goal observation -1 is not in 0..3"),
+    (("state", 4), 5, None, ValueError, "goal state 4 is not a learned state in 0..3"),
+    (("room", 1), 5, None, TypeError, "goal must be an observation"),
+    ("red", 5, None, TypeError, "goal must be an observation"),
+    (True, 5, None, TypeError, "goal must be an observation"),
+    (("obs", 1.5), 5, None, TypeError, "goal obs must be an integer"),
+    (1, 0, None, ValueError, "horizon must be a positive integer, got 0"),
+    (1, -3, None, ValueError, "horizon must be a positive integer, got -3"),
+    (1, 2.0, None, ValueError, "horizon"),
+    (1, 5, [1.0, 0.0], ValueError, r"belief must have shape \(4,\)"),
+    (1, 5, [0.5, 0.0, 0.0, 0.0], ValueError, "belief sums to 0.5, not 1"),
+    (1, 5, [1.5, -0.5, 0.0, 0.0], ValueError, "non-negative"),
+    (1, 5, [np.nan, 1.0, 0.0, 0.0], ValueError, "finite"),
+    (1, 5, ["a", "b", "c", "d"], TypeError, "belief must hold real numbers"),
+])
+def test_bad_goals_give_one_line_errors(goal, horizon, belief, error, message):
+    model = cycle_world(4, n_colours=4).to_hmm()
+    with pytest.raises(error, match=message) as info:
+        plan(model, _onehot(4, 0) if belief is None else belief, goal, horizon)
+    assert "\n" not in str(info.value)
+
+
+def test_bad_navigation_arguments():
+    env = cycle_world(4, n_colours=4)
+    with pytest.raises(ValueError, match="the map has 4 observations and 2 actions, the world 5"):
+        navigate(cycle_world(5, n_colours=5), env.to_hmm(), 3)
+    with pytest.raises(ValueError, match="budget must be a finite number >= 1"):
+        navigate(env, env.to_hmm(), 3, budget=0.5)
+    with pytest.raises(ValueError, match="start must be 'random' or 'world'"):
+        navigate(env, env.to_hmm(), 3, start="home")
+    with pytest.raises(ValueError, match="pair 0: goal observation 0 is seen at the start"):
+        navigate(env, env.to_hmm(), pairs=[(0, 0)], warmup=0)
+    with pytest.raises(TypeError, match="model must be an ActionHMM"):
+        navigate(env, env, 3)
+    with pytest.raises(ValueError, match="no move joins"):
+        block_passage(env, 0, 2)
+
+
+# --------------------------------------------------------------------------- optimality by brute force
+def _reach_prob(T, g, h, actions):
+    """P(a goal state is met along the open-loop ``actions`` from ``h``), exactly."""
+    p = np.zeros(len(g))
+    p[h] = 1.0
+    reached = p @ g
+    p = p * (1 - g)
+    for a in actions:
+        p = p @ T[a]
+        reached += p @ g
+        p = p * (1 - g)
+    return reached
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(2, 5), st.integers(1, 3), st.integers(1, 4), st.data())
+def test_plans_are_optimal_by_exhaustive_search(n_states, n_actions, horizon, data):
+    """Deterministic maps: the plan is the shortest action sequence that reaches the goal (all sequences
+    searched); stochastic maps: value iteration's probability is at least that of every open-loop sequence."""
+    ns = np.array(data.draw(st.lists(st.lists(st.integers(0, n_states - 1), min_size=n_states, max_size=n_states),
+                                     min_size=n_actions, max_size=n_actions)))
+    obs = np.array(data.draw(st.lists(st.integers(0, 2), min_size=n_states, max_size=n_states)))
+    start = data.draw(st.integers(0, n_states - 1))
+    goal = data.draw(st.integers(0, 2))
+    model = ActionHMM.from_deterministic(ns, obs, n_obs=3)
+    g = (obs == goal).astype(float)
+    best = None
+    for k in range(horizon + 1):
+        for seq in itertools.product(range(n_actions), repeat=k):
+            if _reach_prob(model.to_dense().T, g, start, seq) == 1.0:
+                best = k
+                break
+        if best is not None:
+            break
+    if best is None:
+        with pytest.raises(UnreachableGoalError):
+            plan(model, _onehot(n_states, start), goal, horizon)
+    else:
+        p = plan(model, _onehot(n_states, start), goal, horizon)
+        assert len(p) == best and p.probability == 1.0
+        assert _reach_prob(model.to_dense().T, g, start, p.actions) == 1.0
+
+    # a stochastic map: random rows
+    raw = np.array(data.draw(st.lists(st.floats(0.0, 1.0), min_size=n_actions * n_states * n_states,
+                                      max_size=n_actions * n_states * n_states)))
+    T = raw.reshape(n_actions, n_states, n_states) + 1e-3 * (ns[..., None] == np.arange(n_states))
+    T /= T.sum(axis=2, keepdims=True)
+    stoch = ActionHMM(T, model.E, model.B)
+    best_open = max(_reach_prob(T, g, start, seq) for seq in itertools.product(range(n_actions), repeat=horizon))
+    if best_open == 0:
+        with pytest.raises(UnreachableGoalError):
+            plan(stoch, _onehot(n_states, start), goal, horizon)
+        return
+    p = plan(stoch, _onehot(n_states, start), goal, horizon)
+    assert p.probability >= best_open - 1e-12
+    if n_actions == 1:  # one action: closed and open loop are the same
+        assert p.probability == pytest.approx(best_open)
+
+
+# --------------------------------------------------------------------------- CLI
+def test_cli_plan_json(capsys):
+    import json
+
+    from hmmmerge.cli import main
+
+    assert main(["plan", "--learner", "oracle", "--world", "maze", "--pairs", "30", "--episodes", "20",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["success_rate"] == 1.0 and out["path_ratio"] == 1.0
+    assert 0.0 <= out["localisation_accuracy"] <= 1.0 and out["n_pairs"] == 30 and out["n_states"] == 51
+    assert main(["plan", "--learner", "first-order", "--grid", "5x5", "--colours", "4", "--pairs", "30",
+                 "--episodes", "50", "--from", "world", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["n_states"] == 4 and out["start"] == "world"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--learner", "nope"], "invalid choice: 'nope'"),
+    (["--learner", "oracle", "--budget", "0.5"], "budget must be a finite number >= 1"),
+    (["--learner", "oracle", "--pairs", "0"], "must be a positive integer"),
+    (["--learner", "oracle", "--warmup", "-1"], "warmup must be"),
+    ([], "the following arguments are required: --learner"),
+])
+def test_cli_plan_bad_arguments(argv, message, capsys):
+    from hmmmerge.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["plan", *argv])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and message in err and err.count("\n") == 1
+
+
+def test_a_dense_map_is_updated_on_surprise():
+    """A map that gives every move a little probability (as EM's do) still learns the wall: the
+    observation after the bump had probability below ``surprise``."""
+    env = cycle_world(8, n_colours=8)
+    T = 0.9999 * env.to_hmm().to_dense().T + 0.0001 / 8
+    leaky = ActionHMM(T, np.eye(8), np.full(8, 1 / 8))
+    blocked = block_passage(env, 0, 1)
+    r = navigate(blocked, leaky, pairs=[(0, 1)], warmup=0, update_map=True, keep_paths=True)
+    assert r.success[0] and r.map_updates == 1 and r.paths[0][:3] == [0, 0, 7]
+    never = navigate(blocked, leaky, pairs=[(0, 1)], warmup=0, update_map=True, surprise=0.0)
+    assert not never.success[0] and never.map_updates == 0
+
+
+def test_readme_planning_example_runs(capsys):
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    code = re.search(r"## Using a map: localise, plan, navigate \(`hmmmerge.planning`\)\n.*?```python\n(.*?)```",
+                     text, re.S).group(1)
+    exec(compile(code, "README planning", "exec"), {})
+    printed = capsys.readouterr().out.split()
+    assert float(printed[-3]) >= 0.95 and 1.0 <= float(printed[-2]) <= 1.1 and float(printed[-1]) >= 0.95
