@@ -425,8 +425,8 @@ def api_cases():
                         ("gridworld with colours out of range", "gridworld(2, 2, n_colours=2, colours=[[0, 1], [2, 0]])"),
                         ("Environment.from_arrays with a successor out of range", "Environment.from_arrays([[5, 0]], [0, 1])"),
                         ("Environment.from_arrays with a negative observation", "Environment.from_arrays([[1, 0]], [0, -1])"),
-                        ("TwoLevelMemory with merge 'bogus'", "TwoLevelMemory(10, 4, merge='bogus')"),
-                        ("TwoLevelMemory with size 0", "TwoLevelMemory(10, 4, initial_size=0)"),
+                        ("TwoLevelMemory with merge 'bogus'", "TwoLevelMemory(10, 4, merge='bogus').fit(Trajectories([[0, 1]], [[-1, 0]]))"),
+                        ("TwoLevelMemory with size 0", "TwoLevelMemory(10, 4, initial_size=0).fit(Trajectories([[0, 1]], [[-1, 0]]))"),
                         ("TwoLevelMemory.load of a missing file", "TwoLevelMemory.load('/nonexistent/agent.npz')"),
                         ("CloneHMM with -1 clones", "CloneHMM(n_clones=-1).fit(Trajectories([[0, 1]], [[-1, 0]]), 2, 1)"),
                         ("FirstOrderModel with a NaN pseudocount", "FirstOrderModel(pseudocount=float('nan')).fit(Trajectories([[0, 1]], [[-1, 0]]), 2, 1)")):

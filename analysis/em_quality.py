@@ -20,7 +20,7 @@ import time
 import numpy as np
 
 import hmmmerge
-from hmmmerge.baselines import MODELS, fit_model
+from hmmmerge.models import MODELS, fit_model
 from hmmmerge.evaluate import score_trajectories
 
 

@@ -70,7 +70,7 @@ import time
 import numpy as np
 
 from hmmmerge._io import atomic_write_text
-from hmmmerge.agent import MERGE_MODES
+from hmmmerge.models import MERGERS
 from hmmmerge.fold import default_min_evidence
 from hmmmerge.reproduce.beyond import bench_world, context_curve_run, offline_run, online_run
 from hmmmerge.sweep import Sweep, run_sweeps
@@ -252,7 +252,7 @@ def cost_table(rows, learner) -> list[str]:
             if not runs:
                 cells.append("-")
                 continue
-            states = _mean(runs, "clusters") if m in MERGE_MODES else _mean(runs, "states")
+            states = _mean(runs, "clusters") if m in MERGERS else _mean(runs, "states")
             eps = runs[0].get("episodes")
             note = f" ({eps} ep.)" if m in ("rpni", "alergia") and eps else ""
             cells.append(f"{_fmt(states, ',.0f')} / {_mean(runs, 'fit_s'):.2f}{note}")
@@ -310,19 +310,31 @@ SPEED_CHILD = """
 import json, sys, time
 import numpy as np
 from hmmmerge import gridworld, random_walk
+import inspect
 import hmmmerge.agent as agent_module
 from hmmmerge.agent import TwoLevelMemory
 merge, episodes, reference, params = sys.argv[1], int(sys.argv[2]), sys.argv[3], json.loads(sys.argv[4])
+objects = "merger" in inspect.signature(TwoLevelMemory).parameters   # mergers as objects (since issue 21)
+fold_class = None
 if reference:   # the pure-Python fold merger in this checkout's agent
     import importlib.util
     spec = importlib.util.spec_from_file_location("fold_reference", reference)
     module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)
-    agent_module.MERGE_MODES["fold"] = lambda agent, **extra: module.FoldMerger(**extra)
+    fold_class = module.FoldMerger
+    if not objects:
+        agent_module.MERGE_MODES["fold"] = lambda agent, **extra: module.FoldMerger(**extra)
+def make(seed):
+    if not objects:
+        return TwoLevelMemory(10, 4, merge=merge, merge_params=params, seed=seed)
+    from hmmmerge.models import merger_class
+    cls = fold_class if (fold_class is not None and merge == "fold") else merger_class(merge)
+    return TwoLevelMemory(10, 4, merge=merge, merger=cls(**params) if (params or cls is fold_class) else None,
+                          seed=seed)
 env = gridworld(seed=0)
-TwoLevelMemory(10, 4, merge=merge, merge_params=params, seed=1).fit(random_walk(env, 30, seed=1))  # kernels
+make(1).fit(random_walk(env, 30, seed=1))  # kernels
 traj = random_walk(env, episodes, 50, seed=0)
 t = time.perf_counter(); c = time.process_time()
-agent = TwoLevelMemory(10, 4, merge=merge, merge_params=params, seed=0).fit(traj)
+agent = make(0).fit(traj)
 wall, cpu = time.perf_counter() - t, time.process_time() - c
 h = agent.history()
 print(json.dumps({"wall_s": wall, "cpu_s": cpu, "l2_last50": float(h["l2_accuracy"][-50:].mean()),
@@ -442,6 +454,7 @@ def evidence_runs(quick: bool) -> list[dict]:
 def evidence_run(config: dict) -> dict:
     """One online fold run with ``min_evidence`` / ``single_evidence`` set: accuracy, clusters, undos, CPU time."""
     from hmmmerge.agent import TwoLevelMemory
+    from hmmmerge.fold import FoldMerger
     from hmmmerge.reproduce.beyond import bench_walks, bench_world
 
     env = bench_world(config)
@@ -449,7 +462,7 @@ def evidence_run(config: dict) -> dict:
     params = {k: config[k] for k in ("min_evidence", "single_evidence", "provisional_lead") if config.get(k) is not None}
     if params.get("provisional_lead") == "off":
         params["provisional_lead"] = None
-    agent = TwoLevelMemory(env.n_obs, env.n_actions, merge="fold", merge_params=params,
+    agent = TwoLevelMemory(env.n_obs, env.n_actions, merger=FoldMerger(**params),
                            seed=[int(config["colouring"]), int(config["seed"]), 1])
     c = time.process_time()
     agent.fit(train)
@@ -505,9 +518,10 @@ MINIGRID_LEARNERS = {
 def minigrid_run(label: str, walk: tuple, quick: bool) -> dict:
     """One learner of the ``minigrid`` section on one training walk: held-out accuracy / surprise, states, CPU s."""
     from hmmmerge import from_gymnasium, random_walk
+    from hmmmerge import build_model
     from hmmmerge.agent import TwoLevelMemory
-    from hmmmerge.baselines import build_model
     from hmmmerge.evaluate import score_trajectories
+    from hmmmerge.fold import FoldMerger
 
     env = from_gymnasium(MINIGRID, seed=0)
     n, length, seed = walk
@@ -516,7 +530,7 @@ def minigrid_run(label: str, walk: tuple, quick: bool) -> dict:
     kind, params = MINIGRID_LEARNERS[label]
     c = time.process_time()
     if kind == "fold":
-        agent = TwoLevelMemory(env.n_obs, env.n_actions, merge="fold", merge_params=params, seed=0).fit(train)
+        agent = TwoLevelMemory(env.n_obs, env.n_actions, merger=FoldMerger(**params), seed=0).fit(train)
         hmm = agent.level2_hmm()
     else:
         hmm = build_model(kind, train, env=env, seed=0, **params)
@@ -574,9 +588,9 @@ def main(argv=None) -> int:
                    help="run nothing: tables of the runs already finished under --out (a partial run, or runs "
                         "made by another checkout)")
     args = p.parse_args(argv)
-    learner = args.learner or ("fold" if "fold" in MERGE_MODES else "sf")
-    if learner not in MERGE_MODES and not args.tables_only:
-        print(f"bench_fold: unknown learner {learner!r}; the agent knows {', '.join(MERGE_MODES)}", file=sys.stderr)
+    learner = args.learner or ("fold" if "fold" in MERGERS else "sf")
+    if learner not in MERGERS and not args.tables_only:
+        print(f"bench_fold: unknown learner {learner!r}; the agent knows {', '.join(MERGERS)}", file=sys.stderr)
         return 2
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     bad = [s for s in sections if s not in SECTIONS]
@@ -585,7 +599,7 @@ def main(argv=None) -> int:
         return 2
     t0 = time.perf_counter()
     md = [f"# bench_fold ({'quick' if args.quick else 'full'}; learner under test: {learner})", ""]
-    if "fold" not in MERGE_MODES:
+    if "fold" not in MERGERS:
         md += [f"`merge=\"fold\"` is not available in this checkout: the tables show `{learner}` in its place.", ""]
     summaries = {}
     for section in sections:

@@ -25,7 +25,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from hmmmerge.agent import MERGE_MODES, TwoLevelMemory  # noqa: E402
+from hmmmerge.agent import TwoLevelMemory  # noqa: E402
+from hmmmerge.models import MERGERS  # noqa: E402
 from hmmmerge.reproduce.beyond import _walk, bench_world  # noqa: E402
 
 
@@ -60,9 +61,9 @@ def main(argv=None) -> int:
     for name in ("slip", "noise"):
         if not 0 <= getattr(args, name) < 1:
             parser.error(f"--{name} must be in [0, 1), got {getattr(args, name)}")
-    unknown = [m for m in args.modes if m not in MERGE_MODES]
+    unknown = [m for m in args.modes if m not in MERGERS]
     if unknown:
-        parser.error(f"unknown merge modes {unknown}; known: {sorted(MERGE_MODES)}")
+        parser.error(f"unknown merge modes {unknown}; known: {sorted(MERGERS)}")
     if not args.max_cpu > 0:
         parser.error(f"--max-cpu must be positive, got {args.max_cpu}")
     print("| mode | episodes | CPU s of the block | level-1 states | clusters | online l2, last 50 |")

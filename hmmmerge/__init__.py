@@ -23,6 +23,8 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "TwoLevelMemory": "agent",
+    "build_model": "models",
+    "fit_model": "models",
     "Clusters": "clusters",
     "level2_hmm": "clusters",
     "Environment": "environment",

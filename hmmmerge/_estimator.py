@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import inspect
 
-__all__ = ["Estimator", "ModelLearner", "NotFittedError"]
+__all__ = ["Estimator", "ModelLearner", "NotFittedError", "clone"]
 
 
 class NotFittedError(ValueError, AttributeError):
@@ -116,6 +116,23 @@ class Estimator:
         """Raise :class:`NotFittedError` unless ``fit`` has set ``attribute``."""
         if not hasattr(self, attribute):
             raise NotFittedError(f"this {type(self).__name__} is not fitted yet: call fit(traj) first")
+
+
+def clone(obj):
+    """An unfitted copy of ``obj``: ``type(obj)(**params)`` with its constructor parameters (not deep-copied).
+
+    Works for any object that keeps its constructor parameters as attributes of the same name.
+
+    >>> from hmmmerge.merging import SFMerger
+    >>> m = SFMerger(gamma=0.5); c = clone(m)
+    >>> c is not m, c.gamma
+    (True, 0.5)
+    """
+    if isinstance(obj, Estimator):
+        return type(obj)(**obj.get_params(deep=False))
+    params = list(inspect.signature(type(obj).__init__).parameters.values())[1:]
+    return type(obj)(**{p.name: getattr(obj, p.name) for p in params
+                        if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)})
 
 
 class ModelLearner(Estimator):

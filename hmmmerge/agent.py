@@ -50,55 +50,42 @@ change only at sleeps; merges are unions).
 
 from __future__ import annotations
 
+import inspect
 import json
 
 import numpy as np
 
-from ._estimator import Estimator
+from ._estimator import Estimator, clone
 from ._agent_file import read_agent_file, write_agent_file
 from ._limits import check_memory
 from ._random import as_generator
 from .clusters import Clusters, level2_hmm
 from .episodic import EpisodicMemory
-from .merging import NoMerger, RandomMerger, SFMerger
-from ._validation import as_trajectories, check_int, check_symbols
+from .models import MERGERS, merger_class
+from ._validation import Bool, Int, as_trajectories, check_int, check_symbols
 from .trajectories import Trajectories
 
-__all__ = ["TwoLevelMemory", "PREDICTORS", "MERGE_MODES"]
+__all__ = ["TwoLevelMemory", "PREDICTORS"]
 
 PREDICTORS = ("l1", "l2", "l2_filter", "first_order")
 
-
-def _sf_merger(agent, **extra):
-    return SFMerger(agent.similarity, agent.threshold, agent.gamma, agent.horizon, agent.min_depth,
-                    split_contradictions=agent.split_contradictions, sf_scale=agent.sf_scale,
-                    initial_size=agent.initial_size, merge_iterations=agent.merge_iterations, **extra)
+#: the sleep schedule parameters the agent owns and hands to a merger that has them (sf, random, none)
+SCHEDULE = ("initial_size", "merge_iterations")
 
 
-def _random_merger(agent, **extra):
-    return RandomMerger(agent.gamma, agent.horizon, agent.min_depth, split_contradictions=agent.split_contradictions,
-                        initial_size=agent.initial_size, merge_iterations=agent.merge_iterations, **extra)
+def _check_merge(value, name):
+    if value is not None and value not in MERGERS:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, MERGERS))} or None, got {value!r}")
 
 
-def _no_merger(agent, **extra):
-    return NoMerger(agent.initial_size, **extra)
+def _check_merger(value, name):
+    if value is not None and not callable(getattr(value, "sleep", None)):
+        raise TypeError(f"{name} must be None or a merger with a sleep(memory, clusters, rng) method "
+                        f"(hmmmerge.merging.Merger), got {type(value).__name__}")
 
 
-def _fold_merger(agent, **extra):
-    from .fold import FoldMerger
-
-    return FoldMerger(**extra)
-
-
-def _fold_noisy_merger(agent, **extra):
-    from .fold import StatisticalFoldMerger
-
-    return StatisticalFoldMerger(**extra)
-
-
-MERGE_MODES = {"sf": _sf_merger, "random": _random_merger, "none": _no_merger, "fold": _fold_merger,
-               "fold-noisy": _fold_noisy_merger}
-"""``merge`` name -> factory ``f(agent, **merge_params) -> merger`` (the interface: :mod:`hmmmerge.merging`)."""
+def _check_seed(value, name):
+    as_generator(value)
 
 
 class TwoLevelMemory(Estimator):
@@ -107,16 +94,21 @@ class TwoLevelMemory(Estimator):
     Parameters
     ----------
     n_obs, n_actions : alphabet sizes.
-    merge : a key of :data:`MERGE_MODES`: ``"sf"`` (Algorithm 3), ``"random"``, ``"none"`` or
-        ``"fold"`` (:class:`~hmmmerge.fold.FoldMerger`, evidence-driven folding; ``merge_params`` go to it)
-        or ``"fold-noisy"`` (:class:`~hmmmerge.fold_noisy.StatisticalFoldMerger`; its noise-aware
-        emissions feed the online predictors and :meth:`level2_hmm`).
-    initial_size : size of the initial random clusters (1, 10, 100 in the paper).
-    merge_iterations : merge iterations per sleep (5).
+    merge : the merge mode by its catalogue name (:data:`hmmmerge.models.MERGERS`): ``"sf"``
+        (Algorithm 3, the default), ``"random"``, ``"none"``, ``"fold"``
+        (:class:`~hmmmerge.fold.FoldMerger`, evidence-driven folding) or ``"fold-noisy"``
+        (:class:`~hmmmerge.fold_noisy.StatisticalFoldMerger`; its noise-aware emissions feed
+        the online predictors and :meth:`level2_hmm`); shorthand for ``merger=`` that mode's
+        merger with its defaults.
+    merger : a merger object (the :class:`~hmmmerge.merging.Merger` protocol), e.g.
+        ``SFMerger(gamma=0.7)`` or ``FoldMerger(colour_evidence=20)``; ``None``: the one ``merge``
+        names.  Given both, ``merge`` must name the merger's own mode.
+    initial_size : size of the initial random clusters (1, 10, 100 in the paper); the
+        sleeps of ``sf``, ``random`` and ``none`` partition new states into clusters of this size.
+    merge_iterations : merge iterations per sleep (5; ``sf`` and ``random``).
     refresh_every, sleep_every : in steps (200, 500).
-    gamma, horizon, min_depth, threshold, similarity, sf_scale : see :class:`~hmmmerge.merging.SFMerger`.
-    online_connect, split_contradictions : the authors' two extra steps (module docstring).
-    merge_params : extra keyword arguments for the merger of the mode (``None``: none).
+    online_connect : the authors' online connection step (module docstring); the other extra
+        step, ``split_contradictions``, is a parameter of the sf and random mergers.
     seed : int or numpy Generator; drives partitions, merges and online connections.
 
     Attributes
@@ -124,7 +116,8 @@ class TwoLevelMemory(Estimator):
     memory_ : the :class:`~hmmmerge.episodic.EpisodicMemory` (level 1).
     clusters_ : the :class:`~hmmmerge.clusters.Clusters` (C; ``assignment`` may be
         longer than ``memory_.n_states``, its capacity).
-    merger_ : the merger of the mode (the interface: :mod:`hmmmerge.merging`).
+    merger_ : the agent's own copy of the merger, with the agent's schedule.
+    merge_ : the catalogue name of the merger's mode (its class name for a merger outside the catalogue).
     n_clusters_ : number of clusters (level-2 states).
     first_order_counts_ : (n_obs, n_actions, n_obs) counts of the first-order predictor.
     steps_, episodes_, sleeps_ : counters (a step is one observation).
@@ -133,72 +126,90 @@ class TwoLevelMemory(Estimator):
     Examples
     --------
     >>> from hmmmerge import gridworld, random_walk
+    >>> from hmmmerge.merging import SFMerger
     >>> env = gridworld()
-    >>> agent = TwoLevelMemory(env.n_obs, env.n_actions, merge="sf", initial_size=10, seed=0)
+    >>> agent = TwoLevelMemory(env.n_obs, env.n_actions, merger=SFMerger(gamma=0.7), initial_size=10, seed=0)
     >>> agent
-    TwoLevelMemory(n_obs=10, n_actions=4)
+    TwoLevelMemory(n_obs=10, n_actions=4, merger=SFMerger(gamma=0.7))
+    >>> agent.get_params()["merger__gamma"]
+    0.7
     >>> _ = agent.fit(random_walk(env, 60, seed=0))
     >>> h = agent.history()
-    >>> len(h["episode"]), int(h["n_states"][-1]) == agent.memory_.n_states
-    (60, True)
+    >>> len(h["episode"]), int(h["n_states"][-1]) == agent.memory_.n_states, agent.merge_
+    (60, True, 'sf')
     """
 
-    def __init__(self, n_obs: int, n_actions: int, *, merge: str = "sf", initial_size: int = 10,
+    _parameter_constraints = {
+        "n_obs": Int(1), "n_actions": Int(1), "merge": _check_merge, "merger": _check_merger,
+        "initial_size": Int(1), "merge_iterations": Int(0), "refresh_every": Int(1), "sleep_every": Int(1),
+        "online_connect": Bool(), "seed": _check_seed,
+    }
+
+    def __init__(self, n_obs: int, n_actions: int, *, merge: str | None = None, merger=None, initial_size: int = 10,
                  merge_iterations: int = 5, refresh_every: int = 200, sleep_every: int = 500,
-                 gamma: float = 0.8, horizon: int = 25, min_depth: int = 5, threshold: float = 0.5,
-                 similarity="euclidean", online_connect: bool = True, split_contradictions: bool = True,
-                 sf_scale: float = 1.0, merge_params: dict | None = None, seed=0):
+                 online_connect: bool = True, seed=0):
         self.n_obs = n_obs
         self.n_actions = n_actions
         self.merge = merge
+        self.merger = merger
         self.initial_size = initial_size
         self.merge_iterations = merge_iterations
         self.refresh_every = refresh_every
         self.sleep_every = sleep_every
-        self.gamma = gamma
-        self.horizon = horizon
-        self.min_depth = min_depth
-        self.threshold = threshold
-        self.similarity = similarity
         self.online_connect = online_connect
-        self.split_contradictions = split_contradictions
-        self.sf_scale = sf_scale
-        self.merge_params = merge_params
         self.seed = seed
-        self._check_params()
 
-    def set_params(self, **params) -> "TwoLevelMemory":
-        """Set constructor parameters (checked now); they take effect at the next :meth:`fit`.
+    def _validate_params(self) -> None:
+        """The table, then the agreement of ``merge``, ``merger`` and the sleep schedule (:meth:`_make_merger`)."""
+        super()._validate_params()
+        self._make_merger()
 
-        >>> TwoLevelMemory(10, 4).set_params(initial_size=100).initial_size
-        100
-        """
-        super().set_params(**params)
-        self._check_params()
-        return self
-
-    def _check_params(self) -> None:
-        """The one check of the parameters (constructor, :meth:`set_params`, :meth:`fit`)."""
-        if self.merge not in MERGE_MODES:
-            raise ValueError(f"merge must be one of {tuple(MERGE_MODES)}, got {self.merge!r}")
-        for name in ("n_obs", "n_actions", "initial_size", "merge_iterations", "refresh_every", "sleep_every"):
-            check_int(getattr(self, name), name, low=0 if name == "merge_iterations" else 1)
-        if self.merge_params is not None and not isinstance(self.merge_params, dict):
-            raise TypeError(f"merge_params must be a dict or None, got {type(self.merge_params).__name__}")
-        merger = self._make_merger()  # the merger checks its own parameters (an Estimator: now)
-        if hasattr(merger, "_validate_params"):
-            merger._validate_params()
+    def _merge_name(self) -> str:
+        """The catalogue name of the mode: ``merge`` (default ``"sf"``), or the merger's own mode; a merger
+        outside the catalogue goes by ``merge`` when given (the mode it stands for, under which the agent
+        file records it), else by its class name."""
+        if self.merger is None:
+            return "sf" if self.merge is None else self.merge
+        for name, entry in MERGERS.items():
+            if not isinstance(entry.cls, str):
+                if type(self.merger) is entry.cls:
+                    return name
+                continue
+            module, _, cls = entry.cls.partition(":")
+            if type(self.merger).__name__ == cls and type(self.merger).__module__ == f"hmmmerge.{module}":
+                return name
+        return self.merge if self.merge is not None else type(self.merger).__name__
 
     def _make_merger(self):
-        return MERGE_MODES[self.merge](self, **(self.merge_params or {}))
+        """The agent's own merger: a fresh copy of ``merger`` (or of ``merge``'s default merger) with the
+        agent's ``initial_size`` and ``merge_iterations`` where the merger has them."""
+        name = self._merge_name()
+        if self.merger is None:
+            merger = merger_class(name)()
+        else:
+            if self.merge is not None and self.merge != name:  # only for a merger of the catalogue
+                raise ValueError(f"merge={self.merge!r} does not name the mode of merger={self.merger!r} "
+                                 f"({name!r}): give one of them")
+            merger = clone(self.merger)
+        for key in SCHEDULE:
+            if not hasattr(merger, key):
+                continue
+            own, mine = getattr(merger, key), getattr(self, key)
+            if own is not None and own != mine:
+                raise ValueError(f"{key} is {own!r} on the merger and {mine!r} on the agent: set it on the agent")
+            setattr(merger, key, mine)
+        if isinstance(merger, Estimator):
+            merger._validate_params()
+        return merger
 
     # ------------------------------------------------------------ learned state
     def _start(self) -> None:
         """Fresh learned state: empty level 1, no clusters, counters at zero, the RNG from ``seed``."""
         from ._agent_kernels import FirstOrder
 
-        self._check_params()
+        self._validate_params()
         self.merger_ = self._make_merger()
+        self.merge_ = self._merge_name()
         self.rng_ = as_generator(self.seed)
         self.memory_ = EpisodicMemory(int(self.n_obs), int(self.n_actions))
         self._parent = np.full(self.memory_.capacity, -1, dtype=np.int64)
@@ -550,7 +561,7 @@ class TwoLevelMemory(Estimator):
         next_refresh = (self.steps_ // refresh + 1) * refresh
         next_sleep = (self.steps_ // sleep + 1) * sleep
         stats = np.zeros((E, 4))  # n_clusters, n_states, purity, purity without singletons
-        place = self.merger_.place
+        place = getattr(self.merger_, "place", None)
         bar = _progress(E, progress)
         for e in range(E):
             if self.sleep_pending_:
@@ -686,6 +697,16 @@ class TwoLevelMemory(Estimator):
         """
         return self.memory_.to_hmm()
 
+    def to_hmm(self):
+        """The learned model: level 2 (:meth:`level2_hmm`), as every learner of :mod:`hmmmerge.models` returns it.
+
+        >>> from hmmmerge import gridworld, random_walk
+        >>> agent = TwoLevelMemory(10, 4).fit(random_walk(gridworld(), 20, seed=0))
+        >>> agent.to_hmm().n_states == agent.n_clusters_
+        True
+        """
+        return self.level2_hmm()
+
     def level2_hmm(self):
         """Level 2 as an :class:`~hmmmerge.hmm.ActionHMM` (clusters are its states).
 
@@ -707,9 +728,16 @@ class TwoLevelMemory(Estimator):
 
     # ------------------------------------------------------------ files
     def _json_params(self) -> dict:
-        params = self.get_params()
-        if callable(params["similarity"]):
-            params["similarity"] = "custom"
+        """The parameters as JSON values; ``merger`` as ``{"name": mode, "params": {...}}`` (a callable
+        similarity as ``"custom"``, a Generator seed as ``None``: its state is saved separately)."""
+        params = self.get_params(deep=False)
+        if self.merger is not None:
+            names = inspect.signature(type(self.merger).__init__).parameters
+            inner = {k: getattr(self.merger, k) for k, p in names.items()
+                     if k != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+            if callable(inner.get("similarity")):
+                inner["similarity"] = "custom"
+            params["merger"] = {"name": self._merge_name(), "params": inner}
         seed = params["seed"]
         if isinstance(seed, (list, tuple)):
             params["seed"] = [int(x) for x in seed]
@@ -719,6 +747,39 @@ class TwoLevelMemory(Estimator):
             params["seed"] = None  # a Generator: its state is saved separately
         for name in ("n_obs", "n_actions", "initial_size", "merge_iterations", "refresh_every", "sleep_every"):
             params[name] = int(params[name])
+        return params
+
+    @classmethod
+    def _params_from_json(cls, params: dict, source: str = "<meta>") -> dict:
+        """Constructor arguments from saved parameters, of this version or an older one.
+
+        Files before mergers were objects kept the sf parameters (``gamma``, ``horizon``,
+        ``min_depth``, ``threshold``, ``similarity``, ``sf_scale``, ``split_contradictions``)
+        and a ``merge_params`` dict on the agent: they become the merger's.
+
+        >>> TwoLevelMemory._params_from_json({"merge": "sf", "gamma": 0.7, "merge_params": None})["merger"]
+        SFMerger(gamma=0.7)
+        """
+        params = dict(params)
+        spec = params.pop("merger", None)
+        old = {k: params.pop(k) for k in _OLD_MERGER_PARAMS if k in params}
+        extra = params.pop("merge_params", None) or {}
+        if spec is None and (old or extra):
+            name = params.get("merge") or "sf"
+            if name not in MERGERS:
+                raise ValueError(f"{source}: merge must be one of {', '.join(map(repr, MERGERS))}, got {name!r}")
+            names = set(inspect.signature(merger_class(name)).parameters)
+            kept = {k: v for k, v in old.items() if k in names and v != _OLD_DEFAULTS[k]}
+            spec = {"name": name, "params": {**kept, **extra}} if (kept or extra) else None
+        if spec is not None:
+            if not isinstance(spec, dict) or not isinstance(spec.get("params"), dict):
+                raise ValueError(f"{source}: the saved merger is not an object with 'name' and 'params'")
+            if spec.get("name") not in MERGERS:
+                raise ValueError(f"{source}: saved with a merger outside the catalogue ({spec.get('name')!r}); "
+                                 "rebuild the agent with it")
+            if spec["params"].get("similarity") == "custom":
+                raise ValueError(f"{source}: saved with a custom similarity function; rebuild the agent with it")
+            params["merger"] = merger_class(spec["name"])(**spec["params"])
         return params
 
     def save(self, path, extra: dict | None = None) -> None:
@@ -745,7 +806,7 @@ class TwoLevelMemory(Estimator):
         try:
             meta_text = json.dumps(meta)
         except TypeError as e:
-            raise ValueError(f"cannot save: merge_params must be JSON values ({e})") from None
+            raise ValueError(f"cannot save: the merger's parameters must be JSON values ({e})") from None
         hist = self.history()
         l2 = self._level2
         write_agent_file(path, meta_text, **self.memory_.state_dict(), assignment=self.clusters_.assignment[:n].copy(),
@@ -753,6 +814,25 @@ class TwoLevelMemory(Estimator):
                      t2_indptr=l2.t2_ptr, t2_indices=l2.t2_idx, t2_data=l2.t2_val,
                      **getattr(self.merger_, "state_dict", dict)(),
                      **{f"history_{k}": v for k, v in hist.items()})
+
+    @classmethod
+    def _check_saved_params(cls, params, n_obs: int, n_actions: int) -> None:
+        """Raise ValueError / TypeError unless ``params`` (saved) make an agent for these alphabet sizes."""
+        if not isinstance(params, dict):
+            raise ValueError("meta has no 'params' object")
+        unknown = sorted(set(params) - set(cls._param_names()) - set(_OLD_MERGER_PARAMS) - {"merge_params"})
+        if unknown:
+            raise ValueError(f"unknown parameter(s) {unknown} in meta")
+        if params.get("similarity") == "custom":
+            return  # load explains that this agent must be rebuilt with its function
+        try:
+            params = cls._params_from_json(params)
+        except ValueError as e:
+            if "custom similarity" in str(e):
+                return
+            raise
+        cls(**dict(params, n_obs=n_obs, n_actions=n_actions,
+                   seed=0 if params.get("seed") is None else params["seed"]))._validate_params()
 
     @classmethod
     def load(cls, path) -> "TwoLevelMemory":
@@ -770,10 +850,8 @@ class TwoLevelMemory(Estimator):
         from ._agent_kernels import FirstOrder
 
         src = str(path)
-        data, meta = read_agent_file(path)  # format, checksum and every array checked
-        params = dict(meta["params"]) if "params" in meta else dict(meta["settings"])  # "settings": older files
-        if params.get("similarity") == "custom":
-            raise ValueError(f"{src}: saved with a custom similarity function; rebuild the agent with it")
+        data, meta = read_agent_file(path, _HISTORY_KEYS, cls._check_saved_params)  # format, checksum, arrays
+        params = cls._params_from_json(meta["params"] if "params" in meta else meta["settings"], src)
         mem = EpisodicMemory.from_state_dict(data, source=src)
         params.update(n_obs=mem.n_obs, n_actions=mem.n_actions)
         if params.get("seed") is None:
@@ -819,6 +897,12 @@ class TwoLevelMemory(Estimator):
         agent._joined_since_t2 = None  # the states joined since that refresh are not stored: recount at the next
         return agent
 
+
+#: the agent parameters of files before mergers were objects (they belong to the sf / random mergers now),
+#: with the values they had by default
+_OLD_DEFAULTS = {"gamma": 0.8, "horizon": 25, "min_depth": 5, "threshold": 0.5, "similarity": "euclidean",
+                 "split_contradictions": True, "sf_scale": 1.0}
+_OLD_MERGER_PARAMS = tuple(_OLD_DEFAULTS)
 
 #: T2 is updated after a sleep (rather than counted afresh) while it has at most this many entries per
 #: level-1 state and the sleep moved at most this share of the states: the update touches every entry

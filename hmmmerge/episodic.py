@@ -94,6 +94,26 @@ class EpisodicMemory:
     def __repr__(self) -> str:
         return f"EpisodicMemory(n_states={self.n_states}, n_obs={self.n_obs}, n_actions={self.n_actions})"
 
+    def fit(self, traj) -> "EpisodicMemory":
+        """Forget every state, then store the episodes of ``traj`` (Algorithm 1); returns ``self``.
+
+        >>> from hmmmerge import gridworld, random_walk
+        >>> traj = random_walk(gridworld(), 5, seed=0)
+        >>> mem = EpisodicMemory(10, 4).fit(traj)
+        >>> mem.fit(traj).n_states == EpisodicMemory(10, 4).partial_fit(traj).n_states   # fit starts afresh
+        True
+        """
+        self._next.fill(-1)
+        self._emission.fill(-1)
+        self._labels.fill(-1)
+        self._scal[:] = (0, -1, -1)
+        return self.partial_fit(traj)
+
+    def partial_fit(self, traj) -> "EpisodicMemory":
+        """Store the episodes of ``traj`` after those stored so far (:meth:`observe_trajectories`); returns ``self``."""
+        self.observe_trajectories(traj)
+        return self
+
     def kernel_arrays(self) -> tuple[np.ndarray, np.ndarray, int]:
         """``(next_state, emission, n_obs)`` buffers for numba kernels, without copying.
 

@@ -414,7 +414,7 @@ def evaluate_model(
 
     See Also
     --------
-    score_trajectories, surprise, hmmmerge.baselines.build_model
+    score_trajectories, surprise, hmmmerge.models.build_model
 
     Examples
     --------

@@ -20,28 +20,15 @@ is accepted with probability ``Phi((max - mean) / std)`` of the probe's row of
 similarities, and only if ``max > threshold``.  :class:`RandomMerger` pairs
 each probe with a uniformly random candidate, always accepted.
 
-The merger interface
---------------------
+The merger protocol
+-------------------
 :class:`~hmmmerge.agent.TwoLevelMemory` drives every merge mode through one
-small interface, so a new mode plugs in with one entry in
-:data:`hmmmerge.agent.MERGE_MODES` (a factory ``f(agent, **merge_params) ->
-merger``).  A merger has:
-
-``sleep(memory, clusters, rng) -> list[dict]``
-    One sleep: connect, merge, split or reassign level-1 states of ``memory``
-    (an :class:`~hmmmerge.episodic.EpisodicMemory`, never changed) in
-    ``clusters`` (a :class:`~hmmmerge.clusters.Clusters`, C), drawing only from
-    ``rng``; returns one report (a dict) per step it took.  Level 2 is
-    recomputed by the agent afterwards.
-``place``
-    ``None``, or a method ``place(memory, clusters, states, rng) -> bool``
-    called by the agent after every chunk of online steps (chunks end at every
-    episode end and every level-2 refresh) with the level-1 states visited in
-    that chunk, in order; it may connect them to clusters at once and returns
-    whether C changed (the agent then refreshes level 2 before the next step).
-
-Independently of the mode, the agent's ``online_connect`` rule connects new
-level-1 states step by step inside its kernel (see :mod:`hmmmerge.agent`).
+small protocol, :class:`Merger`, so a new mode plugs in as an object
+(``TwoLevelMemory(merger=MyMerger(...))``) or by name with one entry in the
+catalogue :data:`hmmmerge.models.MERGERS` (``merge="name"``).  A merger is an
+:class:`~hmmmerge._estimator.Estimator` (constructor parameters as attributes,
+``_parameter_constraints`` checked when the agent starts); the agent works on a
+fresh copy of it (``type(m)(**m.get_params(deep=False))``) at every ``fit``.
 
 :class:`NoMerger` (``merge="none"``) is the paper's sleep without merges: the
 not-yet-connected states are partitioned at random into clusters of
@@ -52,17 +39,80 @@ sleep by that partition followed by ``merge_iterations`` calls of
 
 from __future__ import annotations
 
+from typing import Protocol, runtime_checkable
+
 import numpy as np
 from scipy.special import ndtr
 
-from ._validation import check_int
+from ._estimator import Estimator
 from ._random import as_generator
+from ._validation import Bool, Float, Int
 from .successor import pairwise_similarity, successor_features
 
-__all__ = ["NoMerger", "SFMerger", "RandomMerger", "merge_iteration", "merge_with_split", "split_by_next_observation"]
+__all__ = ["Merger", "NoMerger", "SFMerger", "RandomMerger", "merge_iteration", "merge_with_split",
+           "split_by_next_observation"]
+
+#: the sleep schedule of the paper when a merger is used on its own (the agent passes its own values)
+DEFAULT_INITIAL_SIZE = 10
+DEFAULT_MERGE_ITERATIONS = 5
 
 
-class NoMerger:
+@runtime_checkable
+class Merger(Protocol):
+    """What :class:`~hmmmerge.agent.TwoLevelMemory` needs of a merger: ``sleep``; the other hooks are optional.
+
+    Required
+    ~~~~~~~~
+    ``sleep(memory, clusters, rng) -> list[dict]``
+        One sleep: connect, merge, split or reassign level-1 states of ``memory``
+        (an :class:`~hmmmerge.episodic.EpisodicMemory`, never changed) in
+        ``clusters`` (a :class:`~hmmmerge.clusters.Clusters`, C), drawing only from
+        ``rng``; returns one report (a dict) per step it took.  Level 2 is
+        recomputed by the agent afterwards.
+
+    Optional hooks (an attribute that is absent or ``None`` is not called)
+    ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+    ``initial_size``, ``merge_iterations``
+        Parameters of the paper's sleep schedule; ``None`` takes the agent's
+        values (a merger whose own value differs from the agent's is refused).
+    ``place(memory, clusters, states, rng) -> bool``
+        Called after every chunk of online steps (chunks end at every episode
+        end and every level-2 refresh) with the level-1 states visited in that
+        chunk, in order; it may connect them to clusters at once and returns
+        whether C changed (the agent then refreshes level 2 before the next step).
+    ``level2_transitions(memory, clusters)``
+        T2 as the merger counts it (stacked CSR ``(indptr, indices, data, counts, first)``),
+        or ``None`` for the agent's own count.
+    ``emission(clusters, n_states) -> (k, n_obs)``
+        Noise-aware emissions per cluster for the online predictors.
+    ``purity(memory, clusters) -> (purity, purity_no_singletons)`` or ``None``
+        Weighted purity from label counts the merger keeps.
+    ``level2_hmm(memory, clusters) -> ActionHMM``
+        Level 2 as the merger models it (used by ``TwoLevelMemory.level2_hmm``).
+    ``state_dict() -> dict`` / ``load_state_dict(data, source)``
+        Learned state of the merger's own, saved in and restored from agent files.
+
+    Independently of the mode, the agent's ``online_connect`` rule connects new
+    level-1 states step by step inside its kernel (see :mod:`hmmmerge.agent`).
+
+    >>> isinstance(SFMerger(), Merger), isinstance(object(), Merger)
+    (True, False)
+    """
+
+    def sleep(self, memory, clusters, rng) -> list[dict]:
+        ...
+
+
+def _similarity(value, name: str):
+    if callable(value):
+        return value
+    allowed = ("euclidean", "cosine", "kl", "correlation")
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))} or a callable f(X, Y), got {value!r}")
+    return value
+
+
+class NoMerger(Estimator):
     """The paper's ``merge="none"``: a sleep only partitions the unconnected states.
 
     Per colour, the level-1 states without a cluster are shuffled and cut into
@@ -78,15 +128,21 @@ class NoMerger:
     ([], True)
     """
 
-    place = None
+    _parameter_constraints = {"initial_size": Int(1, none=True)}
 
-    def __init__(self, initial_size: int = 10):
-        self.initial_size = check_int(initial_size, "initial_size", low=1)
+    def __init__(self, initial_size: int | None = None):
+        self.initial_size = initial_size
+
+    @property
+    def size_(self) -> int:
+        """The cluster size of a partition: ``initial_size``, or :data:`DEFAULT_INITIAL_SIZE` when None."""
+        return DEFAULT_INITIAL_SIZE if self.initial_size is None else int(self.initial_size)
 
     def sleep(self, memory, clusters, rng) -> list[dict]:
         """Partition the unconnected states; no merge step, so no reports."""
+        self._validate_params()
         clusters.grow(memory.n_states)
-        clusters.partition_unassigned(memory.emission, self.initial_size, rng, n_states=memory.n_states)
+        clusters.partition_unassigned(memory.emission, self.size_, rng, n_states=memory.n_states)
         return []
 
 
@@ -117,20 +173,35 @@ class SFMerger(NoMerger):
     [1, 0]
     """
 
+    _parameter_constraints = {
+        "similarity": _similarity, "threshold": Float(), "gamma": Float(0, 1, low_open=True),
+        "horizon": Int(1), "min_depth": Int(0), "split_contradictions": Bool(), "sf_scale": Float(0, low_open=True),
+        "initial_size": Int(1, none=True), "merge_iterations": Int(0, none=True),
+    }
+
     def __init__(self, similarity="euclidean", threshold: float = 0.5, gamma: float = 0.8,
                  horizon: int = 25, min_depth: int = 5, split_contradictions: bool = True, sf_scale: float = 1.0,
-                 initial_size: int = 10, merge_iterations: int = 5):
-        super().__init__(initial_size)
-        self.merge_iterations = check_int(merge_iterations, "merge_iterations", low=0)
-        self.split_contradictions = bool(split_contradictions)
-        self.sf_scale = float(sf_scale)
+                 initial_size: int | None = None, merge_iterations: int | None = None):
         self.similarity = similarity
-        self.threshold = float(threshold)
-        self.gamma = float(gamma)
-        self.horizon = int(horizon)
-        self.min_depth = int(min_depth)
+        self.threshold = threshold
+        self.gamma = gamma
+        self.horizon = horizon
+        self.min_depth = min_depth
+        self.split_contradictions = split_contradictions
+        self.sf_scale = sf_scale
+        self.initial_size = initial_size
+        self.merge_iterations = merge_iterations
+
+    def _validate_params(self) -> None:
+        """The table, and ``min_depth <= horizon`` (else no cluster could ever be eligible)."""
+        super()._validate_params()
         if self.min_depth > self.horizon:
-            raise ValueError(f"min_depth={min_depth} exceeds horizon={horizon}: no cluster could be eligible")
+            raise ValueError(f"min_depth={self.min_depth} exceeds horizon={self.horizon}: no cluster could be eligible")
+
+    @property
+    def iterations_(self) -> int:
+        """``merge_iterations``, or :data:`DEFAULT_MERGE_ITERATIONS` when None."""
+        return DEFAULT_MERGE_ITERATIONS if self.merge_iterations is None else int(self.merge_iterations)
 
     def sleep(self, memory, clusters, rng) -> list[dict]:
         """Partition the unconnected states, then ``merge_iterations`` merge iterations (their reports);
@@ -149,7 +220,7 @@ class SFMerger(NoMerger):
         reports = []
         # with splits, emptied clusters are only marked until the sleep ends: ids are renumbered once
         emptied = np.zeros(clusters.n_clusters, dtype=bool) if self.split_contradictions else None
-        for _ in range(self.merge_iterations):
+        for _ in range(self.iterations_):
             reports.append(merge_iteration(memory, clusters, self, rng, emptied=emptied))
             if reports[-1]["colour"] < 0:  # no colour has two clusters: nothing can merge any more, no draw made
                 break
@@ -235,8 +306,12 @@ class RandomMerger(SFMerger):
     [0, 1, 2]
     """
 
+    _parameter_constraints = {k: v for k, v in SFMerger._parameter_constraints.items()
+                              if k not in ("similarity", "threshold", "sf_scale")}
+
     def __init__(self, gamma: float = 0.8, horizon: int = 25, min_depth: int = 5,
-                 split_contradictions: bool = True, initial_size: int = 10, merge_iterations: int = 5):
+                 split_contradictions: bool = True, initial_size: int | None = None,
+                 merge_iterations: int | None = None):
         super().__init__(gamma=gamma, horizon=horizon, min_depth=min_depth,
                          split_contradictions=split_contradictions, initial_size=initial_size,
                          merge_iterations=merge_iterations)

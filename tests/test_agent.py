@@ -5,6 +5,7 @@ import pytest
 
 from hmmmerge import Trajectories, gridworld, random_walk
 from hmmmerge.agent import PREDICTORS, TwoLevelMemory
+from hmmmerge.merging import SFMerger
 from hmmmerge.episodic import EpisodicMemory
 
 
@@ -118,10 +119,19 @@ def test_summary_keys_and_models(world):
 
 
 def test_bad_inputs(tmp_path):
-    with pytest.raises(ValueError, match="merge"):
-        TwoLevelMemory(10, 4, merge="kmeans")
+    one = Trajectories([[0, 1]], [[-1, 0]])
+    with pytest.raises(ValueError, match="merge"):   # checked by fit, not by the constructor
+        TwoLevelMemory(10, 4, merge="kmeans").fit(one)
     with pytest.raises(ValueError, match="initial_size"):
-        TwoLevelMemory(10, 4, initial_size=0)
+        TwoLevelMemory(10, 4, initial_size=0).fit(one)
+    with pytest.raises(ValueError, match="initial_size is 5 on the merger and 10 on the agent"):
+        TwoLevelMemory(10, 4, merger=SFMerger(initial_size=5)).fit(one)
+    with pytest.raises(ValueError, match="does not name the mode"):
+        TwoLevelMemory(10, 4, merge="random", merger=SFMerger()).fit(one)
+    with pytest.raises(ValueError, match="gamma"):
+        TwoLevelMemory(10, 4, merger=SFMerger(gamma=1.5)).fit(one)
+    with pytest.raises(TypeError, match="merger must be None or a merger"):
+        TwoLevelMemory(10, 4, merger="sf").fit(one)
     agent = TwoLevelMemory(3, 2)
     with pytest.raises(ValueError, match="observation 5"):
         agent.fit(Trajectories([[0, 5]], [[-1, 0]]))
@@ -168,7 +178,7 @@ def test_online_connection_probability_and_choice():
 def test_literal_reading_switches(world):
     """Without online connection or contradiction splits the agent is the literal text of the paper."""
     _, traj = world
-    literal = _fit(traj, merge="sf", online_connect=False, split_contradictions=False)
+    literal = _fit(traj, merger=SFMerger(split_contradictions=False), online_connect=False)
     assert literal.get_params()["online_connect"] is False
     # without online connection only sleeps connect states: those of the last episode stay unconnected
     fresh = slice(int(literal.history()["n_states"][-2]), literal.memory_.n_states)
@@ -195,20 +205,22 @@ def test_estimator_conventions(world):
     assert all(np.array_equal(whole[k], split[k], equal_nan=True) for k in whole)
     with pytest.raises(ValueError, match="not a parameter"):
         agent.set_params(colour=3)
-    with pytest.raises(ValueError, match="merge"):
-        agent.set_params(merge="kmeans")
+    with pytest.raises(ValueError, match="merge"):   # checked at the next fit
+        agent.set_params(merge="kmeans").fit(traj[:2])
+    deep = TwoLevelMemory(10, 4, merger=SFMerger()).set_params(merger__gamma=0.5)
+    assert deep.merger.gamma == 0.5 and deep.get_params()["merger__gamma"] == 0.5
 
 
 def test_merge_mode_registry_and_place_hook(world, monkeypatch):
-    """A new mode plugs in with one registry entry; its place hook sees every step's level-1 state."""
-    import hmmmerge.agent as agent_module
+    """A new mode plugs in as an object or with one catalogue entry; its place hook sees every step's state."""
+    from hmmmerge import models
     from hmmmerge.merging import NoMerger
 
     _, traj = world
     seen = []
 
     class Placing(NoMerger):
-        def __init__(self, initial_size, label):
+        def __init__(self, initial_size=None, label="y"):
             super().__init__(initial_size)
             self.label = label
 
@@ -216,11 +228,15 @@ def test_merge_mode_registry_and_place_hook(world, monkeypatch):
             seen.append(states.copy())
             return False
 
-    monkeypatch.setitem(agent_module.MERGE_MODES, "toy",
-                        lambda agent, **kw: Placing(agent.initial_size, **kw))
-    agent = TwoLevelMemory(10, 4, merge="toy", merge_params={"label": "x"}).fit(traj[:20])
-    assert agent.merger_.label == "x"
+    agent = TwoLevelMemory(10, 4, merger=Placing(label="x")).fit(traj[:20])
+    assert agent.merger_.label == "x" and agent.merger_ is not agent.merger
+    assert agent.get_params()["merger__label"] == "x" and agent.merge_ == "Placing"
     assert np.array_equal(np.concatenate(seen), agent.last_states_.ravel())
+    monkeypatch.setitem(models.MERGERS, "toy", models.MergerEntry("toy", Placing, "a test mode"))
+    seen.clear()
+    by_name = TwoLevelMemory(10, 4, merge="toy").fit(traj[:20])
+    assert by_name.merge_ == "toy" and by_name.merger_.label == "y"
+    assert np.array_equal(np.concatenate(seen), by_name.last_states_.ravel())
     # without the hook and with the same partition-only sleep, the result is merge="none"
     ref = TwoLevelMemory(10, 4, merge="none").fit(traj[:20])
     assert np.array_equal(ref.clusters_.assignment, agent.clusters_.assignment)

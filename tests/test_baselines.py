@@ -5,15 +5,10 @@ import pytest
 
 from hmmmerge import gridworld, random_walk
 from hmmmerge.agent import TwoLevelMemory
-from hmmmerge.baselines import (
-    MODELS,
-    BestFirstMerging,
-    CloneHMM,
-    ContextModel,
-    FirstOrderModel,
-    build_model,
-    fit_model,
-)
+from hmmmerge.baselines import BestFirstMerging, CloneHMM, ContextModel, FirstOrderModel
+from hmmmerge.fold import FoldMerger
+from hmmmerge.fold_noisy import StatisticalFoldMerger
+from hmmmerge.models import MODELS, build_model, fit_model
 from hmmmerge.cli import build_parser
 from hmmmerge.commands.evaluate import model_params
 from hmmmerge.episodic import EpisodicMemory
@@ -60,13 +55,23 @@ def test_registry_builds_what_direct_construction_builds(small):
         "bfmm": BestFirstMerging(seed=[3, 1]).fit(train[:5], env.n_obs, env.n_actions).to_hmm(),
         "level2-random": TwoLevelMemory(env.n_obs, env.n_actions, merge="random", initial_size=3,
                                         seed=[3, 1]).fit(train).level2_hmm(),
+        "level2-fold": TwoLevelMemory(env.n_obs, env.n_actions, merger=FoldMerger(), seed=[3, 1]).fit(train).level2_hmm(),
+        "level2-fold-noisy": TwoLevelMemory(env.n_obs, env.n_actions, merger=StatisticalFoldMerger(),
+                                            seed=[3, 1]).fit(train).level2_hmm(),
     }
+    if "rpni" in MODELS:   # AALpy installed
+        from hmmmerge.baselines.aalpy_models import AlergiaModel, RPNIModel
+
+        direct["rpni"] = RPNIModel().fit(train, env.n_obs, env.n_actions).to_hmm()
+        direct["alergia"] = AlergiaModel(eps=0.1).fit(train, env.n_obs, env.n_actions).to_hmm()
     mem = EpisodicMemory(env.n_obs, env.n_actions)
     mem.observe_trajectories(train)
     direct["level1"] = mem.to_hmm()
     params = {"first-order": {"pseudocount": 0.5}, "context": {"order": 2}, "em": {"n_clones": 2, "n_iter": 4},
-              "bfmm": {"n_episodes": 5}, "level2-random": {"initial_size": 3}}
-    assert set(direct) | {"level2-sf", "level2-none"} == set(MODELS)  # every entry checked (level 2 once)
+              "bfmm": {"n_episodes": 5}, "level2-random": {"initial_size": 3}, "alergia": {"eps": 0.1}}
+    for merge in ("sf", "none"):
+        direct[f"level2-{merge}"] = TwoLevelMemory(env.n_obs, env.n_actions, merge=merge, seed=[3, 1]).fit(train).to_hmm()
+    assert set(direct) == set(MODELS)  # every entry checked
     for name, expected in direct.items():
         got = build_model(name, train, env=env, seed=[3, 1], **params.get(name, {}))
         assert _same_hmm(got, expected), name

@@ -1,5 +1,6 @@
 """``hmmmerge run``: the ARCHITECTURE keys, files written, resume, bad arguments."""
 
+from hmmmerge.merging import SFMerger
 import csv
 import json
 
@@ -33,7 +34,8 @@ def test_same_seed_same_numbers_and_literal_switch(capsys):
     for key in ("l2_accuracy", "n_clusters", "purity"):
         assert a[key] == b[key]
     lit = _run(capsys, "--episodes", "30", "--eval-episodes", "0", "--literal")
-    assert lit["params"]["online_connect"] is False and lit["params"]["split_contradictions"] is False
+    assert lit["params"]["online_connect"] is False
+    assert lit["params"]["merger"] == {"name": "sf", "params": {**SFMerger().get_params(), "split_contradictions": False}}
 
 
 def test_out_and_resume(capsys, tmp_path):

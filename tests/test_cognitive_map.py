@@ -83,10 +83,6 @@ def test_not_a_model():
 
 def test_fold_map_of_a_small_room_is_the_world():
     # after enough walks, fold's level 2 read as a world is the world itself (nodes, colours, actions)
-    from hmmmerge.agent import MERGE_MODES
-
-    if "fold" not in MERGE_MODES:
-        pytest.skip("merge='fold' is not in this version of the agent")
     env = world("cscg-room", seed=0)
     agent = TwoLevelMemory(env.n_obs, env.n_actions, merge="fold", seed=0).fit(random_walk(env, 1000, seed=0))
     m = cognitive_map(agent.level2_hmm())

@@ -335,8 +335,7 @@ def small_worlds(draw):
        colour_evidence=st.sampled_from([0, 3, None]))
 def test_after_any_sleep_every_state_is_in_one_cluster_and_level2_is_deterministic(env, seed, k, sleep_every,
                                                                                    colour_evidence):
-    agent = TwoLevelMemory(env.n_obs, env.n_actions, merge="fold",
-                           merge_params={"min_evidence": k, "colour_evidence": colour_evidence},
+    agent = TwoLevelMemory(env.n_obs, env.n_actions, merger=FoldMerger(min_evidence=k, colour_evidence=colour_evidence),
                            sleep_every=sleep_every, refresh_every=7, seed=seed)
     agent.fit(random_walk(env, 12, 9, seed=seed))
     # between sleeps a contradicted transition may wait for the next sleep's undo
@@ -352,9 +351,8 @@ def test_the_provisional_pass_never_changes_the_consolidated_automaton(env, seed
     # after every sleep, taking the provisional pass (colour fold included) back leaves exactly the
     # clusters of a merger without it
     traj = random_walk(env, 12, 9, seed=seed)
-    agents = [TwoLevelMemory(env.n_obs, env.n_actions, merge="fold", sleep_every=sleep_every, refresh_every=7,
-                             seed=seed, merge_params={"min_evidence": k, "provisional_lead": lead,
-                                                      "colour_evidence": colour_evidence})
+    agents = [TwoLevelMemory(env.n_obs, env.n_actions, sleep_every=sleep_every, refresh_every=7, seed=seed,
+                             merger=FoldMerger(min_evidence=k, provisional_lead=lead, colour_evidence=colour_evidence))
               for lead in (1, None)]
     for e in range(0, 12, 3):
         part = type(traj)(traj.obs[e:e + 3], traj.actions[e:e + 3], traj.states[e:e + 3])
@@ -385,7 +383,7 @@ def test_level2_and_purity_shortcuts_equal_the_computation_from_scratch(env, see
         flip = rng.random(traj.obs.shape) < 0.1
         traj = type(traj)(np.where(flip, rng.integers(0, env.n_obs, traj.obs.shape), traj.obs), traj.actions,
                           traj.states)
-    agent = TwoLevelMemory(env.n_obs, env.n_actions, merge="fold", merge_params={"min_evidence": k},
+    agent = TwoLevelMemory(env.n_obs, env.n_actions, merger=FoldMerger(min_evidence=k),
                            sleep_every=23, refresh_every=5, seed=seed)
     used = 0
     for e in range(0, 24, 3):

@@ -2,14 +2,12 @@
 reading its files), Clusters.relabel, and the single_evidence rule.  The O(level 2) shortcuts
 (level-2 transitions, purity) are checked against a recount in ``test_fold.py``."""
 
-import contextlib
 import importlib.util
 import os
 
 import numpy as np
 import pytest
 
-import hmmmerge.agent as agent_module
 from hmmmerge.agent import TwoLevelMemory
 from hmmmerge.clusters import Clusters
 from hmmmerge.fold import FoldMerger
@@ -28,23 +26,12 @@ def _reference():
 Reference = _reference()
 
 
-@contextlib.contextmanager
-def merger(reference: bool):
-    """``merge="fold"`` builds the pure-Python merger (``reference``) or the kernels with the first
-    version's rule (``single_evidence`` off)."""
-    old = agent_module.MERGE_MODES
-    agent_module.MERGE_MODES = dict(old, fold=(lambda agent, **extra: Reference(**extra)) if reference else
-                                    (lambda agent, **extra: FoldMerger(**{"single_evidence": 10**6, **extra})))
-    try:
-        yield
-    finally:
-        agent_module.MERGE_MODES = old
-
-
-def fit(env, traj, reference=False, **params):
-    """An agent with ``merge="fold"`` fitted to ``traj`` (see :func:`merger`)."""
-    with merger(reference):
-        return TwoLevelMemory(env.n_obs, env.n_actions, merge="fold", seed=0, **params).fit(traj)
+def fit(env, traj, reference=False, merge_params=None):
+    """An agent with the fold merger fitted to ``traj``: the pure-Python one (``reference``) or the kernels
+    with the first version's rule (``single_evidence`` off)."""
+    extra = merge_params or {}
+    merger = Reference(**extra) if reference else FoldMerger(**{"single_evidence": 10**6, **extra})
+    return TwoLevelMemory(env.n_obs, env.n_actions, merge="fold", merger=merger, seed=0).fit(traj)
 
 
 def assert_same_run(a, b):
@@ -78,8 +65,8 @@ def test_kernels_reproduce_the_python_reference(name):
     config = CASES[name]
     env = bench_world(config)
     traj, _ = bench_walks(env, config)
-    params = dict(merge_params=config["merge_params"]) if "merge_params" in config else {}
-    new, ref = fit(env, traj, **params), fit(env, traj, reference=True, **params)
+    params = config.get("merge_params")
+    new, ref = fit(env, traj, merge_params=params), fit(env, traj, reference=True, merge_params=params)
     assert_same_run(new, ref)
     got, want = new.merger_.state_dict(), ref.merger_.state_dict()
     assert sorted(got) == sorted(want)
@@ -104,10 +91,9 @@ def test_a_file_written_by_the_reference_resumes_with_the_kernels(tmp_path):
     whole = fit(env, traj, reference=True)
     path = os.path.join(tmp_path, "agent.npz")
     fit(env, first, reference=True).save(path)
-    with merger(reference=False):
-        back = TwoLevelMemory.load(path)
-        assert type(back.merger_) is FoldMerger
-        assert_same_run(back.partial_fit(rest), whole)
+    back = TwoLevelMemory.load(path)   # the file names the mode, "fold": the kernels resume it
+    assert type(back.merger_) is FoldMerger
+    assert_same_run(back.partial_fit(rest), whole)
 
 
 def test_relabel_renumbers_merges_and_keeps_counts_with_their_clusters():

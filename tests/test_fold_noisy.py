@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from hmmmerge import gridworld
 from hmmmerge.agent import TwoLevelMemory
-from hmmmerge.baselines import build_model
+from hmmmerge import build_model
 from hmmmerge.clusters import Clusters, level2_hmm
 from hmmmerge.episodic import EpisodicMemory
 from hmmmerge.evaluate import score_trajectories
@@ -61,7 +61,7 @@ def test_bad_parameters_are_refused(kw):
     with pytest.raises((ValueError, TypeError), match="risk|noise|min_visits|provisional_lead|patience|retest_growth"):
         fold.observe_tree(EpisodicMemory(2, 1))
     with pytest.raises((ValueError, TypeError), match="risk|noise|min_visits|provisional_lead|patience|retest_growth"):
-        TwoLevelMemory(4, 4, merge="fold-noisy", merge_params=kw)
+        TwoLevelMemory(4, 4, merger=StatisticalFoldMerger(**kw))._validate_params()
 
 
 def test_bad_counts_are_refused():

@@ -105,8 +105,19 @@ def test_merge_iteration_deterministic(memory):
 
 
 def test_bad_configuration():
-    with pytest.raises(ValueError, match="min_depth"):
-        SFMerger(horizon=3, min_depth=5)
+    """Checked at first use (a sleep, or the agent's fit), not by the constructor; every error names its field."""
+    from hmmmerge.clusters import Clusters
+    from hmmmerge.merging import NoMerger, RandomMerger
+
+    mem = EpisodicMemory(10, 4)
+    mem.observe_trajectories(random_walk(gridworld(), 2, seed=0))
+    for bad, field in [(SFMerger(horizon=3, min_depth=5), "min_depth"), (SFMerger(gamma=0), "gamma"),
+                       (SFMerger(threshold=float("nan")), "threshold"), (SFMerger(horizon=0), "horizon"),
+                       (SFMerger(similarity="manhattan"), "similarity"), (RandomMerger(gamma="0.8"), "gamma"),
+                       (SFMerger(split_contradictions=1), "split_contradictions"),
+                       (NoMerger(initial_size=0), "initial_size"), (SFMerger(merge_iterations=-1), "merge_iterations")]:
+        with pytest.raises((ValueError, TypeError), match=field):
+            bad.sleep(mem, Clusters(n_states=mem.n_states), np.random.default_rng(0))
 
 
 class _Arrays:

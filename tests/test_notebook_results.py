@@ -14,7 +14,7 @@ import pytest
 
 from hmmmerge import Environment, gridworld, random_walk
 from hmmmerge.agent import TwoLevelMemory
-from hmmmerge.baselines import build_model
+from hmmmerge import build_model
 from hmmmerge.clusters import Clusters, level2_hmm
 from hmmmerge.commands.env import describe
 from hmmmerge.episodic import EpisodicMemory

@@ -104,7 +104,7 @@ def test_localisation_is_ambiguous_early_on_an_aliased_start():
 def test_correspondence_of_a_first_order_map_is_the_majority_state():
     env = cycle_world(6, n_colours=3)  # 0 1 2 0 1 2
     walks = random_walk(env, 50, 20, seed=0)
-    from hmmmerge.baselines import build_model
+    from hmmmerge import build_model
 
     fo = build_model("first-order", walks, env=env)
     corr = estimate_correspondence(fo, walks, env.n_states)

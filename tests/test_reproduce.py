@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import csv
 import json
 import os
@@ -238,22 +239,24 @@ def test_authors_sf_reaches_the_agent(tmp_path, monkeypatch):
     seen = {}
     original = agent_module.TwoLevelMemory.__init__
 
+    @functools.wraps(original)
     def spy(self, *args, **kw):
         seen.update(kw)
         original(self, *args, **kw)
 
     monkeypatch.setattr(agent_module.TwoLevelMemory, "__init__", spy)
-    learning_run(dict(sweep.configs[0], episodes=5))
-    assert seen["sf_scale"] == AUTHORS_SF["sf_scale"] and seen["min_depth"] == AUTHORS_SF["min_depth"]
+    learning_run(dict(next(c for c in sweep.configs if c["merge"] == "sf"), episodes=5))
+    merger = seen["merger"]
+    assert merger.sf_scale == AUTHORS_SF["sf_scale"] and merger.min_depth == AUTHORS_SF["min_depth"]
 
 
 def test_beyond_paper_curves(quick):
     out, res = quick
     rows = _csv(out / "beyond_paper.csv")
     assert len(rows) == QUICK.episodes
-    from hmmmerge.agent import MERGE_MODES
+    from hmmmerge.models import select
 
-    for k in [m for m in ("fold", "sf", "random") if m in MERGE_MODES] + ["context"]:
+    for k in [*select("beyond"), "context"]:
         mean = _col(rows, f"{k}_mean")
         assert np.all((mean >= 0) & (mean <= 1)), k
     # the context model has no data before its first refit (episode 50): it predicts nothing there

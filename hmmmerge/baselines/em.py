@@ -72,7 +72,7 @@ class CloneHMM(ModelLearner):
 
     See Also
     --------
-    hmmmerge.baselines.build_model : builds this model by the name ``"em"``.
+    hmmmerge.models.build_model : builds this model by the name ``"em"``.
 
     Examples
     --------

@@ -33,7 +33,7 @@ class FirstOrderModel(ModelLearner):
 
     See Also
     --------
-    hmmmerge.baselines.build_model : builds this model by the name ``"first-order"``.
+    hmmmerge.models.build_model : builds this model by the name ``"first-order"``.
 
     Examples
     --------

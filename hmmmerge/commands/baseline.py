@@ -1,13 +1,13 @@
 """``hmmmerge baseline MODEL``: train and score one baseline world model.
 
-The choices are the models of the registry :data:`hmmmerge.baselines.MODELS`;
+The choices are the models of the registry :data:`hmmmerge.models.MODELS`;
 training walks, fresh evaluation walks and seeds are those of
 ``hmmmerge evaluate`` (see that module).
 """
 
 from __future__ import annotations
 
-from ..baselines import MODELS
+from ..models import MODELS
 from .evaluate import add_experiment_arguments, protocol, run_models
 
 

@@ -25,16 +25,22 @@ from __future__ import annotations
 import os
 
 SIZES = (10, 1)
-MERGES = ("sf", "random", "none")
 _MERGE_TEXT = {"sf": "SF merges", "random": "random merges", "none": "no merges",
                "fold": "fold consolidation (beyond the paper)"}
 
 
-def extra_merges() -> tuple:
-    """Merge modes beyond the paper that this version of the agent has (one row each, size 10)."""
-    from ..agent import MERGE_MODES
+def paper_merges() -> tuple:
+    """The paper's merge modes of the demo (every size), from the catalogue: sf, random, none."""
+    from ..models import MERGERS, select
 
-    return tuple(m for m in ("fold",) if m in MERGE_MODES)
+    return tuple(m for m in select("demo") if MERGERS[m].paper)
+
+
+def extra_merges() -> tuple:
+    """Merge modes beyond the paper in the demo (one row each, size 10), from the catalogue."""
+    from ..models import MERGERS, select
+
+    return tuple(m for m in select("demo") if not MERGERS[m].paper)
 
 
 def add_parser(sub) -> None:
@@ -63,7 +69,7 @@ def sweeps(out, seeds, episodes, colouring, with_em=True):
     from ..reproduce.runs import baseline_run, learning_run, validate_learning
     from ..sweep import Sweep, grid
 
-    agent = grid(seed=list(range(seeds)), size=SIZES, merge=MERGES)
+    agent = grid(seed=list(range(seeds)), size=SIZES, merge=list(paper_merges()))
     agent += grid(seed=list(range(seeds)), size=[SIZES[0]], merge=list(extra_merges()))
     for c in agent:
         c.update(colouring=colouring, episodes=episodes, eval_episodes=100)
@@ -92,7 +98,7 @@ def table(agent_cfg, agent_res, base_cfg, base_res, last=50) -> list[dict]:
     for size, merge in _agent_rows(agent_cfg):
         rs = [r for c, r in zip(agent_cfg, agent_res) if c["size"] == size and c["merge"] == merge]
         rows.append({
-            "model": f"two-level, {_MERGE_TEXT[merge]}" + ("" if merge == "fold" else f", size {size}"),
+            "model": f"two-level, {_MERGE_TEXT.get(merge, merge)}" + ("" if merge in extra_merges() else f", size {size}"),
             "online_accuracy": float(np.mean([r["l2_accuracy"][-last:].mean() for r in rs])),
             "online_no_prediction": float(np.mean([r["l2_no_prediction"][-last:].mean() for r in rs])),
             "heldout_accuracy": float(np.mean([r["l2_heldout_accuracy"] for r in rs])),
@@ -101,9 +107,9 @@ def table(agent_cfg, agent_res, base_cfg, base_res, last=50) -> list[dict]:
             "purity": float(np.mean([r["purity_no_singletons"][-1] for r in rs])),
             "seeds": len(rs)})
     online_fo = float(np.mean([r["first_order_accuracy"][-last:].mean() for c, r in zip(agent_cfg, agent_res)
-                               if c["size"] == SIZES[0] and c["merge"] == MERGES[0]]))
+                               if c["size"] == SIZES[0] and c["merge"] == paper_merges()[0]]))
     level1 = float(np.mean([r["l1_accuracy"][-last:].mean() for c, r in zip(agent_cfg, agent_res)
-                            if c["size"] == SIZES[0] and c["merge"] == MERGES[0]]))
+                            if c["size"] == SIZES[0] and c["merge"] == paper_merges()[0]]))
     names = {"first-order": "first order", "context": "context (order 4)", "em": "EM (clone HMM, 20 clones/colour)",
              "oracle": "oracle (true world)"}
     for model in names:
@@ -119,7 +125,7 @@ def table(agent_cfg, agent_res, base_cfg, base_res, last=50) -> list[dict]:
     rows.append({"model": "level 1 (episodic memory)", "online_accuracy": level1, "online_no_prediction": float("nan"),
                  "heldout_accuracy": float("nan"), "heldout_surprise": float("nan"),
                  "states": float(np.mean([r["n_states"][-1] for c, r in zip(agent_cfg, agent_res)
-                                          if c["size"] == SIZES[0] and c["merge"] == MERGES[0]])),
+                                          if c["size"] == SIZES[0] and c["merge"] == paper_merges()[0]])),
                  "purity": float("nan"), "seeds": 0})
     return rows
 
@@ -127,7 +133,7 @@ def table(agent_cfg, agent_res, base_cfg, base_res, last=50) -> list[dict]:
 def _agent_rows(agent_cfg) -> list[tuple[int, str]]:
     """(size, merge) of the agent rows, in table order: the paper's modes, then the modes beyond it."""
     present = {(c["size"], c["merge"]) for c in agent_cfg}
-    order = [(s, m) for s in SIZES for m in MERGES] + [(SIZES[0], m) for m in ("fold",)]
+    order = [(s, m) for s in SIZES for m in paper_merges()] + [(SIZES[0], m) for m in extra_merges()]
     return [k for k in order if k in present]
 
 
@@ -161,10 +167,10 @@ def accuracy_figure(agent_cfg, agent_res, rows, path, sigma=20.0) -> None:
     for size, merge in _agent_rows(agent_cfg):
         runs = np.array([smooth(r["l2_accuracy"], sigma) for c, r in zip(agent_cfg, agent_res)
                          if c["size"] == size and c["merge"] == merge])
-        label = MERGE_NAME[merge] if merge == "fold" else f"{MERGE_NAME[merge]}, size {size}"
+        label = MERGE_NAME[merge] if merge in extra_merges() else f"{MERGE_NAME[merge]}, size {size}"
         ax.plot(episodes, runs.mean(0), color=MERGE_STYLE[merge], ls=SIZE_STYLE[size], label=label)
     fo = np.array([smooth(r["first_order_accuracy"], sigma) for c, r in zip(agent_cfg, agent_res)
-                   if c["size"] == SIZES[0] and c["merge"] == MERGES[0]])
+                   if c["size"] == SIZES[0] and c["merge"] == paper_merges()[0]])
     ax.plot(episodes, fo.mean(0), color="black", ls="-.", label="first order")
     for r in rows:
         if r["model"].startswith("context"):

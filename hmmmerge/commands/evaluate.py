@@ -1,7 +1,7 @@
 """``hmmmerge evaluate``: one table comparing world models on the same fresh episodes.
 
-Every row is a model of the registry :data:`hmmmerge.baselines.MODELS`, built
-by :func:`hmmmerge.baselines.build_model`; adding a model there adds a row
+Every row is a model of the registry :data:`hmmmerge.models.MODELS`, built
+by :func:`hmmmerge.models.build_model`; adding a model there adds a row
 here (and its options as flags).  All rows are trained on the same random
 walks and scored by :func:`hmmmerge.evaluate.score_trajectories` on the same
 fresh walks.
@@ -17,7 +17,7 @@ import argparse
 import time
 
 from .._validation import check_float, check_int
-from ..baselines import MODELS, build_model
+from ..models import MODELS, build_model
 from .env import add_world_arguments, world_from_args
 
 #: the model-quality keys of each ``--json`` row (besides ``model`` and the times ``fit_s``, ``score_s``, ``wall_s``)
@@ -167,8 +167,9 @@ def add_parser(sub) -> None:
                                    "walks: next-observation accuracy, surprise (nats per step), no-prediction "
                                    "share, number of states.")
     add_experiment_arguments(p)
-    p.add_argument("--models", default=",".join(MODELS),
-                   help=f"comma-separated subset of {', '.join(MODELS)} (default: all)")
+    table = [name for name, entry in MODELS.items() if entry.table]
+    p.add_argument("--models", default=",".join(table),
+                   help=f"comma-separated subset of {', '.join(MODELS)} (default: {', '.join(table)})")
     p.add_argument("--draw-factor-graph", metavar="PNG",
                    help="also save the two-level memory's factor graph over a 4-step window (needs pgmpy)")
     p.set_defaults(run=run)

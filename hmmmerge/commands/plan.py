@@ -1,6 +1,6 @@
 """``hmmmerge plan``: learn a map, then navigate the true world with it.
 
-The learner (a model of the registry :data:`hmmmerge.baselines.MODELS`) is
+The learner (a model of the registry :data:`hmmmerge.models.MODELS`) is
 trained on ``--episodes`` random walks; its map is then used by
 :func:`hmmmerge.planning.navigate` on ``--pairs`` start/goal pairs: the agent
 starts at a random place, makes ``--warmup`` random moves to localise, and
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 
-from ..baselines import MODELS
+from ..models import MODELS
 from .evaluate import _cli_number, _positive_int, model_flags, model_params
 from .env import add_world_arguments, world_from_args
 
@@ -59,7 +59,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from ..baselines import build_model
+    from ..models import build_model
     from ..cli import print_json
     from ..planning import estimate_correspondence, navigate
     from ..rollouts import random_walk

@@ -16,12 +16,13 @@ def add_parser(sub) -> None:
     p.add_argument("--episodes", type=int, default=1000)
     p.add_argument("--episode-length", type=int, default=50)
     p.add_argument("--size", type=int, default=10, help="initial cluster size (1, 10, 100 in the paper)")
-    p.add_argument("--merge", choices=["sf", "random", "none", "fold", "fold-noisy"], default="sf",
-                   help="sleep consolidation: sf (the paper's Algorithm 3), random, none, fold (evidence-driven "
-                        "determinising merges, beyond the paper; see README), or fold-noisy (fold with a "
-                        "likelihood-ratio test, for noisy observations)")
+    from ..models import MERGERS
+
+    p.add_argument("--merge", choices=list(MERGERS), default="sf",
+                   help="sleep consolidation: " + "; ".join(f"{name}: {e.summary}" for name, e in MERGERS.items()))
     p.add_argument("--merge-iterations", type=int, default=5)
-    p.add_argument("--similarity", choices=["euclidean", "cosine", "kl", "correlation"], default="euclidean")
+    p.add_argument("--similarity", choices=["euclidean", "cosine", "kl", "correlation"], default=None,
+                   help="similarity of successor features (sf merges; default: the merger's, euclidean)")
     p.add_argument("--literal", action="store_true",
                    help="the paper's text literally: no online connection, merges are plain unions "
                         "(default: the authors' experiment, which produced the paper's figures)")
@@ -61,9 +62,9 @@ def run(args) -> int:
 
     if not 0.0 < args.smoothing <= 1.0:
         raise ValueError(f"--smoothing must be in (0, 1], got {args.smoothing}")
-    for name in ("episodes", "episode_length", "size", "eval_episodes", "merge_iterations", "checkpoint_every"):
+    for name in ("episodes", "episode_length", "size", "eval_episodes", "checkpoint_every"):
         value = getattr(args, name)
-        low = 0 if name in ("eval_episodes", "merge_iterations", "checkpoint_every") else 1
+        low = 0 if name in ("eval_episodes", "checkpoint_every") else 1
         if value < low:
             raise ValueError(f"--{name.replace('_', '-')} must be >= {low}, got {value}")
     if args.checkpoint_every and not args.out:
@@ -91,10 +92,10 @@ def run(args) -> int:
             walk = as_generator((seed, agent.episodes_))
             target = agent.episodes_ + args.episodes
     else:
-        agent = TwoLevelMemory(env.n_obs, env.n_actions, merge=args.merge, initial_size=args.size,
-                               merge_iterations=args.merge_iterations, similarity=args.similarity,
-                               online_connect=not args.literal, split_contradictions=not args.literal,
-                               **(dict(sf_scale=0.8, min_depth=4) if args.authors_sf else {}), seed=seed)
+        agent = TwoLevelMemory(env.n_obs, env.n_actions, merge=args.merge, merger=merger_from_args(args),
+                               initial_size=args.size, merge_iterations=args.merge_iterations,
+                               online_connect=not args.literal, seed=seed)
+        agent._validate_params()  # one-line errors before any work
         walk = as_generator(seed)
     show = args.progress or (not args.json and sys.stderr.isatty())
     history = None
@@ -114,7 +115,7 @@ def run(args) -> int:
             from ..cognitive_map import cognitive_map
 
             level2 = os.path.join(args.out, "level2.json")
-            cognitive_map(agent.level2_hmm(), name=f"level 2 ({agent.merge} merges)").save(level2)
+            cognitive_map(agent.level2_hmm(), name=f"level 2 ({agent.merge_} merges)").save(level2)
             out["level2_graph"] = level2
         out["out"] = args.out
     if args.json:
@@ -127,6 +128,24 @@ def run(args) -> int:
             if key in out:
                 print(f"  {key:24s} {out[key]:.4f}")
     return 0
+
+
+def merger_from_args(args):
+    """The merger the flags ask for (``--similarity``, ``--literal``, ``--authors-sf`` where the mode has
+    those parameters), or ``None``: ``--merge``'s merger with its defaults.
+
+    >>> import argparse
+    >>> args = argparse.Namespace(merge="sf", similarity="cosine", literal=False, authors_sf=True)
+    >>> merger_from_args(args)
+    SFMerger(similarity='cosine', min_depth=4, sf_scale=0.8)
+    >>> merger_from_args(argparse.Namespace(merge="fold", similarity="cosine", literal=True, authors_sf=False))
+    """
+    from ..models import merger_with
+
+    wanted = {"similarity": args.similarity, "split_contradictions": not args.literal}
+    if args.authors_sf:
+        wanted.update(sf_scale=0.8, min_depth=4)
+    return merger_with(args.merge, **wanted)
 
 
 def _live(agent, env, walk, target, args, history, show) -> None:

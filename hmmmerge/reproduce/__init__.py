@@ -103,14 +103,14 @@ def cluster_sweep(out_dir, protocol: Protocol):
 
 def beyond_sweeps(out_dir, protocol: Protocol) -> dict:
     """``fig:beyond_paper``'s sweeps under ``OUT/runs/beyond-*``: online agents, EM, context curves."""
-    from ..agent import MERGE_MODES
+    from ..models import select
     from ..sweep import Sweep, grid
     from .beyond import context_curve_run, offline_run, online_run
 
     base = grid(colouring=protocol.colourings, seed=protocol.seeds)
     for c in base:
         c.update(world="grid", episodes=protocol.episodes, episode_length=protocol.episode_length)
-    merges = [m for m in ("fold", "sf", "random") if m in MERGE_MODES]
+    merges = list(select("beyond"))
     online = [dict(c, merge=m, eval_episodes=100) for c in base for m in merges]
     em = [dict(c, model="em", n_clones=20, n_iter=100, eval_episodes=100) for c in base]
     ctx = [dict(c, refit_every=50) for c in base]

@@ -157,9 +157,9 @@ def online_run(config: dict) -> dict:
 
     env = bench_world(config)
     train, fresh = bench_walks(env, config)
+    size = {"initial_size": int(config["size"])} if "size" in config else {}
     agent = TwoLevelMemory(env.n_obs, env.n_actions, merge=str(config["merge"]),
-                           initial_size=int(config.get("size", 10)),
-                           seed=[int(config.get("colouring", 0)), int(config["seed"]), 1])
+                           seed=[int(config.get("colouring", 0)), int(config["seed"]), 1], **size)
     t0 = time.perf_counter()
     agent.fit(train)
     fit_s = time.perf_counter() - t0
@@ -180,39 +180,35 @@ def online_run(config: dict) -> dict:
 
 
 def _fit_offline(model: str, env, train, config: dict):
-    from ..baselines import MODELS, build_model
+    from ..models import MODELS, build_model
 
-    n_obs, n_actions = env.n_obs, env.n_actions
-    if model in MODELS:  # the registry's models, with the parameters the config names (e.g. n_clones, order)
-        params = {k: config[k] for k in MODELS[model].defaults if k in config}
-        return build_model(model, train, env=env, seed=[int(config.get("colouring", 0)), int(config["seed"]), 2],
-                           **params)
-    if model == "rpni":
-        from ..baselines.aalpy_models import RPNIModel
-
-        return RPNIModel().fit(train[: int(config.get("model_episodes", train.n_episodes))], n_obs,
-                               n_actions).to_hmm()
-    if model == "alergia":
-        from ..baselines.aalpy_models import AlergiaModel
-
-        return AlergiaModel(eps=float(config.get("eps", 0.05))).fit(
-            train[: int(config.get("model_episodes", train.n_episodes))], n_obs, n_actions).to_hmm()
-    raise ValueError(f"model must be one of {', '.join(OFFLINE_MODELS)}, got {model!r}")
+    if model not in OFFLINE_MODELS:
+        raise ValueError(f"model must be one of {', '.join(OFFLINE_MODELS)}, got {model!r}")
+    params = {k: config[k] for k in MODELS[model].defaults if k in config}  # e.g. n_clones, order, eps
+    if "model_episodes" in config:
+        train = train[: int(config["model_episodes"])]
+    return build_model(model, train, env=env, seed=[int(config.get("colouring", 0)), int(config["seed"]), 2],
+                       **params)
 
 
-OFFLINE_MODELS = ("oracle", "first-order", "context", "em", "rpni", "alergia")
-"""Models :func:`offline_run` fits (``model`` key)."""
+def _offline_models() -> tuple[str, ...]:
+    from ..models import MODELS
+
+    return tuple(name for name in MODELS if not name.startswith("level"))
+
+
+OFFLINE_MODELS = _offline_models()
+"""Models :func:`offline_run` fits (``model`` key): the catalogue's models that are not the agent's levels."""
 
 
 def offline_run(config: dict) -> dict:
     """A model fitted on the training walk and scored on the fresh one.
 
     Extra keys: ``model`` (one of :data:`OFFLINE_MODELS`); the parameters of
-    a registry model (:data:`hmmmerge.baselines.MODELS`, e.g. ``order`` for
-    context, ``n_clones`` / ``n_iter`` for EM; unset ones keep the registry's
-    defaults); ``eps`` (ALERGIA, 0.05);
-    ``model_episodes`` (RPNI / ALERGIA: fit on the first that many episodes
-    only, their cost grows fast).  A model that refuses the data (RPNI on
+    that model in the catalogue (:data:`hmmmerge.models.MODELS`, e.g. ``order`` for
+    context, ``n_clones`` / ``n_iter`` for EM, ``eps`` for ALERGIA; unset ones keep
+    the catalogue's defaults); ``model_episodes`` (fit on the first that many
+    episodes only: the cost of RPNI / ALERGIA grows fast).  A model that refuses the data (RPNI on
     noisy data or without a common start) returns ``refused = 1`` and the
     reason in ``message``.
 

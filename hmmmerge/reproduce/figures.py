@@ -15,14 +15,15 @@ import warnings
 import numpy as np
 
 from .._io import atomic_write_bytes, atomic_write_text
+from ..models import MERGERS
 from .paper import PAPER, PAPER_FIRST_ORDER, PAPER_MERGE_ACCURACY
 
 __all__ = ["smooth", "learning_curves", "final_table", "structure_matrices", "cluster_stats",
            "purity_random_numbers", "write_csv"]
 
-MERGE_STYLE = {"sf": "tab:blue", "random": "tab:orange", "none": "tab:green", "fold": "tab:red"}
+MERGE_STYLE = {name: e.colour for name, e in MERGERS.items()}
 SIZE_STYLE = {1: ":", 10: "-", 100: "--"}
-MERGE_NAME = {"sf": "sf", "random": "random", "none": "no merge", "fold": "fold"}
+MERGE_NAME = {name: e.label for name, e in MERGERS.items()}
 
 
 # --------------------------------------------------------------------------- helpers

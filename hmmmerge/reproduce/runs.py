@@ -65,13 +65,15 @@ def learning_run(config: dict) -> dict:
     ((30,), True)
     """
     from ..agent import TwoLevelMemory
+    from ..models import merger_with
 
     env = world(config["colouring"])
     traj = _walk(env, config)
-    agent = TwoLevelMemory(env.n_obs, env.n_actions, merge=str(config["merge"]), initial_size=int(config["size"]),
-                           merge_iterations=int(config.get("merge_iterations", 5)),
-                           **(AUTHORS_SF if config.get("authors_sf") else {}),
-                           seed=[int(config["colouring"]), int(config["seed"]), 1])
+    merge = str(config["merge"])
+    schedule = {"merge_iterations": int(config["merge_iterations"])} if "merge_iterations" in config else {}
+    agent = TwoLevelMemory(env.n_obs, env.n_actions, merge=merge, initial_size=int(config["size"]),
+                           merger=merger_with(merge, **AUTHORS_SF) if config.get("authors_sf") else None,
+                           seed=[int(config["colouring"]), int(config["seed"]), 1], **schedule)
     agent.fit(traj)
     hist = agent.history()
     out = {k: np.asarray(hist[k], dtype=np.int64 if k == "episode" else np.float64) for k in HISTORY_KEYS}
@@ -104,7 +106,7 @@ def baseline_run(config: dict) -> dict:
     """A model of the registry trained on the run's episodes, scored on fresh ones.
 
     Config: ``colouring``, ``seed``, ``episodes``, ``model`` (a name of
-    :data:`hmmmerge.baselines.MODELS`, e.g. ``first-order``, ``em``,
+    :data:`hmmmerge.models.MODELS`, e.g. ``first-order``, ``em``,
     ``oracle``), ``eval_episodes``, and any of that model's parameters (e.g.
     ``n_clones``, ``n_iter`` for EM); the others keep the registry's defaults.
 
@@ -112,7 +114,7 @@ def baseline_run(config: dict) -> dict:
     >>> float(r["heldout_accuracy"]), float(r["heldout_surprise"]) < 1e-2
     (1.0, True)
     """
-    from ..baselines import MODELS, build_model
+    from ..models import MODELS, build_model
 
     env = world(config["colouring"])
     name = config["model"]
