@@ -54,7 +54,31 @@ def _limit(cap_bytes):
 
 
 def run_case(case, cap_bytes, timeout):
-    """Run one case; returns ``(outcome, detail)``."""
+    """Run one case; returns ``(outcome, detail)``; ``lost`` if a file the case keeps changed or vanished."""
+    outcome, detail = _run_case(case, cap_bytes, timeout)
+    for path, digest in case.get("keep", {}).items():
+        if _digest(path) != digest:
+            return "lost", f"{path} shortened, changed or lost ({outcome}: {detail})"
+    if outcome == "clean" and case.get("match") and case["match"] not in detail and not detail.startswith("ok"):
+        return "wrong", f"the message does not say {case['match']!r}: {detail}"
+    return outcome, detail
+
+
+def _digest(path):
+    """A file's content hash, or its kind for a FIFO, folder or device (never opened), or None if missing."""
+    import hashlib
+
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(mode):
+        return f"kind {stat.S_IFMT(mode)}"
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def _run_case(case, cap_bytes, timeout):
     argv = case["argv"]
     env = dict(os.environ, PYTHONPATH=ROOT)
     env.pop("HMMMERGE_MAX_MEMORY", None)
@@ -75,7 +99,7 @@ def run_case(case, cap_bytes, timeout):
         return "signal", f"signal {-code}"
     if code == 2 and len(lines) == 1:
         if case["expect"] in ("error", "any"):
-            return "clean", lines[0][:160]
+            return "clean", lines[0][:400]
         return "wrong", f"refused a valid input: {lines[0][:160]}"
     if code == 0 and not lines:
         if case["expect"] == "error":
@@ -90,9 +114,11 @@ def run_case(case, cap_bytes, timeout):
 
 
 # --------------------------------------------------------------------------- cases
-def _cli(*args, expect="error", check=None):
+def _cli(*args, expect="error", check=None, match=None, keep=()):
+    """A command line; ``match``: text the one-line error must hold; ``keep``: files that must stay as they are."""
     return {"argv": [sys.executable, "-m", "hmmmerge", *map(str, args)], "expect": expect, "check": check,
-            "name": "hmmmerge " + " ".join(map(str, args))}
+            "name": "hmmmerge " + " ".join(map(str, args)), "match": match,
+            "keep": {str(p): _digest(p) for p in keep}}
 
 
 API_PRELUDE = """
@@ -106,9 +132,10 @@ except (ValueError, TypeError) as e:
 """
 
 
-def _api(name, body="", expect="error", check=None):
+def _api(name, body="", expect="error", check=None, match=None):
     code = API_PRELUDE.format(body=textwrap.indent(textwrap.dedent(body), "    "))
-    return {"argv": [sys.executable, "-c", code], "expect": expect, "check": check, "name": "API: " + name}
+    return {"argv": [sys.executable, "-c", code], "expect": expect, "check": check, "name": "API: " + name,
+            "match": match}
 
 
 def _json_check(fn):
@@ -390,8 +417,8 @@ def api_cases():
                        ("best-first merging", "BestFirstMerging().fit(empty, 10, 4)"),
                        ("first order", "FirstOrderModel().fit(empty, 10, 4)"),
                        ("level 1", "EpisodicMemory(10, 4).observe_trajectories(empty)")):
-        # the agent learns online: living no episode is a no-op, not an error
-        c.append(_api(f"fitting 0 episodes: {label}", expect="ok" if label == "agent" else "error", body=f"""
+        # fit of no episodes is refused by every estimator (the agent's partial_fit of none is a no-op)
+        c.append(_api(f"fitting 0 episodes: {label}", body=f"""
             from hmmmerge.agent import TwoLevelMemory
             from hmmmerge.baselines.bfmm import BestFirstMerging
             from hmmmerge.baselines.em import CloneHMM
@@ -443,6 +470,330 @@ def api_cases():
             except FileNotFoundError as e:  # a missing file is a clear error too
                 raise ValueError(str(e)) from None
         """))
+    return c
+
+
+# --------------------------------------------------------------------------- issue 25: files, values, sizes
+RUN_CK = ["run", "--episodes", "12", "--episode-length", "20", "--checkpoint-every", "4", "--eval-episodes", "0",
+          "--json"]
+
+
+def _hmmmerge(*args):
+    subprocess.run([sys.executable, "-m", "hmmmerge", *map(str, args)], check=True, capture_output=True,
+                   env=dict(os.environ, PYTHONPATH=ROOT), cwd=ROOT)
+
+
+def _rewrite_meta(path, change):
+    """The agent file ``path`` rewritten with ``change(meta)`` applied and its checksum recomputed."""
+    sys.path.insert(0, ROOT)
+    from hmmmerge._agent_file import write_agent_file
+
+    with np.load(path, allow_pickle=False) as f:
+        arrays = {k: f[k] for k in f.files}
+    meta = json.loads(str(arrays.pop("meta")))
+    for k in ("format", "version", "checksum"):
+        meta.pop(k, None)
+    change(meta)
+    write_agent_file(path, meta, **arrays)
+
+
+def _folder_files(d):
+    return [os.path.join(d, name) for name in sorted(os.listdir(d))
+            if os.path.isfile(os.path.join(d, name)) and name != "checkpoint.npz"]
+
+
+def checkpoint_cases(tmp):
+    """``run --resume D/checkpoint.npz --out D`` with a damaged run state: refused before any file changes."""
+    base = os.path.join(tmp, "ck", "base")
+    _hmmmerge(*RUN_CK, "--out", base)  # checkpoint at episode 8, history.csv of 12 rows
+
+    def setitem(key, value):
+        return lambda m: m["extra"].__setitem__(key, value)
+
+    damages = {
+        "target_episodes=10**12": setitem("target_episodes", 10**12), "target_episodes=8": setitem("target_episodes", 8),
+        "target_episodes='12'": setitem("target_episodes", "12"), "target_episodes=12.5": setitem("target_episodes", 12.5),
+        "history_rows=-1": setitem("history_rows", -1), "history_rows=5": setitem("history_rows", 5),
+        "history_rows=9": setitem("history_rows", 9), "history_rows=0": setitem("history_rows", 0),
+        "history_rows=True": setitem("history_rows", True), "history_rows=10**30": setitem("history_rows", 10**30),
+        "walk_rng='x'": setitem("walk_rng", "x"), "walk_rng=[]": setitem("walk_rng", []),
+        "walk_rng of MT19937": setitem("walk_rng", {"bit_generator": "MT19937", "state": {}}),
+        "walk_rng state 2**200": lambda m: m["extra"]["walk_rng"]["state"].__setitem__("state", 2**200),
+        "extra a list": lambda m: m.__setitem__("extra", [1, 2]), "extra a string": lambda m: m.__setitem__("extra", "x"),
+        "extra a number": lambda m: m.__setitem__("extra", 7),
+        "extra without target_episodes": lambda m: m["extra"].pop("target_episodes"),
+        "extra without history_rows": lambda m: m["extra"].pop("history_rows"),
+        "extra without walk_rng": lambda m: m["extra"].pop("walk_rng"),
+        "episode_length 30": setitem("episode_length", 30),
+        "popped=4": lambda m: m.__setitem__("popped", 4), "popped='x'": lambda m: m.__setitem__("popped", "x"),
+    }
+    cases = []
+    for k, (label, change) in enumerate(damages.items()):
+        d = os.path.join(tmp, "ck", f"d{k}")
+        shutil.copytree(base, d)
+        _rewrite_meta(os.path.join(d, "checkpoint.npz"), change)
+        case = _cli(*RUN_CK, "--out", d, "--resume", os.path.join(d, "checkpoint.npz"), keep=_folder_files(d))
+        case["name"] = f"run --resume checkpoint with {label} --out its folder"
+        cases.append(case)
+    for label, edit in (("a foreign row", lambda ls: ls[:3] + ["77" + ls[3][ls[3].index(","):]] + ls[4:]),
+                        ("a missing row", lambda ls: ls[:4] + ls[5:]), ("4 rows only", lambda ls: ls[:5]),
+                        ("another header", lambda ls: ["step" + ls[0][len("episode"):]] + ls[1:])):
+        d = os.path.join(tmp, "ck", "h-" + label.replace(" ", "-"))
+        shutil.copytree(base, d)
+        path = os.path.join(d, "history.csv")
+        with open(path) as f:
+            lines = f.readlines()
+        with open(path, "w") as f:
+            f.writelines(edit(lines))
+        case = _cli(*RUN_CK, "--out", d, "--resume", os.path.join(d, "checkpoint.npz"), keep=_folder_files(d))
+        case["name"] = f"run --resume checkpoint --out its folder, history.csv with {label}"
+        cases.append(case)
+    with open(os.path.join(base, "history.csv")) as f:
+        reference = f.read()
+    d = os.path.join(tmp, "ck", "intact")
+    shutil.copytree(base, d)
+
+    def same_history(out, d=d):
+        with open(os.path.join(d, "history.csv")) as f:
+            return f.read() == reference or "history.csv differs from the uninterrupted run's"
+
+    case = _cli(*RUN_CK, "--out", d, "--resume", os.path.join(d, "checkpoint.npz"), expect="ok", check=same_history)
+    case["name"] = "run --resume an intact checkpoint --out its folder (history as uninterrupted)"
+    cases.append(case)
+    d = os.path.join(tmp, "ck", "continued")
+    shutil.copytree(base, d)
+
+    def continued(out, d=d):
+        with open(os.path.join(d, "history.csv")) as f:
+            episodes = [line.split(",", 1)[0] for line in f.read().splitlines()[1:]]
+        return episodes == [str(e) for e in range(15)] or f"history.csv episodes {episodes}"
+
+    case = _cli("run", "--episodes", "3", "--episode-length", "20", "--eval-episodes", "0", "--json", "--out", d,
+                "--resume", os.path.join(d, "agent.npz"), expect="ok", check=continued)
+    case["name"] = "run --resume D/agent.npz --out D (its history continued, not cut)"
+    cases.append(case)
+    return cases
+
+
+def nonregular_input_cases(tmp):
+    """FIFOs and devices where the toolkit reads (or appends to) a file: refused at once, left as they are."""
+    sys.path.insert(0, ROOT)
+    from hmmmerge import gridworld
+
+    d = os.path.join(tmp, "nonregular")
+    os.makedirs(d)
+
+    def fifo(name):
+        path = os.path.join(d, name)
+        os.mkfifo(path)
+        return path
+
+    cases = []
+    for name in ("world.json", "world.graphml"):
+        path = fifo(name)
+        cases.append(_cli("env", "--graph", path, match="is a FIFO", keep=[path]))
+    path = fifo("agent.npz")
+    cases.append(_cli("run", "--resume", path, "--episodes", "3", match="is a FIFO", keep=[path]))
+    out = os.path.join(d, "out")
+    os.makedirs(out)
+    os.mkfifo(os.path.join(out, "history.csv"))
+    cases.append(_cli("run", "--episodes", "3", "--eval-episodes", "0", "--out", out, match="is a FIFO",
+                      keep=[os.path.join(out, "history.csv")]))
+    ck = os.path.join(d, "ck")
+    shutil.copytree(os.path.join(tmp, "ck", "base"), ck)
+    os.unlink(os.path.join(ck, "history.csv"))
+    os.mkfifo(os.path.join(ck, "history.csv"))
+    cases.append(_cli(*RUN_CK, "--out", ck, "--resume", os.path.join(ck, "checkpoint.npz"), match="is a FIFO",
+                      keep=_folder_files(ck) + [os.path.join(ck, "history.csv")]))
+    cases.append(_cli("run", "--episodes", "3", "--eval-episodes", "0", "--out", ck, "--resume",
+                      os.path.join(ck, "agent.npz"), match="is a FIFO", keep=[os.path.join(ck, "history.csv")]))
+    for dev in ("/dev/zero", "/dev/urandom"):
+        if os.path.exists(dev):  # read only: never written
+            cases.append(_cli("env", "--graph", dev, match="is a device"))
+            cases.append(_cli("run", "--resume", dev, "--episodes", "3", match="is a device"))
+    good = os.path.join(d, "world.real.json")
+    gridworld(3, 3, n_colours=3).save(good)
+    link = os.path.join(d, "world.link.json")
+    os.symlink(good, link)
+    cases.append(_cli("env", "--graph", link, "--json", expect="ok",
+                      check=_json_check(lambda r: r["n_states"] == 9 or "bad n_states")))
+    # a sweep whose run file is a FIFO, and an executor checked when every run is done already
+    rep = os.path.join(d, "reproduce")
+    _hmmmerge("reproduce", "--quick", "--only", "true_sim", "--executor", "serial", "--out", rep, "--json")
+    runs = sorted(os.path.join(dp, f) for dp, _, fs in os.walk(os.path.join(rep, "runs")) for f in fs
+                  if f.endswith(".npz"))
+    done = os.path.join(d, "reproduce-done")
+    shutil.copytree(rep, done)
+    os.unlink(runs[0])
+    os.mkfifo(runs[0])
+    cases.append(_cli("reproduce", "--quick", "--only", "true_sim", "--executor", "serial", "--out", rep,
+                      match="is a FIFO", keep=[runs[0]]))
+    for spec in ("bogus", "local:²", "local:0", "tls://", "dask://host:99999"):
+        cases.append(_cli("reproduce", "--quick", "--only", "true_sim", "--executor", spec, "--out", done,
+                          match="executor"))
+    cases.append(_cli("reproduce", "--quick", "--only", "true_sim", "--executor", "serial", "--out", done, "--json",
+                      expect="ok"))
+    return cases
+
+
+def world_value_cases(tmp):
+    """World files with huge values, deep nesting or GraphML defaults; unsigned values through the API."""
+    d = os.path.join(tmp, "values")
+    os.makedirs(d)
+
+    def world(obs2, n_obs=None):
+        graph = {"start": 0} if n_obs is None else {"start": 0, "n_obs": n_obs}
+        return {"directed": True, "multigraph": True, "graph": graph,
+                "nodes": [{"id": 0, "obs": 0}, {"id": 1, "obs": 1}, {"id": 2, "obs": obs2}],
+                "edges": [{"source": u, "target": (u + 1) % 3, "action": 0} for u in range(3)]}
+
+    def put(name, text):
+        path = os.path.join(d, name)
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    graphml = ('<?xml version="1.0" encoding="utf-8"?>\n<graphml xmlns="http://graphml.graphdrawing.org/xmlns">\n'
+               '<key id="d0" for="node" attr.name="obs" attr.type="{type}">{default}</key>\n'
+               '<key id="d1" for="edge" attr.name="action" attr.type="int"><default>0</default></key>\n'
+               '<key id="d2" for="graph" attr.name="start" attr.type="string"/>\n'
+               '<graph edgedefault="directed"><data key="d2">0</data>\n'
+               '<node id="0"><data key="d0">0</data></node><node id="1"><data key="d0">{obs1}</data></node>'
+               '<node id="2"/>\n<edge source="0" target="1"/><edge source="1" target="2"/>'
+               '<edge source="2" target="0"/>\n</graph></graphml>\n')
+    cases = []
+    for label, obs in (("2**63", 2**63), ("2**64", 2**64), ("10**30", 10**30), ("-1", -1), ("2**31", 2**31)):
+        cases.append(_cli("env", "--graph", put(f"obs-{label}.json", json.dumps(world(obs))),
+                          match=f"obs={obs};"))
+    cases.append(_cli("env", "--graph", put("n_obs-10**30.json", json.dumps(world(2, n_obs=10**30))), match="n_obs="))
+    cases.append(_cli("env", "--graph", put("colour-10**30.json", json.dumps(world({str(10**30): 1.0}))),
+                      match="colour"))
+    for t in ("int", "long"):
+        cases.append(_cli("env", "--graph", put(f"23-digits-{t}.graphml", graphml.format(
+            type=t, default="<default>2</default>", obs1="12345678901234567890123")), match="12345678901234567890123"))
+    big = put("obs-10**8.json", json.dumps(world(10**8)))
+    for cmd in (["env"], ["run", "--episodes", "3"], ["evaluate", "--episodes", "3"],
+                ["baseline", "first-order", "--episodes", "3"]):
+        cases.append(_cli(*cmd, "--graph", big, match="100000001 observations"))
+    cases.append(_cli("env", "--graph", put("nested-100000.json", '{"nodes": ' + "[" * 100_000 + "]" * 100_000 + "}"),
+                      match="nested too deeply"))
+    cases.append(_cli("env", "--graph", put("nested-id.json", json.dumps(world(2)).replace('"id": 2', '"id": ' + "[" * 990 + "2" + "]" * 990)),
+                      expect="any"))
+    cases.append(_cli("env", "--graph", put("default.graphml", graphml.format(type="int", default="<default>2</default>",
+                                                                             obs1="1")), "--json", expect="ok",
+                      check=_json_check(lambda r: r["clones"] == {"0": 1, "1": 1, "2": 1} or f"clones {r['clones']}")))
+    cases.append(_cli("env", "--graph", put("no-default.graphml", graphml.format(type="int", default="", obs1="1")),
+                      match="node 2 has no 'obs'"))
+    cases.append(_api("Trajectories with a uint64 observation 2**63", """
+        from hmmmerge.trajectories import Trajectories
+        Trajectories(np.array([[0, 2**63]], dtype=np.uint64), [[-1, 0]])
+    """, match="9223372036854775808"))
+    cases.append(_api("Environment with a uint64 observation 2**63", """
+        import networkx as nx
+        from hmmmerge import Environment
+        g = nx.MultiDiGraph(); g.add_node(0, obs=np.uint64(2**63)); g.add_edge(0, 0, action=0)
+        Environment(g, start=0)
+    """, match="9223372036854775808"))
+    cases.append(_api("Environment.from_arrays with a uint64 observation 2**63", """
+        from hmmmerge import Environment
+        Environment.from_arrays([[0]], np.array([2**63], dtype=np.uint64))
+    """, match="9223372036854775808"))
+    return cases
+
+
+def gym_cases():
+    """``from_gymnasium`` sizes: refused up front (they hung or ran out of memory)."""
+    c = []
+    for label, call in (("agent_view_size=10001", "from_gymnasium('MiniGrid-Empty-5x5-v0', agent_view_size=10001)"),
+                        ("agent_view_size=10**9+1", "from_gymnasium('MiniGrid-Empty-5x5-v0', agent_view_size=10**9 + 1)"),
+                        ("agent_view_size=4", "from_gymnasium('MiniGrid-Empty-5x5-v0', agent_view_size=4)"),
+                        ("n_episodes=10**12", "from_gymnasium('FrozenLake-v1', n_episodes=10**12, episode_length=5)"),
+                        ("episode_length=10**12", "from_gymnasium('FrozenLake-v1', n_episodes=5, episode_length=10**12)"),
+                        ("n_episodes=-1", "from_gymnasium('FrozenLake-v1', n_episodes=-1)")):
+        c.append(_api(f"from_gymnasium {label}", f"from hmmmerge.gym_worlds import from_gymnasium\n{call}"))
+    c.append(_api("from_gymnasium agent_view_size=9 on a 5x5 grid (the largest it fills)", """
+        from hmmmerge.gym_worlds import from_gymnasium
+        print(json.dumps(from_gymnasium('MiniGrid-Empty-5x5-v0', agent_view_size=9).n_states))
+    """, expect="ok", check=_json_check(lambda r: r == 36 or f"{r} states")))
+    return c
+
+
+def recording_cases(tmp):
+    """Damaged recordings given to ``Recording.load``."""
+    d = os.path.join(tmp, "recordings")
+    os.makedirs(d)
+    good = os.path.join(d, "good.npz")
+    subprocess.run([sys.executable, "-c", "import sys\nfrom hmmmerge.gym_worlds import from_gymnasium\n"
+                    "from_gymnasium('FrozenLake-v1', n_episodes=6, episode_length=4, is_slippery=False).save(sys.argv[1])",
+                    good], check=True, capture_output=True, env=dict(os.environ, PYTHONPATH=ROOT), cwd=ROOT)
+    raw = open(good, "rb").read()
+    vocab = open(good + ".vocabulary.json").read()
+    with np.load(good, allow_pickle=False) as f:
+        arrays = {k: f[k] for k in f.files}
+    paths = {}
+
+    def put(name, data=None, vocabulary=vocab, **changes):
+        path = os.path.join(d, name + ".npz")
+        if data is None:
+            np.savez_compressed(path, **dict(arrays, **changes))
+        else:
+            with open(path, "wb") as f:
+                f.write(data)
+        with open(path + ".vocabulary.json", "w") as f:
+            f.write(vocabulary)
+        paths[name] = path
+
+    put("empty", b"")
+    for frac in (0.1, 0.5, 0.9):
+        put(f"truncated-{frac}", raw[: int(len(raw) * frac)])
+    rng = np.random.default_rng(2)
+    for i in range(20):
+        b = bytearray(raw)
+        for pos in rng.integers(0, len(b), size=int(rng.integers(1, 6))):
+            b[pos] ^= int(rng.integers(1, 256))
+        put(f"flipped-{i}", bytes(b))
+    put("nested-vocabulary", vocabulary='{"format": "hmmmerge.vocabulary", "version": 1, "observations": ['
+        + "[" * 100_000 + "]" * 100_000 + "]}")
+    put("empty-vocabulary", vocabulary="")
+    put("length-0-n_actions--3", obs=np.zeros((0, 5), np.int64), actions=np.full((0, 5), -1), n_actions=np.int64(-3))
+    put("n_actions--3", n_actions=np.int64(-3))
+    put("n_actions-vector", n_actions=np.arange(3))
+    put("dropped--1", dropped=np.int64(-1))
+    put("obs-float", obs=arrays["obs"] + 0.5)
+    put("obs-uint64-2**63", obs=np.full(arrays["obs"].shape, 2**63, dtype=np.uint64))
+    put("obs-outside-vocabulary", obs=arrays["obs"] + 100)
+    cases = []
+    for name, path in paths.items():
+        cases.append(_api(f"Recording.load of a recording: {name}", f"""
+            from hmmmerge.gym_worlds import Recording
+            Recording.load({path!r})
+        """, expect="any" if name.startswith("flipped") else "error"))
+    cases.append(_api("Recording.load of an intact recording", f"""
+        from hmmmerge.gym_worlds import Recording
+        print(json.dumps(Recording.load({good!r}).trajectories.obs.shape))
+    """, expect="ok", check=_json_check(lambda r: r == [6, 5] or f"shape {r}")))
+    return cases
+
+
+def cli_option_cases(tmp):
+    """Options that gave tracebacks or were silently ignored."""
+    c = [_cli("reproduce", "--quick", "--only", "true_sim", "--executor", "tls://127.0.0.1:1", "--out",
+              os.path.join(tmp, "tls"), match="tls://127.0.0.1:1"),
+         _cli("reproduce", "--quick", "--only", "true_sim", "--executor", "local:²", "--out", os.path.join(tmp, "sq"),
+              match="digits 0-9"),
+         _cli("evaluate", "--draw-factor-graph", "", match="--draw-factor-graph"),
+         _cli("env", "--graph", "", match="--graph"), _cli("env", "--plot", "", match="--plot"),
+         _cli("run", "--out", "", match="--out"), _cli("run", "--resume", "", match="--resume"),
+         _cli("demo", "--executor", "bogus", "--out", os.path.join(tmp, "demo-bogus"), match="executor"),
+         _cli("demo", "--colouring", str(2**70), "--episodes", "2", "--no-em", "--executor", "serial", "--json",
+              "--out", os.path.join(tmp, "demo-2-70"), expect="ok",
+              check=_json_check(lambda r: len(r["table"]) >= 4 or "no table"))]
+    c.append(_api("TwoLevelMemory.partial_fit of 0 episodes (a no-op)", """
+        from hmmmerge.agent import TwoLevelMemory
+        from hmmmerge.rollouts import Trajectories
+        empty = Trajectories(np.zeros((0, 5), dtype=np.int64), np.full((0, 5), -1, dtype=np.int64))
+        print(json.dumps(TwoLevelMemory(10, 4).partial_fit(empty).episodes_))
+    """, expect="ok", check=_json_check(lambda r: r == 0 or f"{r} episodes")))
     return c
 
 
@@ -524,12 +875,25 @@ def main(argv=None) -> int:
     p.add_argument("--skip", action="append", default=[], metavar="TEXT",
                    help="leave out cases whose name contains TEXT (e.g. 'local:100000' when auditing old code "
                         "that would fork that many workers)")
+    p.add_argument("--groups", metavar="G,G", help="only these groups of cases (default: all; names in main)")
     args = p.parse_args(argv)
     tmp = tempfile.mkdtemp(prefix="hmmmerge-audit-")
     try:
         specials = make_specials(tmp)
-        cases = (size_cases(tmp) + write_cases(tmp, specials) + agent_cases(tmp) + env_file_cases(tmp)
-                 + api_cases())
+        groups = {"sizes": lambda: size_cases(tmp), "writes": lambda: write_cases(tmp, specials),
+                  "agent-files": lambda: agent_cases(tmp), "env-files": lambda: env_file_cases(tmp),
+                  "api": api_cases,
+                  # issue 25: checkpoints, non-regular inputs, world values, Gymnasium, recordings, options
+                  "checkpoints": lambda: checkpoint_cases(tmp), "non-regular": lambda: nonregular_input_cases(tmp),
+                  "world-values": lambda: world_value_cases(tmp), "gym": gym_cases,
+                  "recordings": lambda: recording_cases(tmp), "options": lambda: cli_option_cases(tmp)}
+        chosen = args.groups.split(",") if args.groups else list(groups)
+        unknown = sorted(set(chosen) - set(groups))
+        if unknown:
+            p.error(f"--groups: unknown {unknown}; choose from {list(groups)}")
+        if "non-regular" in chosen and "checkpoints" not in chosen:
+            chosen.insert(0, "checkpoints")  # the non-regular cases reuse the checkpointed run
+        cases = [case for g in chosen for case in groups[g]()]
         cases = [c for c in cases if not any(text in c["name"] for text in args.skip)]
         cap = int(args.cap_gib * (1 << 30))
         start = time.perf_counter()
@@ -543,7 +907,7 @@ def main(argv=None) -> int:
         wall = time.perf_counter() - start
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    counts = {k: 0 for k in ("clean", "signal", "hang", "wrong", "traceback")}
+    counts = {k: 0 for k in ("clean", "signal", "hang", "wrong", "traceback", "lost")}
     for case, (outcome, detail) in zip(cases, outcomes):
         counts[outcome] += 1
         if outcome != "clean":
@@ -551,7 +915,7 @@ def main(argv=None) -> int:
     n = len(cases)
     print(f"\n{n} hostile inputs, {wall:.0f} s: clean {counts['clean']} ({100 * counts['clean'] / n:.1f}%), "
           f"signals {counts['signal']}, hangs {counts['hang']}, silently wrong {counts['wrong']}, "
-          f"tracebacks / other {counts['traceback']}")
+          f"tracebacks / other {counts['traceback']}, files shortened or lost {counts['lost']}")
     print(f"non-regular files replaced: {len(replaced)} of {len(specials)} checked"
           + ("" if not replaced else " (" + "; ".join(replaced) + ")"))
     print(f"workers outliving a killed sweep: {alive} of {seen}")

@@ -27,7 +27,7 @@ import os
 
 import numpy as np
 
-from ._io import atomic_savez
+from ._io import atomic_savez, open_regular
 
 FORMAT = "hmmmerge.TwoLevelMemory"
 VERSION = 1
@@ -81,17 +81,16 @@ def read_agent_file(path, history_keys=(), check_params=None) -> tuple[dict, dic
     src = os.fspath(path)
     if os.path.isdir(src):
         raise AgentFileError(f"{src}: is a folder, not an agent file")
-    with open(src, "rb") as f:
-        magic = f.read(4)
-    if magic[:2] != b"PK":  # numpy would take any other file for a pickle and advise allow_pickle
-        raise AgentFileError(f"{src}: not an agent file (not an .npz archive)")
-    try:
-        with np.load(src, allow_pickle=False) as f:
-            data = {k: f[k] for k in f.files}
-    except FileNotFoundError:
-        raise
-    except Exception as e:  # zip, CRC, zlib, header and pickle errors of a damaged or foreign file
-        raise AgentFileError(f"{src}: not an agent file (unreadable .npz: {type(e).__name__}: {e})") from None
+    with open_regular(src, "rb", what="agent file") as raw:
+        magic = raw.read(4)
+        if magic[:2] != b"PK":  # numpy would take any other file for a pickle and advise allow_pickle
+            raise AgentFileError(f"{src}: not an agent file (not an .npz archive)")
+        raw.seek(0)
+        try:
+            with np.load(raw, allow_pickle=False) as f:
+                data = {k: f[k] for k in f.files}
+        except Exception as e:  # zip, CRC, zlib, header and pickle errors of a damaged or foreign file
+            raise AgentFileError(f"{src}: not an agent file (unreadable .npz: {type(e).__name__}: {e})") from None
     if not isinstance(data, dict) or "meta" not in data:
         raise AgentFileError(f"{src}: not an agent file (no 'meta')")
     try:
@@ -208,6 +207,8 @@ def validate_agent_arrays(data: dict, meta: dict, history_keys=(), check_params=
     # counters and state
     for key in _COUNTERS:
         _int_field(meta, key, 0)
+    if "popped" in meta:  # episodes whose history was handed out (streamed to a file); older files lack it
+        _int_field(meta, "popped", 0, meta["episodes"] + 1)
     if not isinstance(meta.get("sleep_pending"), bool):
         raise AgentFileError(f"meta 'sleep_pending' is {meta.get('sleep_pending')!r}, expected true or false")
     purity = meta.get("purity")

@@ -1,4 +1,10 @@
-"""Atomic file writing: a result is either whole on disk or absent.
+"""File access: only regular files are read or written; a result is either whole on disk or absent.
+
+Every file the toolkit reads or appends to is opened by :func:`open_regular`,
+which refuses -- with one ``ValueError`` line, without blocking and without
+opening them -- a folder, a FIFO, a device or a socket (a symbolic link to a
+regular file is followed, as ``open`` does); every file it writes whole goes
+through :func:`atomic_write_bytes`.
 
 Rules of :func:`atomic_write_bytes`, the one writer every save goes through:
 
@@ -26,6 +32,82 @@ import numpy as np
 _TMP = ".tmp-"
 
 
+def file_kind(mode: int) -> str:
+    """The kind of file of an ``st_mode``: ``"regular file"``, ``"folder"``, ``"FIFO"``, ``"device"``, ...
+
+    >>> file_kind(os.stat(".").st_mode)
+    'folder'
+    """
+    return ("regular file" if stat.S_ISREG(mode) else "folder" if stat.S_ISDIR(mode)
+            else "device" if stat.S_ISBLK(mode) or stat.S_ISCHR(mode) else "FIFO" if stat.S_ISFIFO(mode)
+            else "socket" if stat.S_ISSOCK(mode) else "special file")
+
+
+def check_regular_file(path, what: str = "file") -> str:
+    """``path`` (as text) if it names an existing regular file (through symbolic links), else an error.
+
+    A missing path raises ``FileNotFoundError``; a folder, FIFO, device or
+    socket a ``ValueError`` naming the path and its kind.  Nothing is opened.
+
+    >>> check_regular_file("/dev/null", "world file")
+    Traceback (most recent call last):
+    ...
+    ValueError: /dev/null is a device, not a regular file: cannot read it as a world file
+    """
+    path = os.fspath(path)
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: no such file") from None
+    except NotADirectoryError:
+        raise ValueError(f"{path}: a parent of this path is not a folder") from None
+    if not stat.S_ISREG(mode):
+        raise ValueError(f"{path} is a {file_kind(mode)}, not a regular file: cannot read it as a {what}")
+    return path
+
+
+def open_regular(path, mode: str = "rb", what: str = "file", **kw):
+    """``open(path, mode)`` for a regular file only (see :func:`check_regular_file`); never blocks.
+
+    ``mode`` is a read mode (``"r"``, ``"rb"``) or an append mode (``"a"``,
+    ``"ab"``: a missing file is created).  The path is checked before it is
+    opened, and the opened file again (non-blocking), so that a FIFO or device
+    put in its place meanwhile is refused too.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     fifo = os.path.join(d, "fifo"); os.mkfifo(fifo)
+    ...     open_regular(fifo, what="world file")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: .../fifo is a FIFO, not a regular file: cannot read it as a world file
+    """
+    path = os.fspath(path)
+    if mode.strip("bt") not in ("r", "a"):
+        raise ValueError(f"open_regular reads or appends, mode {mode!r} is neither")
+    append = mode.startswith("a")
+    verb = "append to" if append else "read"
+    try:
+        check_regular_file(path, what)
+    except FileNotFoundError:
+        if not append:
+            raise
+    except ValueError as e:
+        raise ValueError(str(e).replace("cannot read it", f"cannot {verb} it")) from None
+    flags = (os.O_WRONLY | os.O_APPEND | os.O_CREAT if append else os.O_RDONLY) | getattr(os, "O_NONBLOCK", 0)
+    fd = os.open(path, flags | getattr(os, "O_CLOEXEC", 0), 0o666)
+    try:
+        st_mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(st_mode):
+            raise ValueError(f"{path} is a {file_kind(st_mode)}, not a regular file: cannot {verb} it as a {what}")
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, mode, **kw)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def _target(path: str) -> str:
     """The path to replace: ``path`` itself, or the final target of a symbolic link; checked."""
     real = os.path.realpath(path) if os.path.islink(path) else path
@@ -36,10 +118,8 @@ def _target(path: str) -> str:
     except NotADirectoryError:
         raise ValueError(f"{path}: a parent of this path is not a folder") from None
     if not stat.S_ISREG(mode):
-        kind = ("folder" if stat.S_ISDIR(mode) else "device" if stat.S_ISBLK(mode) or stat.S_ISCHR(mode)
-                else "FIFO" if stat.S_ISFIFO(mode) else "socket" if stat.S_ISSOCK(mode) else "special file")
         via = f" (the target of the link {path})" if real != path else ""
-        raise ValueError(f"{real}{via} is a {kind}: only regular files or new paths are written")
+        raise ValueError(f"{real}{via} is a {file_kind(mode)}: only regular files or new paths are written")
     return real
 
 

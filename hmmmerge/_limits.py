@@ -20,7 +20,9 @@ __all__ = ["SizeLimitError", "memory_budget", "check_memory", "check_count", "no
 #: stated bounds of counts that cost time rather than memory
 COUNT_LIMITS = {"merge_iterations": 10_000, "seeds": 10_000, "em_iterations": 100_000, "world_states": 250_000,
                 # edges followed by markov_radii, about 10^8 a second: a few seconds
-                "radius_work": 500_000_000}
+                "radius_work": 500_000_000,
+                # cells of the MiniGrid views from_gymnasium renders, about 1-2 us each in MiniGrid: a minute
+                "view_cells": 30_000_000}
 
 _enforced = [True]
 

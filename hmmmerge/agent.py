@@ -508,7 +508,9 @@ class TwoLevelMemory(Estimator):
     def fit(self, traj, progress: bool = False) -> "TwoLevelMemory":
         """Start afresh and live through the episodes of ``traj`` in order.
 
-        Equivalent to discarding all learned state and calling :meth:`partial_fit`.
+        Equivalent to discarding all learned state and calling :meth:`partial_fit`;
+        ``traj`` must hold at least one episode (like every estimator's ``fit``;
+        :meth:`partial_fit` of no episodes is a no-op).
 
         >>> from hmmmerge import gridworld, random_walk
         >>> traj = random_walk(gridworld(), 3, 10, seed=0)
@@ -516,6 +518,11 @@ class TwoLevelMemory(Estimator):
         >>> agent.episodes_, agent.steps_
         (3, 33)
         """
+        if not isinstance(traj, Trajectories):
+            traj = as_trajectories(traj)
+        if traj.n_episodes == 0:
+            raise ValueError("fit got no episodes: it starts afresh and would learn nothing "
+                             "(partial_fit of no episodes leaves a trained agent as it is)")
         self._start()
         return self.partial_fit(traj, progress=progress)
 

@@ -20,6 +20,10 @@ COMMANDS = ["env", "run", "evaluate", "baseline", "plan", "demo", "reproduce"]
 LAZY_NUMBA_COMMANDS = {"run"}
 
 
+#: options naming a file or a folder (their ``dest``): an empty value is refused rather than read as "none"
+PATH_OPTIONS = ("graph", "plot", "out", "resume", "draw_factor_graph")
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, exit code 2, no usage dump
         self.exit(2, f"{self.prog}: error: {message}\n")
@@ -120,6 +124,9 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser([argv[0]] if argv and argv[0] in COMMANDS else [])
     args = parser.parse_args(argv)
+    for dest in PATH_OPTIONS:
+        if getattr(args, dest, None) == "":
+            parser.error(f"argument --{dest.replace('_', '-')}: needs a path, got an empty one")
     if not argv_given and args.command in LAZY_NUMBA_COMMANDS:
         from ._numba_cache import load_cached_kernels_lazily
 

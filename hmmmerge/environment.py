@@ -52,6 +52,10 @@ __all__ = ["Environment", "NoStartWarning", "PROB_ATOL", "Transitions", "match_n
 PROB_ATOL = 1e-6
 """Tolerance on the sum of the probabilities of one (node, action) or one node's observation: |sum - 1| <= 1e-6."""
 
+MAX_N_OBS = 2**31 - 1
+"""The largest alphabet (``n_obs``) a world may have: observations are integers in ``0..MAX_N_OBS - 1`` (agent
+files hold alphabets below 2**31); larger values are refused before anything is allocated."""
+
 
 def _is_int(x) -> bool:
     return isinstance(x, Integral) and not isinstance(x, bool)
@@ -142,8 +146,10 @@ class Environment:
             if isinstance(o, str):  # a GraphML file stores a distribution as JSON text (a plain colour too, then)
                 o = _parse_obs_text(o, node)
             if _is_int(o):
-                if o < 0:
-                    raise ValueError(f"node {node!r} has obs={o!r}; observations must be integers >= 0")
+                o = int(o)  # a numpy unsigned value keeps its sign
+                if not 0 <= o < MAX_N_OBS:
+                    raise ValueError(f"node {node!r} has obs={o!r}; observations must be integers in "
+                                     f"0..{MAX_N_OBS - 1}")
                 obs[i] = o
                 continue
             colours, probs = _obs_distribution(o, node)
@@ -173,8 +179,8 @@ class Environment:
             max_obs = max(max_obs, int(colours[-1]) + 1)
         if n_obs is None:
             n_obs = graph.graph.get("n_obs", max_obs)
-        if not _is_int(n_obs) or n_obs < max_obs:
-            raise ValueError(f"n_obs={n_obs!r} must be an integer >= max(obs) + 1 = {max_obs}")
+        if not _is_int(n_obs) or not max_obs <= n_obs <= MAX_N_OBS:
+            raise ValueError(f"n_obs={n_obs!r} must be an integer >= max(obs) + 1 = {max_obs} and <= {MAX_N_OBS}")
         noise = _check_noise(graph.graph.get("obs_noise", 0.0) if obs_noise is None else obs_noise, "obs_noise")
 
         start_index = _resolve_start(start, graph.graph.get("start"), nodes, index)
@@ -777,10 +783,12 @@ def _obs_distribution(value, node) -> tuple[np.ndarray, np.ndarray]:
         for c, q in value.items():
             if isinstance(c, str) and c.strip().lstrip("-").isdigit():
                 c = int(c)
-            if not _is_int(c) or c < 0:
-                raise ValueError(f"{what}; colour {c!r} is not an integer >= 0")
+            if not _is_int(c) or not 0 <= c < MAX_N_OBS:
+                raise ValueError(f"{what}; colour {c!r} is not an integer in 0..{MAX_N_OBS - 1}")
             items.append((int(c), q))
     elif isinstance(value, (list, tuple, np.ndarray)) and np.ndim(value) == 1:
+        if len(value) > MAX_N_OBS:
+            raise ValueError(f"node {node!r} has an obs distribution over {len(value)} colours, more than {MAX_N_OBS}")
         items = list(enumerate(np.asarray(value).tolist() if isinstance(value, np.ndarray) else value))
     else:
         raise ValueError(f"{what}; observations must be integers >= 0 or a distribution {{colour: probability}}")

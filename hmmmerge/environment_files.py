@@ -45,7 +45,7 @@ import xml.etree.ElementTree as ET
 import networkx as nx
 import numpy as np
 
-from ._io import atomic_write_bytes, atomic_write_text
+from ._io import atomic_write_bytes, atomic_write_text, open_regular
 from .environment import Environment, NoStartWarning, _parse_label, _to_label
 
 __all__ = ["FORMATS", "file_format", "load", "save", "to_json_dict", "from_json_dict"]
@@ -162,14 +162,17 @@ def load(path, format: str | None = None, start=None) -> Environment:
     (1, [[1, 0]])
     """
     path = os.fspath(path)
-    if file_format(path, format) == "graphml":
-        return _load_graphml(path, start)
     try:
-        with open(path, encoding="utf-8") as f:
-            payload = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path}: not valid JSON ({e})") from None
-    return from_json_dict(payload, source=path, start=start)
+        if file_format(path, format) == "graphml":
+            return _load_graphml(path, start)
+        try:
+            with open_regular(path, "r", what="world file", encoding="utf-8") as f:
+                payload = json.load(f)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ValueError(f"{path}: not valid JSON ({e})") from None
+        return from_json_dict(payload, source=path, start=start)
+    except RecursionError:  # JSON arrays or objects nested thousands deep
+        raise ValueError(f"{path}: nested too deeply to be a world file") from None
 
 
 def from_json_dict(payload, source: str = "<dict>", start=None) -> Environment:
@@ -243,9 +246,9 @@ def from_json_dict(payload, source: str = "<dict>", start=None) -> Environment:
 
 
 def _load_graphml(path: str, start) -> Environment:
+    with open_regular(path, "rb", what="world file") as f:
+        raw = f.read()
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
         _check_distinct_graphml_ids(raw, path)
         g = nx.read_graphml(io.BytesIO(raw), force_multigraph=True)
     except (ET.ParseError, nx.NetworkXError, KeyError, ValueError, TypeError, IndexError) as e:
@@ -255,9 +258,26 @@ def _load_graphml(path: str, start) -> Environment:
     if not g.is_directed():
         raise ValueError(f"{path}: GraphML graph is undirected; environments need directed edges")
     g = _restore_graphml_ids(nx.MultiDiGraph(g))
-    for key in ("node_default", "edge_default"):
-        g.graph.pop(key, None)
+    _apply_graphml_defaults(g)
     return _build(g, path, start, g.graph.pop("n_obs", None))
+
+
+def _apply_graphml_defaults(g: nx.MultiDiGraph) -> None:
+    """GraphML's ``<default>`` of a ``<key>`` is the value of every node (edge) without that data: networkx
+    keeps the defaults in ``graph["node_default"]`` / ``["edge_default"]``; give them to the nodes and edges.
+
+    >>> g = nx.MultiDiGraph(node_default={"obs": 2}, edge_default={}); g.add_node("a"); g.add_node("b", obs=0)
+    >>> _apply_graphml_defaults(g); dict(g.nodes(data="obs")), g.graph
+    ({'a': 2, 'b': 0}, {})
+    """
+    node_default = g.graph.pop("node_default", None) or {}
+    edge_default = g.graph.pop("edge_default", None) or {}
+    for attrs, defaults in ((d for _, d in g.nodes(data=True)), node_default), \
+                           ((d for *_, d in g.edges(keys=True, data=True)), edge_default):
+        if defaults:
+            for data in attrs:
+                for key, value in defaults.items():
+                    data.setdefault(key, value)
 
 
 def _check_distinct_graphml_ids(raw: bytes, path: str) -> None:

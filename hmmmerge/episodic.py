@@ -352,5 +352,7 @@ class EpisodicMemory:
         >>> back.next_state.tolist(), back.observe(0, 0)   # continues the episode: 1 -> new state 2
         ([[1, -1]], 2)
         """
-        with np.load(path, allow_pickle=False) as d:
+        from ._io import open_regular
+
+        with open_regular(path, "rb", what="level-1 memory file") as raw, np.load(raw, allow_pickle=False) as d:
             return cls.from_state_dict(dict(d), source=str(path))

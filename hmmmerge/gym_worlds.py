@@ -42,7 +42,8 @@ from numbers import Integral
 import networkx as nx
 import numpy as np
 
-from ._io import atomic_write_text
+from ._io import atomic_write_text, open_regular
+from ._limits import check_count, check_memory
 from ._random import as_generator
 from .environment import Environment
 from .trajectories import Trajectories
@@ -158,18 +159,20 @@ class ObservationVocabulary:
         """
         path = os.fspath(path)
         try:
-            with open(path, encoding="utf-8") as f:
+            with open_regular(path, "r", what="vocabulary file", encoding="utf-8") as f:
                 payload = json.load(f)
+            if not isinstance(payload, dict) or payload.get("format") != cls.FORMAT or payload.get("version") != 1:
+                raise ValueError(f"{path}: not an observation vocabulary (format {cls.FORMAT!r}, version 1)")
+            if not isinstance(payload.get("observations"), list):
+                raise ValueError(f"{path}: 'observations' must be a list")
+            vocab = cls()
+            for k, obs in enumerate(payload["observations"]):
+                if vocab.add(obs) != k:
+                    raise ValueError(f"{path}: observations[{k}] repeats an earlier observation")
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise ValueError(f"{path}: not valid JSON ({e})") from None
-        if not isinstance(payload, dict) or payload.get("format") != cls.FORMAT or payload.get("version") != 1:
-            raise ValueError(f"{path}: not an observation vocabulary (format {cls.FORMAT!r}, version 1)")
-        if not isinstance(payload.get("observations"), list):
-            raise ValueError(f"{path}: 'observations' must be a list")
-        vocab = cls()
-        for k, obs in enumerate(payload["observations"]):
-            if vocab.add(obs) != k:
-                raise ValueError(f"{path}: observations[{k}] repeats an earlier observation")
+        except RecursionError:  # lists nested thousands deep
+            raise ValueError(f"{path}: observations nested too deeply") from None
         return vocab
 
 
@@ -211,19 +214,36 @@ class Recording:
         ([[0], [0]], 4, [0])
         """
         path = os.fspath(path)
+        with open_regular(path, "rb", what="recording") as raw:
+            try:
+                with np.load(raw, allow_pickle=False) as data:
+                    arrays = {k: data[k] for k in ("obs", "actions", "n_actions", "dropped")}
+            except KeyError as e:
+                raise ValueError(f"{path}: not a recording (no array {e})") from None
+            except Exception as e:  # zip, CRC, zlib, header errors of a truncated, damaged or foreign file
+                raise ValueError(f"{path}: not a recording ({type(e).__name__}: {e})") from None
+        counts = {}
+        for key, low in (("n_actions", 1), ("dropped", 0)):
+            a = arrays[key]
+            if a.shape != () or a.dtype.kind not in "iu" or not low <= int(a) < 2**31:
+                raise ValueError(f"{path}: {key} is {a.tolist()!r}, expected an integer in {low}..{2**31 - 1}")
+            counts[key] = int(a)
+        obs, actions = arrays["obs"], arrays["actions"]
+        for key, a in (("obs", obs), ("actions", actions)):
+            if a.ndim != 2 or (a.size and a.dtype.kind not in "iu"):
+                raise ValueError(f"{path}: {key} must be a 2-D integer array, got {a.dtype} of shape {a.shape}")
         try:
-            with np.load(path, allow_pickle=False) as data:
-                obs, actions = data["obs"], data["actions"]
-                n_actions, dropped = int(data["n_actions"]), int(data["dropped"])
-        except (OSError, KeyError, ValueError) as e:
-            raise ValueError(f"{path}: not a recording ({e})") from None
+            traj = Trajectories(obs=obs, actions=actions)
+        except ValueError as e:
+            raise ValueError(f"{path}: {e}") from None
         vocab = ObservationVocabulary.load(path + ".vocabulary.json")
-        traj = Trajectories(obs=obs, actions=actions)
         if traj.obs.size and traj.obs.max() >= len(vocab):
-            raise ValueError(f"{path}: observation id {int(traj.obs.max())} is not in the vocabulary")
-        if traj.episode_length and traj.actions[:, 1:].max() >= n_actions:
+            raise ValueError(f"{path}: observation id {int(traj.obs.max())} is not in the vocabulary "
+                             f"of {len(vocab)} observations")
+        n_actions = counts["n_actions"]
+        if traj.episode_length and traj.n_episodes and traj.actions[:, 1:].max() >= n_actions:
             raise ValueError(f"{path}: an action is >= n_actions = {n_actions}")
-        return cls(traj, vocab, n_actions, dropped)
+        return cls(traj, vocab, n_actions, counts["dropped"])
 
 
 def score_recording(model, trajectories: Trajectories, **kwargs) -> dict:
@@ -305,12 +325,14 @@ def _minigrid_world(env, seed: int, agent_view_size, return_vocabulary: bool):
             f"{type(env.unwrapped).__name__} is not a MiniGrid environment: only MiniGrid layouts can be enumerated; "
             "pass n_episodes=... to record trajectories instead"
         )
+    if agent_view_size is not None:
+        if not _is_count(agent_view_size, 3) or agent_view_size % 2 == 0:
+            raise ValueError(f"agent_view_size must be an odd integer >= 3, got {agent_view_size!r}")
+        _check_view_size(int(agent_view_size), env.unwrapped.width, env.unwrapped.height)
     env = copy.deepcopy(env)
     env.reset(seed=seed)
     grid_env = env.unwrapped
     if agent_view_size is not None:
-        if not _is_count(agent_view_size, 3) or agent_view_size % 2 == 0:
-            raise ValueError(f"agent_view_size must be an odd integer >= 3, got {agent_view_size!r}")
         grid_env.agent_view_size = int(agent_view_size)
     grid = grid_env.grid
     for x in range(grid.width):
@@ -326,6 +348,12 @@ def _minigrid_world(env, seed: int, agent_view_size, return_vocabulary: bool):
         return cell is None or cell.can_overlap()
 
     states = [(x, y, d) for y in range(grid.height) for x in range(grid.width) if standable(x, y) for d in range(4)]
+    view = int(grid_env.agent_view_size)
+    check_count(f"a MiniGrid world of {grid.width}x{grid.height} cells: states", len(states), "world_states")
+    check_count(f"the views of {len(states)} states x {view}x{view} cells (agent_view_size {view})",
+                len(states) * view * view, "view_cells")
+    check_memory(f"the views of {len(states)} states x {view}x{view} cells (agent_view_size {view})",
+                 len(states) * (3 * view * view + 200))
     vocab = ObservationVocabulary()
     g = nx.MultiDiGraph(name=f"MiniGrid {env.spec.id if env.spec else type(grid_env).__name__} (seed {seed})")
     try:
@@ -345,6 +373,23 @@ def _minigrid_world(env, seed: int, agent_view_size, return_vocabulary: bool):
     return (world, vocab) if return_vocabulary else world
 
 
+def _check_view_size(view: int, width: int, height: int) -> None:
+    """Refuse a view larger than the grid can fill: from any cell, a view of ``2 * max(width, height) - 1``
+    cells (MiniGrid's view runs ``view - 1`` cells ahead and ``(view - 1) / 2`` to each side) already
+    covers the whole grid, and a larger one adds only cells outside it.
+
+    >>> _check_view_size(9, 5, 5)
+    >>> _check_view_size(10001, 5, 5)
+    Traceback (most recent call last):
+    ...
+    ValueError: agent_view_size 10001 is larger than a 5x5 grid can fill: at most 9 (a view of 9 cells covers the whole grid from every cell)
+    """
+    most = 2 * max(width, height) - 1
+    if view > most:
+        raise ValueError(f"agent_view_size {view} is larger than a {width}x{height} grid can fill: at most {most} "
+                         f"(a view of {most} cells covers the whole grid from every cell)")
+
+
 # ---------------------------------------------------------------------------- recording
 def _record(env, n_episodes, episode_length, policy, seed: int) -> Recording:
     gym = _require_gym()
@@ -352,6 +397,9 @@ def _record(env, n_episodes, episode_length, policy, seed: int) -> Recording:
         raise ValueError(f"n_episodes must be an integer >= 1, got {n_episodes!r}")
     if not _is_count(episode_length, 0):
         raise ValueError(f"episode_length must be an integer >= 0, got {episode_length!r}")
+    # observations and actions (int64), as random_walk bounds its walks
+    check_memory(f"a recording of {n_episodes} episodes x {episode_length} moves",
+                 16 * int(n_episodes) * (int(episode_length) + 1))
     space = env.action_space
     if not isinstance(space, gym.spaces.Discrete):
         raise ValueError(f"the action space must be Discrete, got {space}")

@@ -56,9 +56,11 @@ def random_walk(
         raise TypeError(f"env must be an Environment, got {type(env).__name__}")
     check_int(n_episodes, "n_episodes", low=1)
     check_int(episode_length, "episode_length", low=0)
-    # states, actions and observations (int64), the draws and their temporaries
+    # states, actions and observations (int64), the draws and their temporaries (a stochastic world draws
+    # the outcome of each move and each view as well)
+    per_step = 48 if env.is_deterministic else 80
     check_memory(f"a random walk of {n_episodes} episodes x {episode_length} moves",
-                 48 * int(n_episodes) * (int(episode_length) + 1))
+                 per_step * int(n_episodes) * (int(episode_length) + 1))
     rng = as_generator(seed)
     n_actions = env.n_actions
     if policy is None:

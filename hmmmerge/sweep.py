@@ -58,7 +58,7 @@ from numbers import Integral, Real
 
 import numpy as np
 
-from ._io import atomic_savez
+from ._io import atomic_savez, open_regular
 
 __all__ = [
     "Sweep",
@@ -67,6 +67,7 @@ __all__ = [
     "CorruptResult",
     "grid",
     "make_executor",
+    "check_executor",
     "max_local_workers",
     "read_result",
     "run_sweeps",
@@ -237,13 +238,12 @@ def read_result(path, function_name: str | None = None, config: dict | None = No
     ``"_meta"`` (the metadata dict).
     """
     path = os.fspath(path)
-    try:
-        with np.load(path, allow_pickle=False) as f:
-            data = {k: f[k] for k in f.files}
-    except FileNotFoundError:
-        raise
-    except Exception as e:  # zip / CRC / header errors of a damaged file
-        raise CorruptResult(f"{path}: unreadable ({type(e).__name__}: {e})") from None
+    with open_regular(path, "rb", what="result file") as raw:  # a FIFO or device: ValueError, not redone
+        try:
+            with np.load(raw, allow_pickle=False) as f:
+                data = {k: f[k] for k in f.files}
+        except Exception as e:  # zip / CRC / header errors of a damaged file
+            raise CorruptResult(f"{path}: unreadable ({type(e).__name__}: {e})") from None
     try:
         meta = json.loads(str(data.pop(_META)))
         keys, checksum = meta["keys"], meta["checksum"]
@@ -332,6 +332,50 @@ def _n_workers(spec: str, requested: int | None, n_tasks: int | None) -> int:
     return n
 
 
+def check_executor(spec, max_workers: int | None = None) -> tuple:
+    """Check an executor ``spec`` of :func:`make_executor` without starting anything; returns ``(kind, workers)``.
+
+    ``kind`` is ``"local"``, ``"threads"``, ``"serial"``, ``"dask"`` (also for
+    ``tcp://`` and ``tls://`` addresses) or ``"executor"`` (an instance);
+    ``workers`` the number asked for (``None``: the default).  Commands call it
+    first, so that a bad spec is refused even when nothing needs computing.
+
+    >>> check_executor("local:3"), check_executor("dask://localhost:8786")
+    (('local', 3), ('dask', None))
+    >>> check_executor("local:\u00b2")
+    Traceback (most recent call last):
+    ...
+    ValueError: executor 'local:²': the number of workers must be a positive integer written in digits 0-9, got '²'
+    """
+    if isinstance(spec, cf.Executor):
+        return "executor", None
+    if not isinstance(spec, str):
+        raise TypeError(f"executor must be a string or a concurrent.futures.Executor, got {type(spec).__name__}")
+    kind, _, arg = spec.partition(":")
+    if kind in ("dask", "tcp", "tls"):
+        host, _, port = arg.removeprefix("//").rpartition(":")
+        if not arg.startswith("//") or not host or not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
+            raise ValueError(f"executor {spec!r}: a dask scheduler is written {kind}://HOST:PORT (a port 1..65535)")
+        import importlib.util
+
+        if importlib.util.find_spec("distributed") is None:
+            raise ValueError(f"executor {spec!r} needs dask.distributed: pip install 'hmmmerge[dask]'")
+        return "dask", None
+    if kind not in ("local", "threads", "serial"):
+        raise ValueError(f"executor must be local[:N], threads[:N], serial or dask://HOST:PORT, got {spec!r}")
+    if max_workers is not None and (isinstance(max_workers, bool) or not isinstance(max_workers, Integral)
+                                    or max_workers < 1):
+        raise ValueError(f"max_workers must be a positive integer, got {max_workers!r}")
+    if arg:
+        if not (arg.isascii() and arg.isdigit()) or int(arg) < 1:
+            raise ValueError(f"executor {spec!r}: the number of workers must be a positive integer written in "
+                             f"digits 0-9, got {arg!r}")
+        max_workers = int(arg)
+    if kind != "serial":
+        _n_workers(spec, max_workers, None)  # over the cap: refused here too
+    return kind, max_workers
+
+
 @contextlib.contextmanager
 def make_executor(spec="local", max_workers: int | None = None, n_tasks: int | None = None):
     """A context manager yielding a ``concurrent.futures.Executor`` for ``spec``.
@@ -357,28 +401,25 @@ def make_executor(spec="local", max_workers: int | None = None, n_tasks: int | N
     if isinstance(spec, cf.Executor):
         yield spec
         return
-    if not isinstance(spec, str):
-        raise TypeError(f"executor must be a string or a concurrent.futures.Executor, got {type(spec).__name__}")
-    kind, _, arg = spec.partition(":")
-    if kind in ("dask", "tcp", "tls") and arg.startswith("//"):
+    kind, workers = check_executor(spec, max_workers)
+    if kind == "dask":
         from distributed import Client  # optional extra: pip install hmmmerge[dask]
 
-        address = ("tcp:" if kind == "dask" else kind + ":") + arg
-        client = Client(address, timeout="20s")
+        scheme, _, rest = spec.partition(":")
+        address = ("tcp:" if scheme == "dask" else scheme + ":") + rest
+        try:
+            client = Client(address, timeout="20s")
+        except (OSError, TimeoutError) as e:
+            raise OSError(f"executor {spec!r}: cannot reach the dask scheduler ({e})") from None
+        except Exception as e:  # e.g. tls:// without a TLS configuration (a TypeError from distributed)
+            raise ValueError(f"executor {spec!r}: cannot connect ({type(e).__name__}: {' '.join(str(e).split())})"
+                             ) from None
         try:
             yield client.get_executor(pure=False)
         finally:
             client.close()
         return
-    if kind not in ("local", "threads", "serial"):
-        raise ValueError(f"executor must be local[:N], threads[:N], serial or dask://HOST:PORT, got {spec!r}")
-    if max_workers is not None and (isinstance(max_workers, bool) or not isinstance(max_workers, Integral)
-                                    or max_workers < 1):
-        raise ValueError(f"max_workers must be a positive integer, got {max_workers!r}")
-    if arg:
-        if not arg.isdigit() or int(arg) < 1:
-            raise ValueError(f"executor {spec!r}: the number of workers must be a positive integer")
-        max_workers = int(arg)
+    max_workers = workers
     if kind == "serial":
         yield SerialExecutor()
         return
@@ -505,6 +546,7 @@ def run_sweeps(sweeps, executor="local", progress=None, max_workers: int | None 
     ``progress``: ``None`` shows a bar when stderr is a terminal.
     Each sweep's ``last_report`` gets counts ``ran``, ``skipped``, ``redone``, ``wall_s``.
     """
+    check_executor(executor, max_workers)  # refused even when every run is done already
     todo, skipped, redone = [], [0] * len(sweeps), [0] * len(sweeps)
     loaded: dict = {}
     for s_idx, sweep in enumerate(sweeps):

@@ -88,4 +88,6 @@ def _as_int_2d(x, name: str) -> np.ndarray:
         raise ValueError(f"{name} must be 2-D (episodes x steps), got shape {arr.shape}")
     if arr.size and not np.issubdtype(arr.dtype, np.integer):
         raise ValueError(f"{name} must hold integers, got dtype {arr.dtype}")
+    if arr.size and arr.dtype.kind == "u" and arr.max() > np.iinfo(np.int64).max:  # would wrap to negative
+        raise ValueError(f"{name} holds {int(arr.max())}, more than the largest index {np.iinfo(np.int64).max}")
     return np.ascontiguousarray(arr, dtype=np.int64)

@@ -299,7 +299,9 @@ def test_fitting_no_episodes_says_so():
                 lambda: EpisodicMemory(10, 4).observe_trajectories(empty)):
         with pytest.raises(ValueError, match="no episodes"):
             fit()
-    agent = TwoLevelMemory(10, 4).fit(empty)  # online: living no episode changes nothing
+    with pytest.raises(ValueError, match="fit got no episodes"):  # fit starts afresh: it would learn nothing
+        TwoLevelMemory(10, 4).fit(empty)
+    agent = TwoLevelMemory(10, 4).partial_fit(empty)  # online: living no episode changes nothing
     assert agent.episodes_ == 0 and agent.steps_ == 0 and agent.memory_.n_states == 0
 
 

@@ -90,6 +90,18 @@ def _order(sweep_index, config):
     return -{(1, "sf"): 40.0, (1, "random"): 12.0}.get((config["size"], config["merge"]), 6.0)
 
 
+def _mean_of(results, key) -> float:
+    """Mean of ``key`` over the results that have it (NaN if none has).
+
+    >>> _mean_of([{"a": 1.0}, {"a": 3.0}, {}], "a"), _mean_of([{}], "a")
+    (2.0, nan)
+    """
+    import numpy as np
+
+    values = [r[key] for r in results if key in r]
+    return float(np.mean(values)) if values else float("nan")
+
+
 def table(agent_cfg, agent_res, base_cfg, base_res, last=50) -> list[dict]:
     """One row per model: online accuracy (last ``last`` episodes), held-out accuracy and surprise, states."""
     import numpy as np
@@ -101,8 +113,9 @@ def table(agent_cfg, agent_res, base_cfg, base_res, last=50) -> list[dict]:
             "model": f"two-level, {_MERGE_TEXT.get(merge, merge)}" + ("" if merge in extra_merges() else f", size {size}"),
             "online_accuracy": float(np.mean([r["l2_accuracy"][-last:].mean() for r in rs])),
             "online_no_prediction": float(np.mean([r["l2_no_prediction"][-last:].mean() for r in rs])),
-            "heldout_accuracy": float(np.mean([r["l2_heldout_accuracy"] for r in rs])),
-            "heldout_surprise": float(np.mean([r["l2_heldout_surprise"] for r in rs])),
+            # a run whose agent has no level 2 yet (no sleep in very short lives) has no held-out score
+            "heldout_accuracy": _mean_of(rs, "l2_heldout_accuracy"),
+            "heldout_surprise": _mean_of(rs, "l2_heldout_surprise"),
             "states": float(np.mean([r["n_clusters"][-1] for r in rs])),
             "purity": float(np.mean([r["purity_no_singletons"][-1] for r in rs])),
             "seeds": len(rs)})
@@ -196,10 +209,11 @@ def run(args) -> int:
     from ..cli import print_json
     from ..reproduce.figures import write_csv
     from ..reproduce.runs import world
-    from ..sweep import run_sweeps
+    from ..sweep import check_executor, run_sweeps
     from .env import describe, save_plot
     from .run import check_run_memory
 
+    check_executor(args.executor)  # refused even when every run is done already
     for name, low in (("seeds", 1), ("episodes", 1), ("colouring", 0)):
         if getattr(args, name) < low:
             raise ValueError(f"--{name} must be >= {low}, got {getattr(args, name)}")

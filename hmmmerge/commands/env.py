@@ -183,6 +183,12 @@ def describe(env, k: int = 3, per_vertex: bool = False, stats: dict | None = Non
     """
     import numpy as np
 
+    from .._limits import check_memory
+
+    # the report lists every observation of the alphabet: a dict entry and its JSON text each
+    check_memory(f"the report of clones per observation of an alphabet of {env.n_obs} observations (largest "
+                 f"observation {int(env.obs.max())})",
+                 REPORT_BYTES_PER_OBSERVATION * env.n_obs)
     if stats is None:
         stats = vertex_statistics(env, k)
     radii = stats["markov_radius"]
@@ -248,6 +254,9 @@ def process_summary(env) -> dict:
             "stochastic_moves": int((degree > 1).sum()), "max_successors": int(degree.max()),
             "min_main_move_probability": round(float(top.min()), 12), "stochastic_views": views}
 
+
+#: memory of one observation's entry in the report (the dict entry, its copies and JSON text while printing)
+REPORT_BYTES_PER_OBSERVATION = 400
 
 MAX_LISTED_OBSERVATIONS = 30
 """Above this many observations the text report summarises the clones instead of listing them."""

@@ -30,7 +30,9 @@ def run(args) -> int:
     from ..cli import print_json
     from ..reproduce import FIGURES, reproduce
     from ..reproduce.figures import format_table
+    from ..sweep import check_executor
 
+    check_executor(args.executor)  # refused even when every run is done already
     if args.only:
         bad = [n.removeprefix("fig:") for n in args.only if n.removeprefix("fig:") not in FIGURES]
         if bad:

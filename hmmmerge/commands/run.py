@@ -54,6 +54,7 @@ def run(args) -> int:
     import sys
     import time
 
+    from .._io import check_regular_file
     from .._limits import check_count
     from .._random import as_generator
     from ..agent import TwoLevelMemory
@@ -77,31 +78,23 @@ def run(args) -> int:
     seed = args.seed if args.agent_seed is None else args.agent_seed
     start = time.perf_counter()
     target = args.episodes
-    history_rows = 0
-    if args.resume:
-        agent = TwoLevelMemory.load(args.resume)
-        if agent.n_obs != env.n_obs or agent.n_actions != env.n_actions:
-            raise ValueError(f"{args.resume} was trained on another kind of world")
-        run_state = getattr(agent, "saved_extra_", None)
-        if run_state and "walk_rng" in run_state:  # a checkpoint: finish the interrupted run
-            walk = as_generator(0)
-            walk.bit_generator.state = run_state["walk_rng"]
-            target = int(run_state["target_episodes"])
-            history_rows = int(run_state["history_rows"])
-        else:
-            walk = as_generator((seed, agent.episodes_))
-            target = agent.episodes_ + args.episodes
+    history_path = os.path.join(args.out, "history.csv") if args.out else None
+    keep_rows = 0
+    if args.resume:  # everything checked before any file is touched
+        agent, walk, target, keep_rows = _resume(args, env, seed, history_path)
     else:
         agent = TwoLevelMemory(env.n_obs, env.n_actions, merge=args.merge, merger=merger_from_args(args),
                                initial_size=args.size, merge_iterations=args.merge_iterations,
                                online_connect=not args.literal, seed=seed)
         agent._validate_params()  # one-line errors before any work
         walk = as_generator(seed)
+        if history_path is not None and os.path.lexists(history_path):
+            check_regular_file(history_path, "history file")  # no FIFO / device opened for writing
     show = args.progress or (not args.json and sys.stderr.isatty())
     history = None
     if args.out:
         os.makedirs(args.out, exist_ok=True)
-        history = _HistoryFile(os.path.join(args.out, "history.csv"), keep_rows=history_rows if args.resume else 0)
+        history = _HistoryFile(history_path, keep_rows=keep_rows)
     _live(agent, env, walk, target, args, history, show)
     wall = time.perf_counter() - start
     out = agent.summary()
@@ -176,33 +169,158 @@ def _live(agent, env, walk, target, args, history, show) -> None:
             history.append(agent.pop_history())
             history.flush()
             state = {"walk_rng": walk.bit_generator.state, "target_episodes": int(target),
-                     "history_rows": history.rows}
+                     "history_rows": history.rows, "episode_length": int(args.episode_length)}
             agent.save(os.path.join(args.out, "checkpoint.npz"), extra=state)
     bar.close()
 
 
+#: the keys of the run state a checkpoint stores in its agent file's ``extra`` (``episode_length``: since 2026-11)
+RUN_STATE_KEYS = ("walk_rng", "target_episodes", "history_rows", "episode_length")
+
+
+def _resume(args, env, seed, history_path):
+    """Load ``--resume`` and check everything the run will rely on; returns ``(agent, walk, target, keep_rows)``.
+
+    Nothing is written or cut here.  An agent file whose ``extra`` holds a run
+    state is a checkpoint: its generator state, target and history rows must be
+    valid, agree with the agent (a checkpoint is saved right after the history
+    was written up to the agent's last episode) and with ``history_path``'s
+    episode column.  ``keep_rows`` is the number of rows of ``history_path``
+    to keep: those the agent proves were written (episodes before its last
+    written one), never fewer.
+    """
+    from .._random import as_generator
+    from ..agent import TwoLevelMemory
+
+    src = args.resume
+    agent = TwoLevelMemory.load(src)
+    if agent.n_obs != env.n_obs or agent.n_actions != env.n_actions:
+        raise ValueError(f"{src} was trained on another kind of world")
+    written = int(getattr(agent, "_popped", 0))  # the agent's episodes already streamed to a history file
+    if written > agent.episodes_:
+        raise ValueError(f"{src}: meta 'popped' ({written}) is more than the agent's {agent.episodes_} episodes")
+    state = getattr(agent, "saved_extra_", None)
+    if state is not None and not isinstance(state, dict):
+        raise ValueError(f"{src}: meta 'extra' is a {type(state).__name__}, expected an object (a checkpoint's "
+                         "run state) or null")
+    checkpoint = bool(state) and any(k in state for k in RUN_STATE_KEYS)
+    if not checkpoint:  # a saved memory: --episodes more
+        walk = as_generator((seed, agent.episodes_))
+        target = agent.episodes_ + args.episodes
+        try:  # the history of this very agent (its episodes exactly) is continued, any other one replaced
+            rows, later = _history_rows_written(history_path, written) if history_path else (None, False)
+        except _NotThisHistory:
+            rows, later = None, True
+        return agent, walk, target, 0 if later or rows is None else rows
+    missing = [k for k in RUN_STATE_KEYS[:3] if k not in state]
+    if missing:
+        raise ValueError(f"{src}: the checkpoint's run state has no {', '.join(map(repr, missing))}")
+    walk = as_generator(0)
+    try:
+        if not isinstance(state["walk_rng"], dict) or state["walk_rng"].get("bit_generator") != "PCG64":
+            raise TypeError
+        walk.bit_generator.state = state["walk_rng"]
+    except (TypeError, ValueError, KeyError, OverflowError):
+        raise ValueError(f"{src}: the checkpoint's 'walk_rng' is not a state of the walk's random generator "
+                         "(PCG64)") from None
+    target, rows = state["target_episodes"], state["history_rows"]
+    for key, value in (("target_episodes", target), ("history_rows", rows)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{src}: the checkpoint's {key!r} is {value!r}, expected an integer")
+    if not agent.episodes_ < target:
+        raise ValueError(f"{src}: the checkpoint's 'target_episodes' {target} is not more than the "
+                         f"{agent.episodes_} episodes the agent has lived")
+    if written != agent.episodes_:
+        raise ValueError(f"{src}: not a consistent checkpoint: the agent wrote its history up to episode "
+                         f"{written}, not its last episode {agent.episodes_}")
+    if not 0 <= rows <= written:
+        raise ValueError(f"{src}: the checkpoint's 'history_rows' {rows} is outside 0..{written} (the episodes "
+                         "the agent has written)")
+    length = state.get("episode_length", args.episode_length)
+    if length != args.episode_length:
+        raise ValueError(f"{src}: the checkpoint's run has --episode-length {length!r}; resume it with the same")
+    try:  # the episodes still to live, as --episodes of a new run
+        check_run_memory(env, target - agent.episodes_, args.episode_length, 0, agent.initial_size)
+    except ValueError as e:
+        raise ValueError(f"{src}: the checkpoint's 'target_episodes' {target} is too many: {e}") from None
+    on_disk = _history_rows_written(history_path, written)[0] if history_path else None
+    if on_disk is not None and on_disk != rows:
+        raise ValueError(f"{history_path} holds {on_disk} rows of the episodes before the checkpoint, the "
+                         f"checkpoint {src} says {rows}: not this checkpoint's history (nothing was changed)")
+    return agent, walk, int(target), 0 if on_disk is None else rows
+
+
+class _NotThisHistory(ValueError):
+    """A history file whose rows are not those of the agent being resumed."""
+
+
+def _history_rows_written(path, written: int) -> tuple:
+    """``(rows, later)``: the leading rows of the history file ``path`` of episodes ``< written`` (consecutive,
+    ending at ``written - 1``; ``None`` without a file) and whether rows of later episodes follow them.
+
+    Reads only.  A folder, FIFO or device is refused (``ValueError``); rows
+    that cannot be the history of an agent that wrote ``written`` episodes
+    raise :class:`_NotThisHistory`.
+    """
+    from .._io import open_regular
+
+    if not os.path.lexists(path):
+        return None, False
+    later = False
+    with open_regular(path, "r", what="history file") as f:
+        header = f.readline()
+        if not header:
+            return 0, False
+        if header.split(",", 1)[0].strip() != "episode":
+            raise _NotThisHistory(f"{path}: not a history file (its first column is not 'episode'); "
+                                  "nothing was changed")
+        count, previous = 0, None
+        for k, line in enumerate(f, start=2):
+            try:
+                episode = int(line.split(",", 1)[0])
+            except ValueError:
+                raise _NotThisHistory(f"{path}: line {k} does not start with an episode number; nothing was "
+                                      "changed") from None
+            if episode >= written:
+                later = True
+                break
+            if previous is not None and episode != previous + 1:
+                raise _NotThisHistory(f"{path}: line {k} is episode {episode} after {previous}; nothing was "
+                                      "changed")
+            count, previous = count + 1, episode
+    if count and previous != written - 1:
+        raise _NotThisHistory(f"{path}: its rows end at episode {previous}, the agent wrote up to episode "
+                              f"{written - 1}; nothing was changed")
+    return count, later
+
+
 class _HistoryFile:
-    """history.csv, appended block by block; a resumed run first cuts it back to its checkpoint's rows."""
+    """history.csv, appended block by block; a resumed run keeps its first ``keep_rows`` rows (the rows the
+    resumed agent wrote, checked by :func:`_resume`) and drops, atomically, the rows written after them."""
 
     def __init__(self, path, keep_rows: int = 0):
+        from .._io import atomic_write_text, open_regular
+
         self.path = path
         self.rows = 0
         self._header = None
-        if keep_rows and os.path.exists(path):
-            with open(path) as f:
-                lines = f.readlines()
-            self._header = lines[0] if lines else None
-            kept = lines[: keep_rows + 1]
-            if len(kept) != keep_rows + 1:
-                raise ValueError(f"{path} holds {len(lines) - 1} rows, the checkpoint expects {keep_rows}")
-            with open(path, "w") as f:
-                f.writelines(kept)
+        if keep_rows:
+            with open_regular(path, "r", what="history file") as f:
+                lines = [f.readline() for _ in range(keep_rows + 1)]
+                rest = f.read(1)
+            if len(lines[-1]) == 0 or not lines[-1].endswith("\n"):
+                raise ValueError(f"{path} holds fewer than {keep_rows} rows; nothing was changed")
+            self._header = lines[0]
+            if rest:  # rows of episodes after the checkpoint: they are lived again
+                atomic_write_text(path, "".join(lines))
             self.rows = keep_rows
         else:
-            open(path, "w").close()
+            atomic_write_text(path, "")
 
     def append(self, history) -> None:
         import numpy as np
+
+        from .._io import open_regular
 
         keys = list(history)
         lines = [] if self._header else [",".join(keys) + "\n"]
@@ -211,12 +329,14 @@ class _HistoryFile:
         for row in zip(*cols):
             lines.append(",".join(repr(float(v)) if isinstance(v, (float, np.floating)) else str(v)
                                   for v in row) + "\n")
-        with open(self.path, "a") as f:
+        with open_regular(self.path, "a", what="history file") as f:
             f.writelines(lines)
         self.rows += len(cols[0]) if cols else 0
 
     def flush(self) -> None:
-        with open(self.path, "a") as f:
+        from .._io import open_regular
+
+        with open_regular(self.path, "a", what="history file") as f:
             f.flush()
             os.fsync(f.fileno())
 
@@ -256,7 +376,8 @@ def check_run_memory(env, episodes: int, episode_length: int, eval_episodes: int
 
 
 def _surprise(env, agent, n_episodes, episode_length, seed, smoothing) -> dict:
-    """Level-2 surprise (nats per move) and accuracy of the pure level-2 filter on fresh episodes.
+    """Level-2 surprise (nats per move) and accuracy of the pure level-2 filter on fresh episodes, and the
+    oracle's (the true world's model) on the same episodes (``oracle_fresh_accuracy``, ``oracle_surprise``).
 
     ``surprise`` is the smoothed value (each prediction mixed with ``smoothing``
     of uniform, stated in the output) so that one zero-probability step does not
@@ -271,12 +392,14 @@ def _surprise(env, agent, n_episodes, episode_length, seed, smoothing) -> dict:
 
     if agent.n_clusters_ == 0:
         return {"surprise": None, "surprise_unsmoothed": None, "zero_prob_steps": None,
-                "surprise_smoothing_epsilon": smoothing}
+                "surprise_smoothing_epsilon": smoothing, "oracle_fresh_accuracy": None, "oracle_surprise": None}
     model = agent.level2_hmm()
     walk_seed = np.random.default_rng([seed, 7919])
     fresh = evaluate_model(env, model, n_episodes, episode_length, seed=walk_seed, smoothing=smoothing).as_dict()
-    raw = evaluate_model(env, model, n_episodes, episode_length, seed=np.random.default_rng([seed, 7919])).as_dict()
+    raw = evaluate_model(env, model, n_episodes, episode_length, seed=np.random.default_rng([seed, 7919]),
+                         oracle=False).as_dict()
     return {"surprise": fresh["surprise"], "surprise_ci": fresh["surprise_ci"],
             "surprise_smoothing_epsilon": smoothing,
             "surprise_unsmoothed": raw["surprise"] if math.isfinite(raw["surprise"]) else None,
-            "zero_prob_steps": raw["zero_prob_steps"], "l2_fresh_accuracy": fresh["accuracy"]}
+            "zero_prob_steps": raw["zero_prob_steps"], "l2_fresh_accuracy": fresh["accuracy"],
+            "oracle_fresh_accuracy": fresh["oracle_accuracy"], "oracle_surprise": fresh["oracle_surprise"]}

@@ -78,6 +78,8 @@ def bench_world(config: dict):
 
 
 def _walk(env, n_episodes: int, length: int, rng, start: str, noise: float, slip: float = 0.0):
+    """The walks of ``bench_fold.py``: the same process as ``random_walk(env.with_noise(slip=slip,
+    obs_noise=noise), ..., start=start)`` with other draws; kept so that its cached runs stay reproducible."""
     from ..trajectories import Trajectories
 
     S, A = env.n_states, env.n_actions
