@@ -12,10 +12,14 @@ Sections (``--sections``, default all):
 * ``detour`` -- the same maps, after learning, in the world with passages blocked (walls put between cells
   on the way of many pairs): with and without online map updates.
 * ``gallery`` -- the gallery worlds, same protocol (seed 0).
+* ``stochastic`` -- the paper's world with slipping moves (``with_noise(slip=...)``): learned from slipping
+  walks, navigated with slips (re-planning after every observation; success within 3x the shortest path).
+  Oracle, EM and first order: fold is left out (on slipping walks it did not finish its 1,000 episodes
+  within 10 minutes of this loaded machine; see "Where fold would not hold").
 * ``minigrid`` -- MiniGrid FourRooms (1,040 poses, 360 views; goals are views), 200 walks of 100 moves.
 * ``speed`` -- CPU time of one ``plan`` call (value iteration + path) on 1,000-state maps.
 
-    python benchmarks/bench_planning.py [--sections paper,detour,gallery,minigrid,speed] [--seeds 0,1,2]
+    python benchmarks/bench_planning.py [--sections paper,detour,gallery,stochastic,minigrid,speed] [--seeds 0,1,2]
         [--pairs 500] [--quick]
 
 CPU times by ``time.process_time`` (the machine is shared); nothing here is asserted by the tests.
@@ -35,16 +39,10 @@ LEARNERS = ("oracle", "level2-fold", "em", "level2-sf", "first-order")
 
 
 def build(name: str, train, env, seed: int):
-    """The map of learner ``name``; ``level2-fold`` is the two-level memory with ``merge="fold"``."""
-    from hmmmerge import baselines
+    """The map of learner ``name`` (a name of the catalogue :data:`hmmmerge.models.MODELS`)."""
+    from hmmmerge.models import build_model
 
-    if name in baselines.MODELS:
-        return baselines.build_model(name, train, env=env, seed=seed)
-    if name.startswith("level2-"):
-        from hmmmerge.agent import TwoLevelMemory
-
-        return TwoLevelMemory(env.n_obs, env.n_actions, merge=name[len("level2-"):], seed=seed).fit(train).level2_hmm()
-    raise ValueError(f"unknown learner {name!r}")
+    return build_model(name, train, env=env, seed=seed)
 
 
 def walked_distance(train, n_states: int, n_obs: int) -> np.ndarray:
@@ -60,7 +58,8 @@ def walked_distance(train, n_states: int, n_obs: int) -> np.ndarray:
     return np.where(out >= np.iinfo(np.int64).max // 4, np.inf, out.astype(float))
 
 
-def score_maps(env, train, names, seed: int, pairs: int, fresh, tag: str) -> list[dict]:
+def score_maps(env, train, names, seed: int, pairs: int, fresh, tag: str, budget: float = 2.0,
+               start="random") -> list[dict]:
     """Every learner's map on the same pairs; one row per learner."""
     walked = walked_distance(train, env.n_states, env.n_obs)
     rows, oracle_steps = [], None
@@ -69,7 +68,7 @@ def score_maps(env, train, names, seed: int, pairs: int, fresh, tag: str) -> lis
         model = build(name, train, env, seed)
         c1 = time.process_time()
         corr = estimate_correspondence(model, train, env.n_states)
-        r = navigate(env, model, pairs, seed=1000 + seed, correspondence=corr)
+        r = navigate(env, model, pairs, seed=1000 + seed, correspondence=corr, budget=budget, start=start)
         c2 = time.process_time()
         loc = localise(model, fresh, corr)
         ok = r.success
@@ -93,7 +92,8 @@ def print_rows(rows) -> None:
           "navigate CPU s |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['world']} | {r['seed']} | {r['learner']} | {r['states']} | {r['success']:.3f} | {r['ratio']:.3f} | "
+        print(f"| {r['world']} | {r['seed']} | {r['learner']} | {r['states']} | {r['success']:.3f} | "
+              f"{r['ratio']:.3f} | "
               f"{r.get('vs_oracle', float('nan')):.3f} | {r['loc_nav']:.3f} | {r['loc_fresh']:.3f} | "
               f"{r['shortcuts']:.2f} | {r['fit_s']:.1f} | {r['nav_s']:.1f} |", flush=True)
 
@@ -160,7 +160,26 @@ def gallery(pairs: int, quick: bool) -> None:
         train = random_walk(env, 250 if quick else 1000, 50, seed=0)
         fresh = random_walk(env, 200, 50, seed=10_000)
         rows += score_maps(env, train, ("oracle", "level2-fold", "em", "first-order"), 0, pairs, fresh, name)
+        visits = np.bincount(train.states.ravel(), minlength=env.n_states)
+        if (visits < 20).any():  # walks from the start hardly reach some places: also start where they went
+            well = np.flatnonzero(visits >= 20)
+            rows += score_maps(env, train, ("oracle", "level2-fold", "em", "first-order"), 0, pairs, fresh,
+                               f"{name}, starts visited >= 20 times ({len(well)} of {env.n_states})", start=well)
     print()
+    print_rows(rows)
+
+
+def stochastic(pairs: int, quick: bool, slips=(0.05, 0.1)) -> None:
+    from hmmmerge import world
+
+    rows = []
+    for slip in slips:
+        env = world("paper-grid", seed=0).with_noise(slip=slip)
+        train = random_walk(env, 250 if quick else 1000, 50, seed=0)
+        fresh = random_walk(env, 200, 50, seed=10_000)
+        rows += score_maps(env, train, ("oracle", "em", "first-order"), 0, pairs, fresh,
+                           f"paper-grid, slip {slip}", budget=3.0)
+    print("\nSlipping moves (success within 3x the shortest path):\n")
     print_rows(rows)
 
 
@@ -210,7 +229,7 @@ def speed(repeats: int = 20) -> None:
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--sections", default="paper,detour,gallery,minigrid,speed")
+    p.add_argument("--sections", default="paper,detour,gallery,stochastic,minigrid,speed")
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--pairs", type=int, default=500)
     p.add_argument("--quick", action="store_true", help="fewer training walks (a smoke run)")
@@ -224,6 +243,8 @@ def main(argv=None) -> None:
         detour(rows, args.pairs)
     if "gallery" in sections:
         gallery(args.pairs, args.quick)
+    if "stochastic" in sections:
+        stochastic(args.pairs, args.quick)
     if "minigrid" in sections:
         minigrid(args.pairs, args.quick)
     if "speed" in sections:

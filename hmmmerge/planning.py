@@ -92,8 +92,13 @@ class Correspondence:
         return len(self.states)
 
 
-def estimate_correspondence(model: ActionHMM, traj: Trajectories, n_true_states: int | None = None,
-                            chunk: int = 256) -> Correspondence:
+def _episodes_per_chunk(traj: Trajectories, n_states: int, budget: int = 2_000_000) -> int:
+    """Episodes whose filtered beliefs (episodes x steps x states floats) stay within ``budget`` floats."""
+    return max(1, budget // max(1, traj.obs.shape[1] * n_states))
+
+
+def estimate_correspondence(model: ActionHMM, traj: Trajectories, n_true_states: int | None = None
+                            ) -> Correspondence:
     """The learned-state -> true-state :class:`Correspondence`, by majority over walks with known ``states``.
 
     Each step adds the model's filtered belief ``P(h_t | o_<=t, a_<=t)`` to the
@@ -116,6 +121,7 @@ def estimate_correspondence(model: ActionHMM, traj: Trajectories, n_true_states:
         raise ValueError(f"traj.states holds state {int(traj.states.max())} >= n_true_states={S}")
     H = model.n_states
     counts = np.zeros((H, S))
+    chunk = _episodes_per_chunk(traj, H)
     for lo in range(0, traj.n_episodes, chunk):
         part = traj[lo:lo + chunk]
         post = model.run_filter(part.obs, part.actions, posteriors=True).posteriors.reshape(-1, H)
@@ -146,11 +152,15 @@ class Localisation:
     estimated: np.ndarray
 
     def accuracy_after(self, moves: int) -> float:
-        """Accuracy over the steps after the first ``moves`` moves of each episode."""
+        """Accuracy over the steps from move ``moves`` on (the beliefs after ``moves`` moves and later).
+
+        >>> Localisation(0.5, np.array([0.0, 0.5, 1.0]), None, None).accuracy_after(1)
+        0.75
+        """
         check_int(moves, "moves", low=0)
-        if moves + 1 > len(self.curve):
-            raise ValueError(f"episodes have {len(self.curve) - 1} moves; cannot skip {moves}")
-        return float(self.curve[moves + 1:].mean()) if moves + 1 < len(self.curve) else float("nan")
+        if moves >= len(self.curve):
+            raise ValueError(f"episodes have {len(self.curve) - 1} moves; no step from move {moves} on")
+        return float(self.curve[moves:].mean())
 
 
 def localise(model: ActionHMM, traj: Trajectories, correspondence: Correspondence) -> Localisation:
@@ -171,8 +181,10 @@ def localise(model: ActionHMM, traj: Trajectories, correspondence: Correspondenc
                          f"the model has {model.n_states}")
     if not isinstance(traj, Trajectories) or traj.states is None:
         raise ValueError("traj must be Trajectories with true states (traj.states)")
-    post = model.run_filter(traj.obs, traj.actions, posteriors=True).posteriors
-    map_states = post.argmax(axis=2)
+    chunk = _episodes_per_chunk(traj, model.n_states)
+    map_states = np.concatenate([
+        model.run_filter(traj.obs[lo:lo + chunk], traj.actions[lo:lo + chunk], posteriors=True)
+        .posteriors.argmax(axis=2) for lo in range(0, traj.n_episodes, chunk)])
     estimated = correspondence.states[map_states]
     hit = estimated == traj.states
     return Localisation(float(hit.mean()), hit.mean(axis=0), map_states, estimated)
@@ -266,6 +278,7 @@ class _ValueTables:
                 break
             V.append(nxt)
         self.V = np.array(V)  # (K+1, H)
+        self.converged = len(V) - 1 < horizon
         self.cum = np.cumsum(self.V, axis=0)  # cum[i] = sum_{j<=i} V_j
 
     def value(self, k: int) -> np.ndarray:
@@ -390,6 +403,8 @@ def without_transitions(model: ActionHMM, transitions) -> ActionHMM:
 def distances_to(env: Environment, targets) -> np.ndarray:
     """Fewest moves from every true state to any of ``targets`` (state indices); ``inf`` if none is reachable.
 
+    In a stochastic world, along moves of positive probability (the shortest path if every move goes well).
+
     >>> from hmmmerge.gallery import cycle_world
     >>> distances_to(cycle_world(5, n_colours=5), [0]).tolist()
     [0.0, 1.0, 2.0, 2.0, 1.0]
@@ -398,8 +413,9 @@ def distances_to(env: Environment, targets) -> np.ndarray:
     S = env.n_states
     if targets.size and (targets.min() < 0 or targets.max() >= S):
         raise ValueError(f"targets must be state indices in 0..{S - 1}")
-    src = np.tile(np.arange(S), env.n_actions)
-    back = sp.csr_matrix((np.ones(len(src)), (env.next_state.ravel(), src)), shape=(S, S))  # v -> states u that move to v
+    t = env.transitions  # every move of positive probability (a slip included)
+    src = np.repeat(np.arange(env.n_actions * S) % S, np.diff(t.indptr))
+    back = sp.csr_matrix((np.ones(len(src)), (t.indices, src)), shape=(S, S))  # v -> states u that can move to v
     dist = np.full(S, np.inf)
     dist[targets] = 0.0
     frontier, k = targets, 0
@@ -426,22 +442,43 @@ def block_passage(env: Environment, u, v) -> Environment:
         if node not in env.index:
             raise ValueError(f"node {node!r} is not a state of the world")
     i, j = env.index[u], env.index[v]
-    ns = env.next_state.copy()
-    blocked = ((ns[:, i] == j) & (i != j)).sum() + ((ns[:, j] == i) & (i != j)).sum()
-    if blocked == 0:
+    if i == j:
+        raise ValueError(f"{u!r} and {v!r} are the same state: nothing to block")
+    S, A = env.n_states, env.n_actions
+    t = env.transitions
+    rows = np.repeat(np.arange(A * S), np.diff(t.indptr))
+    cols = t.indices.copy()
+    into = ((rows % S == i) & (cols == j)) | ((rows % S == j) & (cols == i))
+    if not into.any():
         raise ValueError(f"no move joins {u!r} and {v!r}: nothing to block")
-    ns[:, i] = np.where(ns[:, i] == j, i, ns[:, i])
-    ns[:, j] = np.where(ns[:, j] == i, j, ns[:, j])
-    return Environment._from_tables(env.nodes, env.obs, ns, env.start, env.n_obs,
-                                    f"blocked {u!r}-{v!r}")
+    cols[into] = rows[into] % S  # the move stays in place
+    if env._transitions is None:
+        ns = cols.reshape(A, S)
+        return Environment._from_tables(env.nodes, env.obs, ns, env.start, env.n_obs, f"blocked {u!r}-{v!r}",
+                                        obs_dist=env._obs_dist, obs_noise=env.obs_noise)
+    from .environment import Transitions, _most_likely
+
+    m = sp.csr_matrix((t.probs, (rows, cols)), shape=(A * S, S))  # duplicates (a slip into the wall) summed
+    m.sum_duplicates()
+    m.sort_indices()
+    table = Transitions(m.indptr.astype(np.int64), m.indices.astype(np.int64), m.data.astype(np.float64))
+    return Environment._from_tables(env.nodes, env.obs, _most_likely(table, S, A), env.start, env.n_obs,
+                                    f"blocked {u!r}-{v!r}", transitions=table, obs_dist=env._obs_dist,
+                                    obs_noise=env.obs_noise)
 
 
 def _world_step(env: Environment, s: int, a: int, rng) -> int:
-    """The true successor of ``s`` under ``a`` (drawn when the world is stochastic)."""
-    step = getattr(env, "step", None)
-    if callable(step):
-        return int(step(s, a, rng))
-    return int(env.next_state[a, s])
+    """The true successor of ``s`` under ``a`` (drawn in a world whose moves can slip)."""
+    if env.deterministic_moves:
+        return int(env.next_state[a, s])
+    return int(env._sample_successors(np.array([s]), np.array([a]), rng.random(1))[0])
+
+
+def _observe(env: Environment, s: int, rng) -> int:
+    """What the agent sees in true state ``s`` (drawn in a world with noisy views)."""
+    if env._obs_dist is None and env.obs_noise == 0:
+        return int(env.obs[s])
+    return int(env._sample_observations(np.array([s]), rng)[0])
 
 
 # --------------------------------------------------------------------------- navigation
@@ -531,7 +568,7 @@ def _initial_belief(model: ActionHMM, o: int, prior=None) -> np.ndarray:
 class _Navigator:
     """Belief tracking and belief-weighted action choice on one (possibly updated) map."""
 
-    def __init__(self, model: ActionHMM, horizon: int):
+    def __init__(self, model: ActionHMM, horizon: int | None):
         self.horizon = horizon
         self.set_model(model)
 
@@ -539,7 +576,7 @@ class _Navigator:
         self.model = model
         self.stacked = _stacked(model)
         self.Tt = [m.T.tocsr() for m in model.T] if model.is_sparse else None
-        self.policy = {}  # goal -> (Q, S) at the full horizon, (A, H) each
+        self.policy = {}  # goal -> its _ValueTables; (goal, k) -> (Q_k, sum of Q_i up to k), (A, H) each
 
     def predict(self, b: np.ndarray, a: int) -> np.ndarray:
         return self.Tt[a] @ b if self.Tt is not None else b @ self.model.T[a]
@@ -562,13 +599,19 @@ class _Navigator:
                 return prior / prior.sum(), 0.0
         return np.full(len(b), 1.0 / len(b)), 0.0
 
-    def action(self, b: np.ndarray, goal: int) -> int | None:
-        """The move of largest belief-weighted ``Q`` (QMDP), or ``None`` if the map sees no way to ``goal``."""
-        if goal not in self.policy:
-            g = self.model.E[:, goal].copy()
-            tables = _ValueTables(self.model, g, self.horizon, self.stacked)
-            self.policy[goal] = tables.scores(self.horizon)
-        Q, S = self.policy[goal]
+    def action(self, b: np.ndarray, goal: int, moves_left: int) -> int | None:
+        """The move of largest belief-weighted ``Q`` (QMDP) with ``horizon`` moves (default: ``moves_left``)
+        to go, or ``None`` if the map sees no way to ``goal``."""
+        k = self.horizon or moves_left
+        key = (goal, k)
+        if key not in self.policy:
+            tables = self.policy.get(goal)
+            if tables is None or (tables.horizon < k and not tables.converged):
+                g = self.model.E[:, goal].copy()
+                tables = _ValueTables(self.model, g, max(k, 2 * tables.horizon if tables else k), self.stacked)
+                self.policy[goal] = tables
+            self.policy[key] = tables.scores(k)
+        Q, S = self.policy[key]
         q = Q @ b
         if q.max() <= 0.0:
             return None
@@ -576,22 +619,25 @@ class _Navigator:
 
 
 def navigate(env: Environment, model: ActionHMM, n_pairs: int = 100, seed=0, *, correspondence=None,
-             warmup: int = 10, budget: float = 2.0, horizon: int | None = None, start: str = "random",
+             warmup: int = 10, budget: float = 2.0, horizon: int | None = None, start="random",
              update_map: bool = False, surprise: float = 1e-3, keep_paths: bool = False,
              pairs=None) -> NavigationResult:
     """Navigate the true world ``env`` with the map ``model``, over ``n_pairs`` start/goal pairs.
 
     Each pair: the agent is put at a uniformly random true state (``start="random"``; belief: the map's
-    states that emit what it sees, weighted by the map's long-run :func:`occupancy`) or at ``env.start`` (``start="world"``; belief: the map's
-    ``B``), makes ``warmup`` random moves to localise, then gets a goal: an observation, uniformly among
-    those it does not see now and can reach in the true world.  It then moves by the map, re-planning
-    after every observation (the move that maximises the belief-weighted probability of reaching the goal
-    within ``horizon``, see :func:`plan`), until it sees the goal or has made ``ceil(budget * shortest)``
-    moves.  When the map sees no way from the current belief it makes a random move.
+    states that emit what it sees, weighted by the map's long-run :func:`occupancy`) or at ``env.start``
+    (``start="world"``; belief: the map's ``B``), makes ``warmup`` random moves to localise, then gets a
+    goal: a colour, uniformly among those it is not in now and can reach in the true world.  It then
+    moves by the map, re-planning after every observation (the move that maximises the belief-weighted
+    probability of reaching the goal within ``horizon``, see :func:`plan`), until it stands on the goal
+    colour or has made ``ceil(budget * shortest)`` moves.  When the map sees no way from the current
+    belief it makes a random move.
 
     Parameters
     ----------
-    env : the true world (moves are executed there; a stochastic world's ``step`` is used if it has one).
+    env : the true world, deterministic or stochastic: moves are executed there (slipping as its moves do),
+        views drawn as it shows them (noise included); the goal is reached in a state of the goal's colour
+        (``env.obs``), the shortest path is along moves of positive probability.
     model : the map, an ActionHMM over the same observations and actions.
     n_pairs : start/goal pairs, >= 1.
     seed : int or Generator.  Starts, warm-up moves and goals come from one stream, moves made without a plan
@@ -600,10 +646,14 @@ def navigate(env: Environment, model: ActionHMM, n_pairs: int = 100, seed=0, *, 
         random walks of 50 moves in ``env`` (seeded from ``seed``).
     warmup : random moves before the goal is given (localisation before it is not scored).
     budget : the goal must be reached within ``budget`` times the true shortest path (>= 1).
-    horizon : planning horizon (default: the map's number of states, enough for any deterministic path).
-    start : ``"random"`` or ``"world"``.
+    horizon : planning horizon; by default the moves left in the pair's budget (the agent maximises the
+        probability of arriving in time).
+    start : ``"random"``, ``"world"``, or state indices to draw the start from uniformly (as ``"random"``
+        otherwise: e.g. the places the training walks visited).
     update_map : remove from the map a move that surprised the agent (an observation the map gave
         probability below ``surprise``) from a state it was sure of (belief >= 0.5); the next plans avoid it.
+        Meant for worlds that changed (a blocked passage); in a world whose moves slip or views are noisy,
+        the map should give those surprises their probability (else it will remove good moves).
     surprise : that threshold, in [0, 1).
     keep_paths : keep the true states visited by each navigation.
     pairs : optional ``(start state index, goal observation)`` pairs to use instead of random ones
@@ -637,9 +687,16 @@ def navigate(env: Environment, model: ActionHMM, n_pairs: int = 100, seed=0, *, 
     check_int(warmup, "warmup", low=0)
     check_float(budget, "budget", low=1.0)
     check_float(surprise, "surprise", low=0.0, high=1.0)
-    horizon = max(model.n_states, 1) if horizon is None else check_int(horizon, "horizon", low=1)
-    if start not in ("random", "world"):
-        raise ValueError(f"start must be 'random' or 'world', got {start!r}")
+    horizon = None if horizon is None else check_int(horizon, "horizon", low=1)
+    candidates = None
+    if not isinstance(start, str):
+        candidates = np.unique(np.asarray(start).ravel())
+        if candidates.dtype.kind not in "iu" or not candidates.size or candidates.min() < 0 \
+                or candidates.max() >= env.n_states:
+            raise ValueError(f"start must be 'random', 'world' or state indices in 0..{env.n_states - 1}")
+        start = "random"
+    elif start not in ("random", "world"):
+        raise ValueError(f"start must be 'random', 'world' or state indices, got {start!r}")
     rng = as_generator(seed)  # starts, warm-up moves and goals: the same pairs for every map
     walk_seed, move_seed = (int(x) for x in rng.integers(2**62, size=2))
     move_rng = np.random.default_rng(move_seed)  # moves made without a plan, the world's slips
@@ -656,24 +713,26 @@ def navigate(env: Environment, model: ActionHMM, n_pairs: int = 100, seed=0, *, 
     colours_at = [np.flatnonzero(env.obs == o) for o in range(env.n_obs)]
     dist_cache: dict[int, np.ndarray] = {}
     starts, goals, shortest, steps, success, paths = [], [], [], [], [], []
-    hits, seen = [], []  # per pair: localisation hit per step
+    hits = []  # per pair: localisation hit per step
     removed = 0
     for i in range(n_pairs):
-        s = int(rng.integers(env.n_states)) if start == "random" else env.start
+        if candidates is not None:
+            s = int(candidates[rng.integers(len(candidates))])
+        else:
+            s = int(rng.integers(env.n_states)) if start == "random" else env.start
         if pairs is not None:
             s = pairs[i][0]
-        o = int(env.obs[s])
-        b = _initial_belief(nav.model, o, prior)
+        b = _initial_belief(nav.model, _observe(env, s, rng), prior)
         hit = [corr[b.argmax()] == s]
         for _ in range(warmup):
             a = int(rng.integers(env.n_actions))
             s = _world_step(env, s, a, rng)
-            o = int(env.obs[s])
-            b, _ = nav.update(b, a, o)
+            b, _ = nav.update(b, a, _observe(env, s, rng))
             hit.append(corr[b.argmax()] == s)
         for c in range(env.n_obs):
             if c not in dist_cache:
                 dist_cache[c] = distances_to(env, colours_at[c])
+        o = int(env.obs[s])  # the true colour
         if pairs is not None:
             goal = pairs[i][1]
             if goal == o or not np.isfinite(dist_cache[goal][s]):
@@ -693,13 +752,12 @@ def navigate(env: Environment, model: ActionHMM, n_pairs: int = 100, seed=0, *, 
         taken = 0
         reached = False
         while taken < limit:
-            a = nav.action(b, goal)
+            a = nav.action(b, goal, limit - taken)
             if a is None:
                 a = int(move_rng.integers(env.n_actions))
             before = b
             s = _world_step(env, s, a, move_rng)
-            o = int(env.obs[s])
-            b, p_obs = nav.update(b, a, o)
+            b, p_obs = nav.update(b, a, _observe(env, s, move_rng))
             taken += 1
             path.append(s)
             hit.append(corr[b.argmax()] == s)
@@ -708,7 +766,7 @@ def navigate(env: Environment, model: ActionHMM, n_pairs: int = 100, seed=0, *, 
                 if before[h] >= 0.5 and (nav.model.T[a][h].sum() > 0):
                     nav.set_model(without_transitions(nav.model, [(h, a)]))
                     removed += 1
-            if o == goal:
+            if env.obs[s] == goal:  # in the goal's place (what it shows may be noise)
                 reached = True
                 break
         steps.append(taken)

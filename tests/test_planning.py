@@ -186,7 +186,7 @@ def test_bad_navigation_arguments():
         navigate(cycle_world(5, n_colours=5), env.to_hmm(), 3)
     with pytest.raises(ValueError, match="budget must be a finite number >= 1"):
         navigate(env, env.to_hmm(), 3, budget=0.5)
-    with pytest.raises(ValueError, match="start must be 'random' or 'world'"):
+    with pytest.raises(ValueError, match="start must be 'random', 'world' or state indices, got 'home'"):
         navigate(env, env.to_hmm(), 3, start="home")
     with pytest.raises(ValueError, match="pair 0: goal observation 0 is seen at the start"):
         navigate(env, env.to_hmm(), pairs=[(0, 0)], warmup=0)
@@ -270,6 +270,12 @@ def test_cli_plan_json(capsys):
                  "--episodes", "50", "--from", "world", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["n_states"] == 4 and out["start"] == "world"
+    assert main(["plan", "--learner", "first-order", "--world", "cscg-room", "--pairs", "40", "--episodes", "50",
+                 "--compare", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["compare"]["oracle"]["success_rate"] > out["success_rate"]  # 4 colours: first order is lost
+    assert {k: out["compare"]["first-order"][k] for k in ("success_rate", "path_ratio", "localisation_accuracy")} \
+        == {k: out[k] for k in ("success_rate", "path_ratio", "localisation_accuracy")}  # the same pairs
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -311,3 +317,47 @@ def test_readme_planning_example_runs(capsys):
     exec(compile(code, "README planning", "exec"), {})
     printed = capsys.readouterr().out.split()
     assert float(printed[-3]) >= 0.95 and 1.0 <= float(printed[-2]) <= 1.1 and float(printed[-1]) >= 0.95
+
+
+# --------------------------------------------------------------------------- stochastic worlds
+def test_navigation_in_a_slipping_world_replans_after_slips():
+    env = gridworld(6, 6, n_colours=6, seed=0, slip=0.2)
+    r = navigate(env, env.to_hmm(), 200, seed=0, budget=3)
+    assert r.success_rate >= 0.95
+    slipped = r.success & (r.steps > r.shortest)
+    assert slipped.sum() >= 10  # moves went astray and the agent still arrived, re-planning from where it was
+    assert r.path_ratio > 1.0
+
+
+def test_distances_and_walls_in_a_stochastic_world():
+    env = gridworld(4, 4, n_colours=4, seed=1, slip=0.3)
+    g = nx.DiGraph(env.graph)  # every edge of positive probability
+    for c in range(env.n_obs):
+        targets = np.flatnonzero(env.obs == c)
+        d = distances_to(env, targets)
+        for s in range(env.n_states):
+            lengths = nx.single_source_shortest_path_length(g, env.nodes[s])
+            assert d[s] == min(lengths[env.nodes[t]] for t in targets)
+    walled = block_passage(env, (3, 0), (3, 1))
+    t = walled.transitions
+    assert np.allclose(np.add.reduceat(t.probs, t.indptr[:-1]), 1.0)
+    i, j = env.index[(3, 0)], env.index[(3, 1)]
+    T = walled.to_hmm().to_dense().T
+    assert T[:, i, j].max() == 0 and T[:, j, i].max() == 0
+    assert np.allclose(T[:, i, i], env.to_hmm().to_dense().T[:, i, [i, j]].sum(axis=1))
+
+
+def test_navigation_with_noisy_views_scores_the_place_not_the_view():
+    env = gridworld(5, 5, n_colours=5, seed=0).with_noise(obs_noise=0.3)
+    r = navigate(env, env.to_hmm(), 100, seed=0, keep_paths=True)
+    assert all(env.obs[p[-1]] == g for p, g, ok in zip(r.paths, r.goals, r.success) if ok)
+    assert r.success_rate >= 0.9
+
+
+def test_navigation_from_given_start_states():
+    env = maze(seed=0)
+    r = navigate(env, env.to_hmm(), 30, seed=0, start=[0, 1, 2], warmup=0)
+    assert set(r.starts.tolist()) <= {0, 1, 2}
+    for bad in ([], [51], [-1], ["a"]):
+        with pytest.raises(ValueError, match="start must be 'random', 'world' or state indices"):
+            navigate(env, env.to_hmm(), 3, start=bad)

@@ -54,6 +54,8 @@ def add_parser(sub) -> None:
         else:
             parse = _cli_number(kind, option.param, low=1) if kind is int else _cli_number(kind, option.param, low=0)
             p.add_argument(flag, type=parse, default=default, help=f"{option.help} (default {default})")
+    p.add_argument("--compare", action="store_true",
+                   help="also navigate the same pairs with the oracle's map and the first-order map (the floor)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(run=run)
 
@@ -73,10 +75,22 @@ def run(args) -> int:
     t0 = time.process_time()
     model = build_model(args.learner, train, env=env, seed=args.seed, **model_params(args.learner, args))
     t1 = time.process_time()
-    corr = estimate_correspondence(model, train, env.n_states)
-    result = navigate(env, model, args.pairs, seed=nav_rng, correspondence=corr, warmup=args.warmup,
-                      budget=args.budget, start=args.nav_start)
+    nav_seed = int(nav_rng.integers(2**62))  # the same pairs for every map
+
+    def navigate_with(m):
+        corr = estimate_correspondence(m, train, env.n_states)
+        return navigate(env, m, args.pairs, seed=nav_seed, correspondence=corr, warmup=args.warmup,
+                        budget=args.budget, start=args.nav_start)
+
+    result = navigate_with(model)
     t2 = time.process_time()
+    compare = {}
+    if args.compare:
+        for name in ("oracle", "first-order"):
+            other = model if name == args.learner else build_model(name, train, env=env, seed=args.seed)
+            scores = navigate_with(other).as_dict()
+            compare[name] = {k: scores[k] for k in ("success_rate", "path_ratio", "localisation_accuracy")}
+            compare[name]["n_states"] = other.n_states
     scores = result.as_dict()
     report = {
         "learner": args.learner,
@@ -88,6 +102,8 @@ def run(args) -> int:
         **{k: scores[k] for k in SCORE_KEYS},
         "fit_cpu_s": t1 - t0, "navigate_cpu_s": t2 - t1,
     }
+    if compare:
+        report["compare"] = compare
     if args.json:
         print_json(report)
         return 0
@@ -98,5 +114,8 @@ def run(args) -> int:
     print(f"  success rate           {report['success_rate']:.4f}")
     print(f"  path ratio             {report['path_ratio']:.4f}  (moves / shortest, over successes)")
     print(f"  localisation accuracy  {report['localisation_accuracy']:.4f}  (from move {args.warmup} on)")
+    for name, row in compare.items():
+        print(f"  {name + ' (same pairs)':25s} success {row['success_rate']:.4f}, path ratio {row['path_ratio']:.4f}, "
+              f"localisation {row['localisation_accuracy']:.4f}")
     print(f"  CPU: fit {report['fit_cpu_s']:.2f} s, navigate {report['navigate_cpu_s']:.2f} s")
     return 0
