@@ -38,13 +38,12 @@ import weakref
 import numpy as np
 
 from .._validation import Int, check_int
+from ._state import StateError, checked_state, exact_state, no_state, sizes_of_level1
 from .engine import Engine, tree_links
 
 __all__ = ["FoldMerger", "default_min_evidence"]
 
 _STATS = ("merges", "promotions", "undos", "conflicts")
-_ARRAYS = ("parent", "action", "colour", "uf", "uf_time", "just", "red", "has_row", "delta", "dchild", "reds",
-           "journal", "conflicts", "decisions", "stats", "cid", "pending")
 _NODE_ARRAYS = ("parent", "action", "colour", "uf", "uf_time", "just", "red", "row", "cid", "stamp", "reds")
 _ROW_ARRAYS = ("delta", "dchild", "links", "first")
 PROVISIONAL_LEAD = 1
@@ -758,60 +757,44 @@ class FoldMerger(ExactFold):
         from ._kernels import (CONFLICTS, JLEN, LINKS_OK, MERGES, NCONF, NDEC, NRED, NROOTS, NROWS, PROMOTIONS,
                                     ROOT as _ROOT_OP, SETTLED)
 
+        self._validate_params()
         if "fold_sizes" not in d:
+            checked_state(lambda d: no_state(d, "fold_sizes"), d, source)
             self._A = None
             return
-        try:
-            n_obs, A, k, last, settled = (int(x) for x in d["fold_sizes"])
-            arrays = {name: np.asarray(d[f"fold_{name}"]) for name in _ARRAYS}
-        except (KeyError, ValueError) as e:
-            raise ValueError(f"{source}: fold merger arrays are missing or malformed ({e})") from None
-        n = len(arrays["parent"])
-        if any(len(arrays[name]) != n for name in ("action", "colour", "uf", "uf_time", "just", "red", "has_row",
-                                                  "delta", "dchild")) or arrays["delta"].shape[1:] != (A + 1,) \
-                or arrays["journal"].shape[1:] != (5,) or n < 1:
-            raise ValueError(f"{source}: fold merger arrays have inconsistent shapes")
-        self._init(n_obs, A, capacity=n)
-        self._k, self._last = k, last
-        journal = arrays["journal"].astype(np.int64)
+        a = checked_state(exact_state, d, source)
+        k = default_min_evidence(a["n_obs"]) if self.min_evidence is None else self.min_evidence
+        if a["k"] != k and sizes_of_level1(d) is not None:   # an agent file: its parameters are the merger's
+            raise StateError(f"{source}: fold_sizes hold the evidence minimum {a['k']}, but the merger's is {k}")
+        n, journal = a["n"], a["journal"]
+        self._init(a["n_obs"], a["A"], capacity=n)
+        self._k, self._last = a["k"], a["last"]
         # rows in the order the journal made the roots (node 0 first): rollbacks give them back last first
-        has = arrays["has_row"].astype(bool)
-        made = journal[journal[:, 0] == _ROOT_OP, 1]
-        order = np.concatenate([[0], made]) if has[0] else made
-        if len(order) != has.sum() or not has[order].all():
-            raise ValueError(f"{source}: fold merger rows do not match the journal")
-        self._room(nodes=n, journal=len(journal), conflicts=len(arrays["conflicts"]),
-                   decisions=len(arrays["decisions"]), rows=len(order))
+        order = np.concatenate([[0], journal[journal[:, 0] == _ROOT_OP, 1]]).astype(np.int64)
+        self._room(nodes=n, journal=len(journal), conflicts=len(a["conflicts"]), decisions=len(a["decisions"]),
+                   rows=len(order))
         st = self._st
-        for name in ("parent", "action", "colour", "uf", "uf_time", "just"):
-            getattr(st, name)[:n] = arrays[name].astype(np.int64)
-        st.red[:n] = arrays["red"].astype(bool)
+        for name in ("parent", "action", "colour", "uf", "uf_time", "just", "red"):
+            getattr(st, name)[:n] = a[name]
         st.row[:n] = -1
         st.row[order] = np.arange(len(order))
-        st.delta[:len(order)] = arrays["delta"][order]
-        st.dchild[:len(order)] = arrays["dchild"][order]
-        reds = arrays["reds"].astype(np.int64).reshape(-1, 2)[:, 1]
+        st.delta[:len(order)], st.dchild[:len(order)] = a["delta"][order], a["dchild"][order]
+        reds, conflicts, decisions = a["reds"][:, 1], a["conflicts"], a["decisions"]
         st.reds[:len(reds)] = reds
-        conflicts = arrays["conflicts"].astype(np.int64)
-        decisions = arrays["decisions"].astype(np.int64)
         st.journal[:len(journal)] = journal
-        st.conflicts[:len(conflicts)] = conflicts.reshape(-1, 2)
+        st.conflicts[:len(conflicts)] = conflicts
         st.decisions[:len(decisions)] = decisions
-        stats = dict(zip(_STATS, arrays["stats"].tolist()))
-        cid = arrays["cid"].astype(np.int64).reshape(-1, 2)
-        st.cid[cid[:, 0]] = cid[:, 1]
-        uf = st.uf[:n]
+        stats = dict(zip(_STATS, a["stats"].tolist()))
+        st.cid[a["cid"][:, 0]] = a["cid"][:, 1]
         st.sc[:] = 0
-        st.sc[[JLEN, NRED, NCONF, SETTLED, NDEC]] = (len(journal), len(reds), len(conflicts), settled, len(decisions))
+        st.sc[[JLEN, NRED, NCONF, SETTLED, NDEC]] = (len(journal), len(reds), len(conflicts), a["settled"],
+                                                    len(decisions))
         st.sc[[MERGES, PROMOTIONS, CONFLICTS]] = stats["merges"], stats["promotions"], stats["conflicts"]
-        st.sc[NROOTS] = int((uf == np.arange(n)).sum()) - 1   # node 0 is not a block
+        st.sc[NROOTS] = int((a["uf"] == np.arange(n)).sum()) - 1   # node 0 is not a block
         st.sc[LINKS_OK], st.sc[NROWS] = 0, len(order)
         self._undos = stats["undos"]
-        self._pending = arrays["pending"].astype(np.int64).tolist()
-        prov = np.asarray(d["fold_provisional"] if "fold_provisional" in d else [-1, 0, 0], dtype=np.int64)
-        if prov.shape != (3,) or not -1 <= prov[0] <= len(journal):
-            raise ValueError(f"{source}: fold merger provisional pass is malformed")
-        self._prov = prov.tolist()
+        self._pending = a["pending"].tolist()
+        self._prov = a["provisional"].tolist()
         self._dirty = True
 
     def _uf_array(self) -> np.ndarray:

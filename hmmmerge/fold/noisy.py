@@ -36,6 +36,7 @@ import math
 import numpy as np
 
 from .._validation import Float, Int, check_float
+from ._state import checked_state, no_state, noisy_state
 from .engine import RED, UNION, Engine, tree_links
 
 __all__ = ["LikelihoodTest", "StatisticalFoldMerger", "pair_llr"]
@@ -68,8 +69,8 @@ def pair_llr(x, y, noise: float, pi=None) -> float:
         raise ValueError(f"x and y must be count vectors of one length, got {len(x)} and {len(y)}")
     if min(x + y) < 0:
         raise ValueError("colour counts must be non-negative")
-    if not 0 < noise < 1:
-        raise ValueError(f"noise must be in (0, 1), got {noise!r}")
+    if not 1e-300 <= noise < 1:
+        raise ValueError(f"noise must be in [1e-300, 1), got {noise!r}")
     K = len(x)
     pi = np.full(K, 1.0 / K) if pi is None else np.asarray(pi, dtype=float)
     if pi.shape != (K,) or (pi <= 0).any():
@@ -179,7 +180,7 @@ class StatisticalFoldMerger(Engine):
     (2, 22)
     """
 
-    _parameter_constraints = {"risk": _below_one(1e-300), "noise": _below_one(0, none=True), "min_visits": Int(1),
+    _parameter_constraints = {"risk": _below_one(1e-300), "noise": _below_one(1e-300, none=True), "min_visits": Int(1),
                               "provisional_lead": Float(0, none=True), "patience": Int(1),
                               "retest_growth": Float(1, low_open=True, none=True)}
     _NODES = Engine._NODES + (("_cnt", None), ("_pos", -1), ("_nvis", 0))
@@ -838,54 +839,27 @@ class StatisticalFoldMerger(Engine):
         >>> back = StatisticalFoldMerger(); back.load_state_dict(fold.state_dict()); back.block_of(2).tolist()
         [1, 2]
         """
+        self._validate_params()
         if "foldnoisy_sizes" not in d:
+            checked_state(lambda d: no_state(d, "foldnoisy_sizes"), d, source)
             self._A = None
             return
-        names = ("parent", "action", "colour", "pos", "shallow", "uf", "red", "has_row", "delta", "counts", "reds", "cid", "stats")
-        try:
-            K, A, last = (int(x) for x in d["foldnoisy_sizes"])
-            arr = {name: np.asarray(d[f"foldnoisy_{name}"]) for name in names}
-        except (KeyError, ValueError, TypeError) as e:
-            raise ValueError(f"{source}: fold-noisy merger arrays are missing or malformed ({e})") from None
-        n = len(arr["parent"])
-        if (K < 1 or A < 1 or any(len(arr[k]) != n for k in ("action", "colour", "pos", "uf", "red", "has_row",
-                                                               "delta", "counts"))
-                or arr["shallow"].shape != (1 + A + A * A, K)
-                or arr["delta"].shape[1:] != (A + 1,) or arr["counts"].shape[1:] != (K,)
-                or arr["cid"].shape[1:] != (2,) or arr["stats"].ndim != 1 or not 4 <= len(arr["stats"]) <= len(_STATS)):
-            raise ValueError(f"{source}: fold-noisy merger arrays have inconsistent shapes")
-        uf = arr["uf"].astype(np.int64)
-        if n == 0 or uf.min(initial=0) < -1 or uf.max(initial=0) >= n or arr["counts"].min(initial=0) < 0:
-            raise ValueError(f"{source}: fold-noisy merger arrays hold out-of-range values")
+        a = checked_state(noisy_state, d, source)
+        K, A, n, has = a["K"], a["A"], a["n"], a["has_row"].tolist()
         self._init(K, A)
-        self._last = last
-        for name in ("parent", "action", "colour", "pos", "uf", "shallow"):
-            setattr(self, f"_{name}", arr[name].astype(np.int64).tolist())
-        self._red = arr["red"].astype(bool).tolist()
-        has = arr["has_row"].astype(bool).tolist()
-        self._delta = [row if ok else None for row, ok in zip(arr["delta"].astype(np.int64).tolist(), has)]
+        self._last = a["last"]
+        for name in ("parent", "action", "colour", "pos", "uf", "shallow", "red", "reds"):
+            setattr(self, f"_{name}", a[name].tolist())
+        self._delta = [row if ok else None for row, ok in zip(a["delta"].tolist(), has)]
         self._dchild = [[-1] * (A + 1) if ok else None for ok in has]   # not used by this test
-        self._cnt = [row if ok else None for row, ok in zip(arr["counts"].astype(np.int64).tolist(), has)]
-        self._reds = arr["reds"].astype(np.int64).tolist()
-        self._cid = {int(r): int(c) for r, c in arr["cid"].tolist()}
-        if any(not 0 <= r < n for r in self._cid) or any(c < 0 for c in self._cid.values()):
-            raise ValueError(f"{source}: fold-noisy merger arrays hold out-of-range values")
+        self._cnt = [row if ok else None for row, ok in zip(a["counts"].tolist(), has)]
+        self._cid = dict(a["cid"].tolist())
         self._recount_cids()
-        nxt = np.asarray(d["foldnoisy_next_cid"] if "foldnoisy_next_cid" in d else np.zeros((0, 3)), dtype=np.int64)
-        if nxt.ndim != 2 or nxt.shape[1] != 3 or (len(nxt) and (nxt[:, 0].min() < -1 or nxt[:, 2].min() < 0
-                                                              or nxt[:, 1].min() < 0 or nxt[:, 1].max() > A)):
-            raise ValueError(f"{source}: fold-noisy merger transitions of C are malformed")
-        self._next_cid = {(int(c), int(a)): int(t) for c, a, t in nxt.tolist()}
+        self._next_cid = {(c, act): t for c, act, t in a["next_cid"].tolist()}
         self.stats = dict.fromkeys(_STATS, 0)
-        self.stats.update(zip(_STATS, arr["stats"].astype(np.int64).tolist()))
-        # files written before decisions were logged: visits unknown per state (1 each), nothing to re-test
-        visits = np.asarray(d["foldnoisy_visits"] if "foldnoisy_visits" in d else (uf >= 0).astype(np.int64))
-        log = np.asarray(d["foldnoisy_log"] if "foldnoisy_log" in d else np.zeros((0, 3)), dtype=np.int64)
-        if (visits.shape != (n,) or visits.min(initial=0) < 0 or log.ndim != 2 or log.shape[1] != 3
-                or (len(log) and (log[:, 1:].max() >= n or log[:, 1].min() < 0 or not set(log[:, 0]) <= {0, 1}))):
-            raise ValueError(f"{source}: fold-noisy merger visits or decision log are malformed")
-        self._nvis = visits.astype(np.int64).tolist()
-        self._log = [tuple(row) for row in log.tolist()]
-        self._retested = int(np.asarray(d["foldnoisy_retested"]).ravel()[0]) if "foldnoisy_retested" in d else 0
-        roots = np.flatnonzero(uf == np.arange(n))
-        self._total = arr["counts"][roots].sum(axis=0).astype(np.int64).tolist()
+        self.stats.update(zip(_STATS, a["stats"].tolist()))
+        self._nvis = a["visits"].tolist()
+        self._log = [tuple(row) for row in a["log"].tolist()]
+        self._retested = a["retested"]
+        roots = np.flatnonzero(a["uf"] == np.arange(n))
+        self._total = a["counts"][roots].sum(axis=0).tolist()
