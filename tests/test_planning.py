@@ -361,3 +361,11 @@ def test_navigation_from_given_start_states():
     for bad in ([], [51], [-1], ["a"]):
         with pytest.raises(ValueError, match="start must be 'random', 'world' or state indices"):
             navigate(env, env.to_hmm(), 3, start=bad)
+
+
+def test_navigation_to_given_goals():
+    env = gridworld(5, 5, n_colours=5, seed=0)
+    r = navigate(env, env.to_hmm(), 40, seed=0, goals=[1, 3])
+    assert set(r.goals.tolist()) <= {1, 3} and r.success_rate == 1.0
+    with pytest.raises(ValueError, match="goals must be observations in 0..4"):
+        navigate(env, env.to_hmm(), 3, goals=[7])
