@@ -274,9 +274,13 @@ class _ValueTables:
         for _ in range(horizon):
             Q = np.asarray(self.T @ V[-1]).reshape(self.A, self.H)
             nxt = g + (1.0 - g) * Q.max(axis=0)
-            if np.abs(nxt - V[-1]).max() <= 1e-12:  # converged: V_k is V_K for every k > K
-                break
+            grew = not np.array_equal(nxt > 0, V[-1] > 0)  # the states that can reach the goal at all
+            done = np.abs(nxt - V[-1]).max() <= 1e-12
+            if done and not grew and np.array_equal(nxt, V[-1]):
+                break  # converged exactly: V_k is V_K for every k > K
             V.append(nxt)
+            if done and not grew:
+                break  # converged to 1e-12 with the same support (which then never grows): V_k ~ V_K
         self.V = np.array(V)  # (K+1, H)
         self.converged = len(V) - 1 < horizon
         self.cum = np.cumsum(self.V, axis=0)  # cum[i] = sum_{j<=i} V_j

@@ -369,3 +369,12 @@ def test_navigation_to_given_goals():
     assert set(r.goals.tolist()) <= {1, 3} and r.success_rate == 1.0
     with pytest.raises(ValueError, match="goals must be observations in 0..4"):
         navigate(env, env.to_hmm(), 3, goals=[7])
+
+
+def test_a_tiny_probability_of_arriving_is_not_lost_to_convergence():
+    """A goal reachable with probability 1e-300 is reachable (value iteration does not stop on a tiny change
+    while the set of states that can reach the goal still grows)."""
+    T = np.array([[[1 - 1e-300, 1e-300], [0.0, 1.0]]])
+    model = ActionHMM(T, np.array([[0, 1, 0], [1, 0, 0]]), [1.0, 0.0])
+    p = plan(model, [1.0, 0.0], 0, horizon=1)
+    assert p.probability == 1e-300 and p.actions.tolist() == [0]
