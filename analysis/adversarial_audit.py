@@ -793,7 +793,11 @@ def recording_cases(tmp):
 
 
 def cli_option_cases(tmp):
-    """Options that gave tracebacks or were silently ignored."""
+    """Options that gave tracebacks or were silently ignored, and output folders that are not folders."""
+    afile, afifo = os.path.join(tmp, "a-file"), os.path.join(tmp, "a-fifo")
+    with open(afile, "w") as f:
+        f.write("kept")
+    os.mkfifo(afifo)
     c = [_cli("reproduce", "--quick", "--only", "true_sim", "--executor", "tls://127.0.0.1:1", "--out",
               os.path.join(tmp, "tls"), match="tls://127.0.0.1:1"),
          _cli("reproduce", "--quick", "--only", "true_sim", "--executor", "local:²", "--out", os.path.join(tmp, "sq"),
@@ -802,6 +806,9 @@ def cli_option_cases(tmp):
          _cli("env", "--graph", "", match="--graph"), _cli("env", "--plot", "", match="--plot"),
          _cli("run", "--out", "", match="--out"), _cli("run", "--resume", "", match="--resume"),
          _cli("demo", "--executor", "bogus", "--out", os.path.join(tmp, "demo-bogus"), match="executor"),
+         _cli("run", "--episodes", "3", "--out", afile, match="is a regular file, not a folder", keep=[afile]),
+         _cli("reproduce", "--quick", "--only", "true_sim", "--out", afifo, match="is a FIFO, not a folder",
+              keep=[afifo]),
          _cli("demo", "--colouring", str(2**70), "--episodes", "2", "--no-em", "--executor", "serial", "--json",
               "--out", os.path.join(tmp, "demo-2-70"), expect="ok",
               check=_json_check(lambda r: len(r["table"]) >= 4 or "no table"))]

@@ -108,6 +108,29 @@ def open_regular(path, mode: str = "rb", what: str = "file", **kw):
         raise
 
 
+def make_folder(path, what: str = "output folder") -> str:
+    """Create the folder ``path`` if needed (as ``os.makedirs``); a file, FIFO or device there is refused.
+
+    >>> import tempfile
+    >>> with tempfile.NamedTemporaryFile() as f:
+    ...     make_folder(f.name, "--out")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: ... is a regular file, not a folder: cannot use it as the --out
+    """
+    path = os.fspath(path)
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        os.makedirs(path, exist_ok=True)
+        return path
+    except NotADirectoryError:
+        raise ValueError(f"{path}: a parent of this path is not a folder") from None
+    if not stat.S_ISDIR(mode):
+        raise ValueError(f"{path} is a {file_kind(mode)}, not a folder: cannot use it as the {what}")
+    return path
+
+
 def _target(path: str) -> str:
     """The path to replace: ``path`` itself, or the final target of a symbolic link; checked."""
     real = os.path.realpath(path) if os.path.islink(path) else path

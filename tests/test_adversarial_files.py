@@ -584,3 +584,21 @@ def test_tls_executor_without_configuration_is_one_line(tmp_path):
     """)
     res = _run([sys.executable, "-c", script], timeout=120)
     assert res.returncode == 0 and "executor 'tls://127.0.0.1:1': cannot" in res.stdout, (res.stdout, res.stderr)
+
+
+def test_output_folder_that_is_a_file_or_fifo_is_refused(tmp_path, capsys):
+    afile, fifo = tmp_path / "afile", _fifo(tmp_path / "fifo")
+    afile.write_text("keep me")
+    for argv, message in ((["run", "--episodes", "2", "--eval-episodes", "0", "--out", afile], "is a regular file"),
+                          (["run", "--episodes", "2", "--eval-episodes", "0", "--out", fifo], "is a FIFO"),
+                          (["demo", "--out", afile], "is a regular file"),
+                          (["reproduce", "--quick", "--only", "true_sim", "--out", fifo], "is a FIFO")):
+        _refused(capsys, argv, message + ", not a folder")
+    assert afile.read_text() == "keep me" and stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    link = tmp_path / "link"  # a link to a folder is a folder
+    (tmp_path / "real").mkdir()
+    os.symlink(tmp_path / "real", link)
+    assert main(["run", "--episodes", "2", "--episode-length", "5", "--eval-episodes", "0", "--out", str(link),
+                 "--json"]) == 0
+    assert sorted(os.listdir(tmp_path / "real"))[:2] == ["agent.npz", "history.csv"]
+    capsys.readouterr()

@@ -204,7 +204,7 @@ def accuracy_figure(agent_cfg, agent_res, rows, path, sigma=20.0) -> None:
 def run(args) -> int:
     import time
 
-    from .._io import atomic_write_text
+    from .._io import atomic_write_text, make_folder
     from .._limits import check_count
     from ..cli import print_json
     from ..reproduce.figures import write_csv
@@ -220,7 +220,7 @@ def run(args) -> int:
     check_count("--seeds", args.seeds, "seeds")
     check_run_memory(world(args.colouring), args.episodes, 50, 100, min(SIZES))  # one run, in one worker
     start = time.perf_counter()
-    os.makedirs(args.out, exist_ok=True)
+    make_folder(args.out, "--out folder")
     env = world(args.colouring)
     report = describe(env)
     picture = os.path.join(args.out, "world.png")

@@ -54,7 +54,7 @@ def run(args) -> int:
     import sys
     import time
 
-    from .._io import check_regular_file
+    from .._io import check_regular_file, make_folder
     from .._limits import check_count
     from .._random import as_generator
     from ..agent import TwoLevelMemory
@@ -93,7 +93,7 @@ def run(args) -> int:
     show = args.progress or (not args.json and sys.stderr.isatty())
     history = None
     if args.out:
-        os.makedirs(args.out, exist_ok=True)
+        make_folder(args.out, "--out folder")
         history = _HistoryFile(history_path, keep_rows=keep_rows)
     _live(agent, env, walk, target, args, history, show)
     wall = time.perf_counter() - start

@@ -163,6 +163,7 @@ def reproduce(out_dir, quick: bool = False, executor="local", progress=None, onl
     Returns ``{"protocol", "figures": {name: {"files", "summary"}}, "table": rows,
     "files": [...], "runs": {...}, "timing": {...}}``.
     """
+    from .._io import make_folder
     from ..sweep import run_sweeps
     from . import figures as F
     from .runs import world
@@ -172,7 +173,7 @@ def reproduce(out_dir, quick: bool = False, executor="local", progress=None, onl
     for n in names:
         if n not in FIGURES:
             raise ValueError(f"unknown figure {n!r}; choose from {sorted(FIGURES)}")
-    os.makedirs(out_dir, exist_ok=True)
+    make_folder(out_dir, "output folder")
     needs = {FIGURES[n] for n in names} - {None}
     sweeps = {}
     if "learning" in needs:
