@@ -31,7 +31,8 @@ and surprise (smoothed with epsilon 1e-3) on ``--eval-episodes`` (100) fresh epi
 process, scored by ``evaluate_model`` with no prediction counted wrong, the oracle's accuracy and
 surprise on the same episodes beside it.  Each run is a subprocess on one thread with a CPU-time
 limit (``--cpu-limit``, default 300 s, imports and numba loading included; the recorded
-``fit_cpu_s`` is the fit alone, after a 5-episode warm-up fit): a run over the limit is recorded as
+``fit_cpu_s`` is the fit alone, after a warm-up fit: 5 episodes, for an online learner 20 -- at
+least one sleep, so that the sleep's kernels are loaded too): a run over the limit is recorded as
 "> limit" and counts in the tables.  Results: one JSON file per run under ``OUT/runs/`` (atomic;
 finished runs are not redone, a run stopped at a lower limit is redone under a higher one),
 ``OUT/results.csv`` and ``OUT/bench_world_as_it_is.md`` (mean +- sd per learner x condition with
@@ -75,7 +76,7 @@ CONDITIONS = {
     "random-start": {"slip": 0.0, "obs_noise": 0.0, "start": "random"},
 }
 WORLDS = ("paper-grid", "maze", "torus", "two-rooms", "cscg-room", "aliased-loop", "random-graph", "fourrooms-3x3")
-LEARNERS = ("oracle", "first-order", "context", "em", "sf", "fold-noisy", "fold")
+LEARNERS = ("oracle", "first-order", "context", "em", "sf", "fold-noisy", "fold", "replay")
 """The default learners; ``--target`` defaults to the last merge mode listed, so a new mode appended is checked."""
 MINIGRID = "MiniGrid-FourRooms-v0"
 SMOOTHING = 1e-3
@@ -147,7 +148,7 @@ def run_one(config: dict) -> dict:
             return TwoLevelMemory(env.n_obs, env.n_actions, merge=learner,
                                   seed=[int(config["colouring"]), int(config["seed"]), 1])
 
-        agent().fit(train[:5])  # warm-up: numba kernels loaded before the clock starts
+        agent().fit(train[:20])  # warm-up past the first sleep: numba kernels loaded before the clock starts
         a = agent()
         blocks = []
         for b in range(0, train.n_episodes, BLOCK):

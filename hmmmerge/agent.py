@@ -98,8 +98,10 @@ class TwoLevelMemory(Estimator):
         (Algorithm 3, the default), ``"random"``, ``"none"``, ``"fold"``
         (:class:`~hmmmerge.fold.FoldMerger`, evidence-driven folding) or ``"fold-noisy"``
         (:class:`~hmmmerge.fold_noisy.StatisticalFoldMerger`; its noise-aware emissions feed
-        the online predictors and :meth:`level2_hmm`); shorthand for ``merger=`` that mode's
-        merger with its defaults.
+        the online predictors and :meth:`level2_hmm`) or ``"replay"``
+        (:class:`~hmmmerge.replay.ReplayMerger`: level 2 a clone HMM re-estimated at sleeps by stepwise
+        EM over replayed episodes; the mode for a world of unknown kind: slipping moves, noisy views,
+        random starts); shorthand for ``merger=`` that mode's merger with its defaults.
     merger : a merger object (the :class:`~hmmmerge.merging.Merger` protocol), e.g.
         ``SFMerger(gamma=0.7)`` or ``FoldMerger(colour_evidence=20)``; ``None``: the one ``merge``
         names.  Given both, ``merge`` must name the merger's own mode.

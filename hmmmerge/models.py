@@ -13,7 +13,7 @@ scripts and the notebooks take their names and defaults from here.
 * ``oracle`` (the true world), ``first-order``, ``context``, ``level1`` (the
   episodic memory), ``em``, ``bfmm``;
 * ``level2-NAME`` for every merger ``NAME`` of :data:`MERGERS` (``sf``,
-  ``random``, ``none``, ``fold``, ``fold-noisy``): level 2 of the paper's agent,
+  ``random``, ``none``, ``fold``, ``fold-noisy``, ``replay``): level 2 of the paper's agent,
   :class:`~hmmmerge.agent.TwoLevelMemory` with ``merge=NAME``;
 * ``rpni`` and ``alergia`` (AALpy's learners) when ``aalpy`` is installed.
 
@@ -36,9 +36,9 @@ imported when a model is built, so ``hmmmerge --help`` and ``import hmmmerge``
 stay quick.
 
 >>> list(MERGERS)
-['sf', 'random', 'none', 'fold', 'fold-noisy']
+['sf', 'random', 'none', 'fold', 'fold-noisy', 'replay']
 >>> [name for name in MODELS if name.startswith("level2-")]
-['level2-sf', 'level2-random', 'level2-none', 'level2-fold', 'level2-fold-noisy']
+['level2-sf', 'level2-random', 'level2-none', 'level2-fold', 'level2-fold-noisy', 'level2-replay']
 >>> MODELS["em"].defaults["n_clones"], MODELS["level2-sf"].defaults["initial_size"]
 (30, 10)
 """
@@ -115,6 +115,10 @@ MERGERS: dict[str, MergerEntry] = {e.name: e for e in (
     MergerEntry("fold-noisy", "fold_noisy:StatisticalFoldMerger",
                 "fold with a likelihood-ratio test, for noisy observations (beyond the paper)",
                 label="fold-noisy", colour="tab:purple"),
+    MergerEntry("replay", "replay:ReplayMerger",
+                "level 2 a clone HMM re-estimated at sleeps by stepwise EM over replayed episodes, clones lumped "
+                "by a Hoeffding test: for a world of unknown kind (slipping moves, noisy views, random starts)",
+                label="replay", colour="tab:brown"),
 )}
 
 

@@ -8,6 +8,7 @@ from hmmmerge.agent import TwoLevelMemory
 from hmmmerge.baselines import BestFirstMerging, CloneHMM, ContextModel, FirstOrderModel
 from hmmmerge.fold import FoldMerger
 from hmmmerge.fold_noisy import StatisticalFoldMerger
+from hmmmerge.replay import ReplayMerger
 from hmmmerge.models import MODELS, build_model, fit_model
 from hmmmerge.cli import build_parser
 from hmmmerge.commands.evaluate import model_params
@@ -58,6 +59,7 @@ def test_registry_builds_what_direct_construction_builds(small):
         "level2-fold": TwoLevelMemory(env.n_obs, env.n_actions, merger=FoldMerger(), seed=[3, 1]).fit(train).level2_hmm(),
         "level2-fold-noisy": TwoLevelMemory(env.n_obs, env.n_actions, merger=StatisticalFoldMerger(),
                                             seed=[3, 1]).fit(train).level2_hmm(),
+        "level2-replay": TwoLevelMemory(env.n_obs, env.n_actions, merger=ReplayMerger(), seed=[3, 1]).fit(train).level2_hmm(),
     }
     if "rpni" in MODELS:   # AALpy installed
         from hmmmerge.baselines.aalpy_models import AlergiaModel, RPNIModel

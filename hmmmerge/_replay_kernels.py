@@ -1,0 +1,286 @@
+"""Numba kernels of the sleep-replay learner (:mod:`hmmmerge.replay`).
+
+:func:`lump_clones` groups the clones of the learned clone HMM into blocks of
+clones that no test tells apart: partition refinement (the coarsest stable
+partition, as in Moore's minimisation) where two clones stay in one block when,
+for every action, their expected next-block frequencies pass ALERGIA's
+Hoeffding test (Carrasco & Oncina 1994): ``|f1/n1 - f2/n2| < bound * (1/sqrt(n1)
++ 1/sqrt(n2))`` with ``bound = sqrt(log(2 / risk) / 2)``.  A clone joins the
+first compatible group of its block, groups pool their counts, clones are taken
+heaviest first.
+
+Imported lazily (numba is slow to import).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True)
+def _compatible(succ_i, n_i, pool, n_g, nb, bound, floor):
+    """Hoeffding test of one clone's next-block counts against a group's pooled counts, every action;
+    frequencies closer than ``floor`` always pass."""
+    A = n_i.shape[0]
+    for a in range(A):
+        if n_i[a] <= 0.0 or n_g[a] <= 0.0:
+            continue
+        tol = max(bound * (1.0 / np.sqrt(n_i[a]) + 1.0 / np.sqrt(n_g[a])), floor)
+        for b in range(nb):
+            if abs(succ_i[a, b] / n_i[a] - pool[a, b] / n_g[a]) >= tol:
+                return False
+    return True
+
+
+@njit(cache=True)
+def lump_clones(counts, colour, bound, floor, max_rounds):
+    """Blocks of clones (ids ``0..nb-1``) from expected transition counts ``counts`` (A, H, H).
+
+    Starts from one block per colour (observation) and refines until no block
+    splits (or ``max_rounds``); entries below 1e-3 (a thousandth of a transition)
+    are left out.  Returns ``block`` (H,).
+    """
+    A, H, _ = counts.shape
+    # the entries worth a thousandth of a transition or more, as a list (refinement rounds then cost O(entries))
+    m = 0
+    for a in range(A):
+        for i in range(H):
+            for j in range(H):
+                if counts[a, i, j] >= 1e-3:
+                    m += 1
+    e_a = np.empty(m, dtype=np.int64)
+    e_i = np.empty(m, dtype=np.int64)
+    e_j = np.empty(m, dtype=np.int64)
+    e_c = np.empty(m)
+    n_out = np.zeros((H, A))
+    occ = np.zeros(H)
+    m = 0
+    for a in range(A):
+        for i in range(H):
+            for j in range(H):
+                c = counts[a, i, j]
+                if c >= 1e-3:
+                    e_a[m], e_i[m], e_j[m], e_c[m] = a, i, j, c
+                    n_out[i, a] += c
+                    occ[i] += c
+                    m += 1
+    order = np.argsort(-occ, kind="mergesort")
+    # colours renumbered 0..nb-1 in order of first appearance by clone index
+    block = np.full(H, -1, dtype=np.int64)
+    seen = np.full(colour.max() + 1, -1, dtype=np.int64)
+    nb = 0
+    for i in range(H):
+        c = colour[i]
+        if seen[c] < 0:
+            seen[c] = nb
+            nb += 1
+        block[i] = seen[c]
+    for _ in range(max_rounds):
+        succ = np.zeros((H, A, nb))
+        for q in range(m):
+            succ[e_i[q], e_a[q], block[e_j[q]]] += e_c[q]
+        new = np.full(H, -1, dtype=np.int64)
+        g_pool = np.zeros((H, A, nb))
+        g_n = np.zeros((H, A))
+        g_next = np.full(H, -1, dtype=np.int64)    # groups of one old block as a linked list
+        head = np.full(nb, -1, dtype=np.int64)
+        tail = np.full(nb, -1, dtype=np.int64)
+        ng = 0
+        for q in range(H):
+            i = order[q]
+            b = block[i]
+            g = head[b]
+            while g >= 0:
+                if _compatible(succ[i], n_out[i], g_pool[g], g_n[g], nb, bound, floor):
+                    break
+                g = g_next[g]
+            if g < 0:
+                g = ng
+                ng += 1
+                if head[b] < 0:
+                    head[b] = g
+                else:
+                    g_next[tail[b]] = g
+                tail[b] = g
+            new[i] = g
+            g_pool[g] += succ[i]
+            g_n[g] += n_out[i]
+        # number the new blocks in order of their first clone (stable ids)
+        ids = np.full(ng, -1, dtype=np.int64)
+        k = 0
+        for i in range(H):
+            if ids[new[i]] < 0:
+                ids[new[i]] = k
+                k += 1
+        for i in range(H):
+            new[i] = ids[new[i]]
+        stable = k == nb
+        block = new
+        nb = k
+        if stable:
+            break
+    return block
+
+
+@njit(cache=True)
+def lumped_model(T, B, weight, block, nb):
+    """The clone HMM lumped by ``block``: ``T_L[a, X, Y] = sum_{i in X} w_i sum_{j in Y} T[a, i, j] / sum_{i in X} w_i``
+    and ``B_L[X] = sum_{i in X} B[i]``; a block of zero weight takes its clones' plain mean."""
+    A, H, _ = T.shape
+    TL = np.zeros((A, nb, nb))
+    w = np.zeros(nb)
+    cnt = np.zeros(nb)
+    for i in range(H):
+        w[block[i]] += weight[i]
+        cnt[block[i]] += 1.0
+    for a in range(A):
+        for i in range(H):
+            x = block[i]
+            wi = weight[i] / w[x] if w[x] > 0.0 else 1.0 / cnt[x]
+            for j in range(H):
+                TL[a, x, block[j]] += wi * T[a, i, j]
+    BL = np.zeros(nb)
+    for i in range(H):
+        BL[block[i]] += B[i]
+    return TL, BL
+
+
+@njit(cache=True)
+def block_argmax(alpha, off):
+    """Index of the largest entry of every step's block of the flat per-step array (first on ties)."""
+    n = off.shape[0] - 1
+    out = np.zeros(n, dtype=np.int64)
+    for t in range(n):
+        best = -1.0
+        for k in range(off[t + 1] - off[t]):
+            if alpha[off[t] + k] > best:
+                best = alpha[off[t] + k]
+                out[t] = k
+    return out
+
+
+@njit(cache=True)
+def clone_counts(clone_state, n, H):
+    """Level-1 states per clone among the first ``n`` (-1: no clone yet, not counted)."""
+    out = np.zeros(H, dtype=np.int64)
+    for i in range(n):
+        if clone_state[i] >= 0:
+            out[clone_state[i]] += 1
+    return out
+
+
+@njit(cache=True)
+def write_assignment(assignment, clone_state, n, cluster_of_clone):
+    """``assignment[i] <- cluster_of_clone[clone_state[i]]`` for the first ``n`` states (-1 without a clone)."""
+    for i in range(n):
+        c = clone_state[i]
+        assignment[i] = cluster_of_clone[c] if c >= 0 else -1
+
+
+@njit(cache=True)
+def noise_odds(T, starts, sizes, obs, acts, off, alpha, scale, horizon, n_obs, expected_above):
+    """Evidence that each view was a random one, from the views that follow it.
+
+    For every step ``t`` that is not an episode start, with ``e`` the last step
+    of the episode at most ``horizon`` steps later: ``log((1/n_obs) P(o_{t+1..e} | skip))
+    - log(P(o_t .. o_e | o_<t))``, where *skip* is the belief after the move of
+    step ``t`` without its view (``alpha_{t-1} T[a_t]``) and the second term is the
+    forward pass's own (``scale``).  Also the view the skip belief expects most.
+    ``alpha``, ``scale``: a forward pass of :mod:`hmmmerge.baselines._em_kernels`.
+    A view predicted with probability ``scale[t] >= expected_above`` is not weighed against the
+    future (the skip and the taken belief then agree on it): ``log_odds = -log(n_obs * scale[t])``,
+    ``expected = obs[t]``.  Returns ``(log_odds, expected)``; ``-inf`` / -1 at episode starts.
+    """
+    N = obs.shape[0]
+    H = T.shape[1]
+    K = sizes.shape[0]
+    max_size = 0
+    for o in range(K):
+        if sizes[o] > max_size:
+            max_size = sizes[o]
+    m = np.empty(H)
+    buf = np.empty(max_size)
+    nxt = np.empty(max_size)
+    mass = np.empty(K)
+    log_odds = np.full(N, -np.inf)
+    expected = np.full(N, -1, dtype=np.int64)
+    for t in range(1, N):
+        if acts[t] < 0:
+            continue
+        if scale[t] >= expected_above:
+            log_odds[t] = -np.log(n_obs * scale[t])
+            expected[t] = obs[t]
+            continue
+        e = t
+        while e + 1 < N and acts[e + 1] >= 0 and e - t < horizon:
+            e += 1
+        cond = 0.0
+        for s in range(t, e + 1):
+            cond += np.log(scale[s])
+        po = obs[t - 1]
+        p0 = starts[po]
+        pb = off[t - 1]
+        for j in range(H):
+            m[j] = 0.0
+        Ta = T[acts[t]]
+        for i in range(sizes[po]):
+            w = alpha[pb + i]
+            if w > 0.0:
+                for j in range(H):
+                    m[j] += w * Ta[p0 + i, j]
+        for o in range(K):
+            mass[o] = 0.0
+            for k in range(sizes[o]):
+                mass[o] += m[starts[o] + k]
+        best = 0
+        for o in range(1, K):
+            if mass[o] > mass[best]:
+                best = o
+        expected[t] = best
+        skip = -np.log(n_obs)
+        if e > t:
+            o1 = obs[t + 1]
+            s1 = starts[o1]
+            n1 = sizes[o1]
+            Tb = T[acts[t + 1]]
+            for k in range(n1):
+                buf[k] = 0.0
+            for j in range(H):
+                if m[j] > 0.0:
+                    for k in range(n1):
+                        buf[k] += m[j] * Tb[j, s1 + k]
+            c = 0.0
+            for k in range(n1):
+                c += buf[k]
+            if not c > 0.0:
+                continue
+            skip += np.log(c)
+            for k in range(n1):
+                buf[k] /= c
+            prev = o1
+            for s in range(t + 2, e + 1):
+                o2 = obs[s]
+                s2 = starts[o2]
+                n2 = sizes[o2]
+                sp = starts[prev]
+                Tc = T[acts[s]]
+                for k in range(n2):
+                    nxt[k] = 0.0
+                for i in range(sizes[prev]):
+                    w = buf[i]
+                    if w > 0.0:
+                        for k in range(n2):
+                            nxt[k] += w * Tc[sp + i, s2 + k]
+                c = 0.0
+                for k in range(n2):
+                    c += nxt[k]
+                if not c > 0.0:
+                    skip = -np.inf
+                    break
+                skip += np.log(c)
+                for k in range(n2):
+                    buf[k] = nxt[k] / c
+                prev = o2
+        log_odds[t] = skip - cond
+    return log_odds, expected

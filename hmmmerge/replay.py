@@ -1,0 +1,665 @@
+"""Sleep replay: level 2 as a clone HMM re-estimated at every sleep by stepwise EM (``merge="replay"``).
+
+Level 2 is a clone-structured HMM (the model of :class:`~hmmmerge.baselines.em.CloneHMM`):
+every observation owns ``n_clones`` hidden clones that emit it and nothing
+else, and ``T[a, i, j] = P(clone j | clone i, action a)``.  The clusters are
+the clones that hold level-1 states: C connects every level-1 state to its
+most probable clone given the episode up to it (the forward filter).
+
+What a sleep does (:meth:`ReplayMerger.sleep`):
+
+* the episodes lived since the last sleep and ``replay`` episodes drawn at
+  random from the last ``window`` ones (level 1 stores every episode; this
+  merger keeps their (action, observation) sequences) form a batch;
+* ``n_iter`` EM iterations on the batch, warm-started from the current
+  model: an E-step (forward-backward on the clone blocks, the numba kernels of
+  :mod:`hmmmerge.baselines._em_kernels`) gives the batch's expected counts per
+  episode ``s``; the kept statistics move towards them,
+  ``S <- (1 - eta) S + eta s`` with ``eta = (u + 2) ** -step_exponent`` at the
+  ``u``-th update (stepwise EM, Liang & Klein 2009; old evidence is forgotten
+  geometrically); the M-step normalises ``window * S + pseudocount``;
+* the level-1 states of the batch are connected to their most probable clone.
+
+A sleep's work is ``n_iter`` passes over at most ``sleep_every`` steps of new
+episodes plus ``replay`` replayed ones: it does not grow with the life.
+Between sleeps, :meth:`ReplayMerger.place` records each chunk of steps and
+connects its level-1 states to their filtered clone, so level 2 follows the
+current episode.  The agent's online predictors use ``T`` restricted to the
+clusters with transitions below ``prune`` dropped (:meth:`level2_transitions`);
+:meth:`level2_hmm` is the unpruned model on the clusters.
+
+Why this learner (measured on the paper's 10x10 world, 1,000 x 50 moves, 2
+colourings; batch EM with 20 clones per colour and 100 iterations beside it):
+with slipping moves (p = 0.05) EM 0.941 / 0.942 held-out, this learner 0.939 /
+0.940; with random starts EM 0.980 / 0.979, this 0.972 / 0.980; at 0.4-0.5 s
+of CPU against EM's 2.5-4.7 s (BENCHMARKS.md).
+
+>>> from hmmmerge import gridworld, random_walk
+>>> from hmmmerge.agent import TwoLevelMemory
+>>> agent = TwoLevelMemory(10, 4, merge="replay", seed=0).fit(random_walk(gridworld(), 40, seed=0))
+>>> agent.level2_hmm().n_states == agent.n_clusters_ > 0
+True
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._estimator import Estimator
+from ._validation import Float, Int
+
+__all__ = ["ReplayMerger"]
+
+_PREFIX = "replay_"
+#: views after a step that weigh whether its view was a random one (see ReplayMerger._views_read_as_noise)
+NOISE_HORIZON = 3
+
+
+class ReplayMerger(Estimator):
+    """Level 2 as a clone HMM learned by stepwise EM over replayed episodes at sleeps (module docstring).
+
+    Parameters
+    ----------
+    n_clones : clones (level-2 capacity) per observation.
+    replay : episodes replayed per sleep besides the new ones.
+    window : replayed episodes are drawn from the last ``window`` episodes (the buffer).
+    n_iter : EM iterations per sleep.
+    step_exponent : ``eta = (u + 2) ** -step_exponent`` (0.5 < exponent <= 1: the stepwise-EM conditions).
+    pseudocount : added to every expected count of ``window * S`` at the M-step.
+    prune : transitions below it are dropped from the agent's online level 2.
+    risk : the Hoeffding test's risk when clones are lumped into clusters (ALERGIA's alpha).
+    tolerance : next-cluster frequencies closer than it always pass that test (EM's own imprecision).
+
+    >>> ReplayMerger(n_clones=5).n_clones
+    5
+    """
+
+    _parameter_constraints = {
+        "n_clones": Int(1, 4096), "replay": Int(0, 10**6), "window": Int(1, 10**6), "n_iter": Int(1, 1000),
+        "step_exponent": Float(0.5, 1.0, low_open=True), "pseudocount": Float(0.0, 1e6, low_open=True),
+        "prune": Float(0.0, 1.0), "risk": Float(0.0, 1.0, low_open=True),
+        "tolerance": Float(0.0, 1.0),
+    }
+
+    def __init__(self, n_clones: int = 30, replay: int = 20, window: int = 200, n_iter: int = 2,
+                 step_exponent: float = 0.6, pseudocount: float = 1e-3, prune: float = 1e-3, risk: float = 0.05,
+                 tolerance: float = 0.2):
+        self.n_clones = n_clones
+        self.replay = replay
+        self.window = window
+        self.n_iter = n_iter
+        self.step_exponent = step_exponent
+        self.pseudocount = pseudocount
+        self.prune = prune
+        self.risk = risk
+        self.tolerance = tolerance
+        self._A = None
+
+    # ------------------------------------------------------------ set-up
+    def _init(self, n_obs: int, n_actions: int) -> None:
+        self._validate_params()
+        self._K, self._A = int(n_obs), int(n_actions)
+        self._sizes = np.full(self._K, int(self.n_clones), dtype=np.int64)
+        self._starts = np.concatenate([[0], np.cumsum(self._sizes)[:-1]]).astype(np.int64)
+        self._H = int(self._sizes.sum())
+        from ._limits import check_memory
+
+        check_memory(f"replay merger: {self._H} clones x {self._A} actions", 3 * 8 * self._A * self._H ** 2)
+        self._colour = np.repeat(np.arange(self._K), self._sizes)
+        self._T = None          # (A, H, H) transitions, None before the first sleep
+        self._B = None
+        self._S = None          # kept expected counts per episode (stepwise EM)
+        self._Sb = None
+        self._updates = 0
+        self._noise = 0.0        # estimated share of views replaced by a random one (emissions of level 2)
+        self._var = 0.0          # variance factor of the kept statistics: 1 / (effective number of episodes)
+        self._episodes: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (obs, acts, states), last `window`
+        self._n_new = 0         # episodes at the end of the buffer not learned from yet
+        self._cur = ([], [], [])  # the episode being lived: obs, actions, level-1 states
+        self._last = -1          # the last level-1 state placed
+        self._n_seen = 0         # level-1 states that existed at the last chunk
+        self._clone_state = np.full(0, -1, dtype=np.int64)   # most probable clone of each level-1 state
+        self._block = np.arange(self._H, dtype=np.int64)     # block (lumped clones) of each clone
+        self._cluster_of = np.full(self._H, -1, dtype=np.int64)   # cluster of each block (-1: none)
+        self._block_of = np.zeros(0, dtype=np.int64)         # block of each cluster
+        self._lumped = None      # (T, B) of the blocks (cached)
+        self._t2 = None          # the agent's level-2 CSR (cached)
+
+    def _check(self, memory) -> None:
+        if self._A is None:
+            self._init(memory.n_obs, memory.n_actions)
+        elif (memory.n_obs, memory.n_actions) != (self._K, self._A):
+            raise ValueError(f"the merger was built for {self._K} observations / {self._A} actions, "
+                             f"level 1 has {memory.n_obs} / {memory.n_actions}")
+
+    @property
+    def n_clones_total(self) -> int:
+        """All clones (the capacity of level 2); 0 before any data."""
+        return 0 if self._A is None else self._H
+
+    # ------------------------------------------------------------ online
+    def place(self, memory, clusters, states, rng=None) -> bool:
+        """Record one chunk of steps and connect its level-1 states to their filtered clone.
+
+        ``states``: the level-1 states after consecutive steps of one episode
+        (a chunk starting at ``memory.start_state`` starts an episode).
+        Returns True when anything was recorded (the agent then refreshes level 2).
+
+        >>> from hmmmerge.episodic import EpisodicMemory
+        >>> from hmmmerge.clusters import Clusters
+        >>> mem = EpisodicMemory(2, 1); m = ReplayMerger(n_clones=2); cl = Clusters(n_states=0)
+        >>> m.place(mem, cl, [mem.observe(o, -1 if t == 0 else 0) for t, o in enumerate([0, 1, 0])])
+        True
+        >>> m._cur[1]   # actions of the episode so far (-1: its start)
+        [-1, 0, 0]
+        """
+        self._check(memory)
+        states = np.asarray(states, dtype=np.int64)
+        if not len(states):
+            return False
+        starts_episode = int(states[0]) == memory.start_state
+        if starts_episode and self._cur[0]:
+            self._end_episode()
+        if not starts_episode and not self._cur[0]:
+            raise ValueError("a chunk continues an episode that was not placed: feed the steps in order")
+        nxt = memory.next_state
+        prev = np.concatenate([[self._last], states[:-1]])
+        acts = np.full(len(states), -1, dtype=np.int64)
+        rows = slice(1, None) if starts_episode else slice(None)
+        hit = nxt[:, prev[rows]] == states[rows][None, :]
+        if not hit.any(axis=0).all():
+            raise ValueError("a level-1 state of the chunk has no link from the one before it: "
+                             "feed the steps in order")
+        acts[rows] = hit.argmax(axis=0)
+        obs = memory.emission[states]
+        self._cur[0].extend(obs.tolist())
+        self._cur[1].extend(acts.tolist())
+        self._cur[2].extend(states.tolist())
+        self._last = int(states[-1])
+        clusters.grow(memory.n_states)
+        fresh = states >= self._n_seen   # created since the last chunk: connect them now (the others at sleeps)
+        self._n_seen = memory.n_states
+        if self._T is not None and fresh.any():
+            n = len(self._cur[0])
+            clones = self._filtered_clones(np.array(self._cur[0]), np.array(self._cur[1]))[n - len(states):]
+            self._connect(clusters, states[fresh], clones[fresh])
+        return True
+
+    def _end_episode(self) -> None:
+        obs, acts, sts = (np.asarray(x, dtype=np.int64) for x in self._cur)
+        self._episodes.append((obs, acts, sts))
+        self._n_new += 1
+        drop = len(self._episodes) - max(int(self.window), self._n_new)
+        if drop > 0:
+            del self._episodes[:drop]
+        self._cur = ([], [], [])
+
+    # ------------------------------------------------------------ model
+    def _data(self, obs, acts):
+        from .baselines import _em_kernels as K
+        from .baselines.em import _Data
+
+        return _Data(K, obs, acts, self._sizes)
+
+    def _filtered_clones(self, obs, acts) -> np.ndarray:
+        """The most probable clone of every step given the steps before it (and its own observation)."""
+        d = self._data(obs, acts)
+        ll = d.log_likelihood(self._T, self._B)
+        if not np.isfinite(ll):  # cannot happen with a positive pseudocount; keep the first clone
+            return self._starts[obs]
+        return self._starts[obs] + _block_argmax(d.alpha, d.off)
+
+    def _connect(self, clusters, states, clones) -> None:
+        """Remember the clone of each new level-1 state and connect it to its block's cluster (a new
+        cluster for a block without one)."""
+        self._remember(states, clones)
+        blocks = self._block[clones]
+        cid = self._cluster_of[blocks]
+        new = cid < 0
+        if new.any():
+            fresh, inv = np.unique(blocks[new], return_inverse=True)
+            movers = states[new]
+            clusters.assignment[movers] = -1   # the agent may have connected them online
+            order = np.argsort(inv, kind="stable")
+            bounds = np.searchsorted(inv[order], np.arange(len(fresh) + 1))
+            ids = clusters.add_clusters([movers[order[bounds[i]:bounds[i + 1]]] for i in range(len(fresh))])
+            self._cluster_of[fresh] = ids
+            self._block_of = np.concatenate([self._block_of, fresh])
+            self._t2 = None
+        clusters.assignment[states[~new]] = cid[~new]
+
+    def _remember(self, states, clones) -> None:
+        self._grow_clone_state(int(states.max()) + 1 if len(states) else 0)
+        self._clone_state[states] = clones
+
+    def _write_clusters(self, clusters, n: int) -> None:
+        """C from scratch: every level-1 state in the cluster of its clone's block; clusters numbered in
+        the order of their blocks (one pass over the states)."""
+        from ._replay_kernels import write_assignment
+
+        self._grow_clone_state(n)
+        used = np.flatnonzero(self._held_blocks(n))
+        cluster_of_block = np.full(int(self._block.max()) + 1, -1, dtype=np.int64)
+        cluster_of_block[used] = np.arange(len(used))
+        clusters.assignment[n:] = -1
+        write_assignment(clusters.assignment, self._clone_state, n, cluster_of_block[self._block])
+        clusters.compact()
+        self._block_of = used
+        self._cluster_of = np.full(self._H, -1, dtype=np.int64)
+        self._cluster_of[used] = np.arange(len(used))
+        self._t2 = None
+
+    def _held_blocks(self, n: int) -> np.ndarray:
+        """Whether each block holds one of the first ``n`` level-1 states."""
+        from ._replay_kernels import clone_counts
+
+        self._grow_clone_state(n)
+        held = np.zeros(int(self._block.max()) + 1, dtype=bool)
+        held[self._block[clone_counts(self._clone_state, n, self._H) > 0]] = True
+        return held
+
+    def _grow_clone_state(self, top: int) -> None:
+        if top > len(self._clone_state):
+            grown = np.full(max(top, 2 * len(self._clone_state), 1024), -1, dtype=np.int64)
+            grown[:len(self._clone_state)] = self._clone_state
+            self._clone_state = grown
+
+    def _init_model(self, rng) -> None:
+        H, A = self._H, self._A
+        T = rng.random((A, H, H))
+        T /= T.sum(axis=2, keepdims=True)
+        self._T, self._B = T, np.full(H, 1.0 / H)
+
+    def sleep(self, memory, clusters, rng=None) -> list[dict]:
+        """Stepwise EM over the new and ``replay`` replayed episodes; reconnect their level-1 states.
+
+        ``rng`` draws the initial model (first sleep) and the replayed episodes.
+        Returns one report: episodes learned from, replayed, the batch's mean
+        log-likelihood per step before the last M-step, clusters.
+
+        >>> from hmmmerge import gridworld, random_walk
+        >>> from hmmmerge.agent import TwoLevelMemory
+        >>> agent = TwoLevelMemory(10, 4, merge="replay", sleep_every=10**6, seed=0)
+        >>> agent = agent.fit(random_walk(gridworld(), 10, seed=0)); r = agent.sleep()[0]
+        >>> r["new"], r["replayed"], r["clusters"] == agent.n_clusters_ > 0
+        (9, 0, True)
+        """
+        from ._random import as_generator
+
+        self._check(memory)
+        rng = as_generator(0 if rng is None else rng)
+        clusters.grow(memory.n_states)
+        n_new = self._n_new
+        report = {"new": n_new, "replayed": 0, "log_likelihood_per_step": float("nan"), "clusters": clusters.n_clusters}
+        if n_new == 0:
+            return [report]
+        if self._T is None:
+            self._init_model(rng)
+        n_old = len(self._episodes) - n_new
+        picks = rng.integers(0, n_old, size=min(int(self.replay), n_old)) if n_old else np.zeros(0, dtype=np.int64)
+        batch = [self._episodes[i] for i in np.concatenate([np.arange(n_old, len(self._episodes)), picks]).tolist()]
+        obs = np.concatenate([b[0] for b in batch])
+        acts = np.concatenate([b[1] for b in batch])
+        d = self._data(obs, acts)
+        noise, repaired = self._views_read_as_noise(d, obs, acts) if self._updates else (None, 0)
+        if repaired:
+            d = self._data(noise, acts)
+        ll = np.nan
+        for _ in range(int(self.n_iter)):
+            ll, C, Bc = d.expected_counts(self._T, self._B)
+            if not np.isfinite(ll):
+                raise ValueError("replayed episodes have probability 0 under level 2 (pseudocount too small?)")
+            eta = (self._updates + 2.0) ** -float(self.step_exponent)
+            if self._S is None:
+                self._S, self._Sb = C / len(batch), Bc / len(batch)
+            else:
+                self._S *= 1.0 - eta
+                self._S += (eta / len(batch)) * C
+                self._Sb *= 1.0 - eta
+                self._Sb += (eta / len(batch)) * Bc
+            self._var = (1.0 - eta) ** 2 * self._var + eta ** 2 / len(batch) if self._updates else 1.0 / len(batch)
+            self._updates += 1
+            self._m_step()
+        self._n_new = 0
+        # the batch's level-1 states take their most probable clone under the new model; clones are
+        # lumped into blocks; C is written from the blocks
+        if repaired:
+            d = self._data(obs, acts)
+        d.log_likelihood(self._T, self._B)
+        clones = self._starts[obs] + _block_argmax(d.alpha, d.off)
+        self._remember(np.concatenate([b[2] for b in batch]), clones)
+        self._lump()
+        self._fold_unheld(memory.n_states)
+        self._write_clusters(clusters, memory.n_states)
+        report.update(replayed=len(picks), views_read_as_noise=int(repaired), noise_rate=self._noise, log_likelihood_per_step=float(ll) / len(obs), clusters=clusters.n_clusters)
+        return [report]
+
+    def _views_read_as_noise(self, d, obs, acts):
+        """Estimate the rate of random views and replace the views that are more likely random than not.
+
+        Evidence per step (:func:`~hmmmerge._replay_kernels.noise_odds`): the next ``NOISE_HORIZON``
+        views under the belief that skips the view against the belief that takes it (for the views
+        level 2 gave less than 1/2; for the others the two beliefs are taken to agree).  The rate ``q``
+        is the fixed point of ``q = mean_t P(random | evidence_t, q)``, kept as a running average like
+        the statistics; a view whose posterior exceeds 1/2 is replaced by the view the skip belief
+        expects (for this sleep's EM only; level 1 keeps what was seen).  Returns ``(views, count)``.
+        """
+        from ._replay_kernels import noise_odds
+
+        if not np.isfinite(d.log_likelihood(self._T, self._B)):
+            return None, 0
+        log_odds, expected = noise_odds(self._T, d.starts, d.sizes, d.obs, d.acts, d.off, d.alpha, d.scale,
+                                        NOISE_HORIZON, self._K, 0.5)
+        moves = np.isfinite(log_odds)
+        lo = np.clip(log_odds[moves], -700.0, 700.0)
+        q = 0.05
+        for _ in range(50):
+            q = float(np.mean(1.0 / (1.0 + (1.0 - q) / q * np.exp(-lo)))) if len(lo) else 0.0
+            if q <= 1e-12:
+                q = 0.0
+                break
+        eta = (self._updates + 2.0) ** -float(self.step_exponent)
+        self._noise = (1.0 - eta) * self._noise + eta * q
+        post = np.zeros(len(obs))
+        if q > 0.0:
+            post[moves] = 1.0 / (1.0 + (1.0 - q) / q * np.exp(-lo))
+        swap = (post > 0.5) & (expected != obs)
+        if not swap.any():
+            return None, 0
+        views = obs.copy()
+        views[swap] = expected[swap]
+        return views, int(swap.sum())
+
+    def _m_step(self) -> None:
+        scale, pc = float(self.window), float(self.pseudocount)
+        T = self._S * scale + pc
+        T /= T.sum(axis=2, keepdims=True)
+        B = self._Sb * scale + pc
+        self._T, self._B = T, B / B.sum()
+
+    def _weights(self) -> np.ndarray:
+        """Expected visits of each clone per episode (from the kept statistics)."""
+        return self._S.sum(axis=(0, 2)) if self._S is not None else np.ones(self._H)
+
+    def _lump(self) -> None:
+        """Blocks of clones that the Hoeffding test does not tell apart (:func:`~hmmmerge._replay_kernels.lump_clones`).
+
+        The kept statistics are a weighted mean of per-episode counts; as counts they stand for their
+        effective number of episodes, ``1 / sum_u w_u**2 / n_u`` over the batches (weights ``w_u``, ``n_u``
+        episodes each), the sample size with the same variance."""
+        from ._replay_kernels import lump_clones
+
+        bound = float(np.sqrt(0.5 * np.log(2.0 / float(self.risk))))
+        self._block = lump_clones(np.ascontiguousarray(self._S / self._var), self._colour, bound,
+                                  float(self.tolerance), 50)
+        self._lumped = None
+
+    def _fold_unheld(self, n: int) -> None:
+        """Blocks that hold no level-1 state (no state has its most probable clone there) join the block of
+        their observation that holds states and whose next-block distributions are nearest (L1, summed
+        over actions), so that level 2 -- the blocks that hold states -- keeps their transitions."""
+        held = self._held_blocks(n)
+        if held.all() or not held.any():
+            return
+        TL, _ = self._blocks_model()
+        colour = self._block_colour()
+        target = np.arange(len(held))
+        for u in np.flatnonzero(~held).tolist():
+            cands = np.flatnonzero(held & (colour == colour[u]))
+            if len(cands):
+                dist = np.abs(TL[:, cands, :] - TL[:, u, None, :]).sum(axis=(0, 2))
+                target[u] = cands[int(np.argmin(dist))]
+        _, self._block = np.unique(target[self._block], return_inverse=True)
+        self._block = self._block.astype(np.int64)
+        self._lumped = None
+
+    def _blocks_model(self):
+        """``(T, B)`` of all blocks, the clone HMM lumped by block (weights: expected visits)."""
+        from ._replay_kernels import lumped_model
+
+        if self._lumped is None:
+            nb = int(self._block.max()) + 1
+            self._lumped = lumped_model(self._T, self._B, self._weights(), self._block, nb)
+        return self._lumped
+
+    # ------------------------------------------------------------ level 2 for the agent
+    def _restricted(self):
+        """``T`` and ``B`` of the lumped model on the clusters' blocks, rows renormalised."""
+        ids = self._block_of
+        TL, BL = self._blocks_model()
+        T = TL[:, ids][:, :, ids]
+        s = T.sum(axis=2, keepdims=True)
+        T = np.divide(T, s, out=np.zeros_like(T), where=s > 0)
+        B = BL[ids]
+        B = B / B.sum() if B.sum() > 0 else np.full(len(ids), 1.0 / max(len(ids), 1))
+        return T, B
+
+    def level2_transitions(self, memory, clusters):
+        """The agent's level-2 transitions (stacked CSR, row ``a * k + c``; link counts 1, first source -1):
+        ``T`` on the clusters, entries below ``prune`` dropped, rows renormalised; None before the first sleep.
+
+        >>> from hmmmerge import gridworld, random_walk
+        >>> from hmmmerge.agent import TwoLevelMemory
+        >>> agent = TwoLevelMemory(10, 4, merge="replay", seed=0).fit(random_walk(gridworld(), 20, seed=0))
+        >>> ptr, idx, val, _, _ = agent.merger_.level2_transitions(agent.memory_, agent.clusters_)
+        >>> len(ptr) == 4 * agent.n_clusters_ + 1, bool(np.allclose(np.add.reduceat(val, ptr[:-1]), 1))
+        (True, True)
+        """
+        if self._A is None or self._T is None or len(self._block_of) != clusters.n_clusters:
+            return None
+        if self._t2 is None:
+            T, _ = self._restricted()
+            k = T.shape[1]
+            rows = T.reshape(self._A * k, k)
+            keep = rows >= float(self.prune)
+            keep[np.arange(len(rows)), rows.argmax(axis=1)] = True   # never an empty row
+            vals = np.where(keep, rows, 0.0)
+            vals /= vals.sum(axis=1, keepdims=True)
+            r, c = np.nonzero(keep)
+            indptr = np.zeros(len(rows) + 1, dtype=np.int64)
+            indptr[1:] = np.cumsum(keep.sum(axis=1))
+            m = len(c)
+            self._t2 = (indptr, c.astype(np.int64), vals[r, c], np.ones(m, dtype=np.int64),
+                        np.full(m, -1, dtype=np.int64))
+        return self._t2
+
+    def emission(self, clusters, n_states: int) -> np.ndarray:
+        """Each cluster's emission, (k, n_obs): its clone's observation with probability ``1 - q``, every
+        observation with ``q / n_obs``, where ``q`` is the estimated rate of random views (see
+        :meth:`_views_read_as_noise`), so that a noisy view does not throw the filter off the map.
+
+        >>> from hmmmerge import gridworld, random_walk
+        >>> from hmmmerge.agent import TwoLevelMemory
+        >>> agent = TwoLevelMemory(10, 4, merge="replay", seed=0).fit(random_walk(gridworld(), 20, seed=0))
+        >>> E = agent.merger_.emission(agent.clusters_, agent.memory_.n_states); E.shape == (agent.n_clusters_, 10)
+        True
+        """
+        if self._A is None:
+            raise ValueError("no level-1 state recorded yet: level 2 is not known")
+        k = clusters.n_clusters
+        if len(self._block_of) != k:
+            raise ValueError("the clusters are not the ones this merger wrote")
+        E = np.full((k, self._K), self._noise / self._K)
+        E[np.arange(k), self._block_colour()[self._block_of]] += 1.0 - self._noise
+        return E
+
+    def _block_colour(self) -> np.ndarray:
+        out = np.zeros(int(self._block.max()) + 1, dtype=np.int64)
+        out[self._block] = self._colour
+        return out
+
+    def level2_hmm(self, memory, clusters):
+        """Level 2 as an :class:`~hmmmerge.hmm.ActionHMM`: the clone HMM on the clusters' clones.
+
+        >>> from hmmmerge import gridworld, random_walk
+        >>> from hmmmerge.agent import TwoLevelMemory
+        >>> agent = TwoLevelMemory(10, 4, merge="replay", seed=0).fit(random_walk(gridworld(), 20, seed=0))
+        >>> agent.merger_.level2_hmm(agent.memory_, agent.clusters_).n_states == agent.n_clusters_
+        True
+        """
+        from .hmm import ActionHMM
+
+        if self._A is None or self._T is None or not len(self._block_of):
+            raise ValueError("no sleep yet: there is no level-2 model")
+        T, B = self._restricted()
+        return ActionHMM(T, self.emission(clusters, memory.n_states), B)
+
+    # ------------------------------------------------------------ files
+    def state_dict(self) -> dict:
+        """Arrays that fully describe the merger (``replay_*`` keys, for ``.npz`` files); empty before any data.
+
+        >>> from hmmmerge import gridworld, random_walk
+        >>> from hmmmerge.agent import TwoLevelMemory
+        >>> agent = TwoLevelMemory(10, 4, merge="replay", seed=0).fit(random_walk(gridworld(), 20, seed=0))
+        >>> sorted(agent.merger_.state_dict())[:3]
+        ['replay_B', 'replay_S', 'replay_Sb']
+        """
+        if self._A is None:
+            return {}
+        eps = self._episodes
+        lens = np.array([len(e[0]) for e in eps], dtype=np.int64)
+        cat = (lambda j: np.concatenate([e[j] for e in eps]).astype(np.int64)) if eps else \
+            (lambda j: np.zeros(0, dtype=np.int64))
+        has = self._T is not None
+        H, A = self._H, self._A
+        out = {
+            "sizes": np.array([self._K, A, H, self._updates, self._n_new, self._last, int(has),
+                              self._n_seen], dtype=np.int64),
+            "T": self._T if has else np.zeros((A, H, H)), "B": self._B if has else np.zeros(H),
+            "S": self._S if self._S is not None else np.zeros((A, H, H)),
+            "Sb": self._Sb if self._Sb is not None else np.zeros(H),
+            "variance": np.array([self._var]), "noise": np.array([self._noise]),
+            "episode_lengths": lens, "obs": cat(0), "actions": cat(1), "states": cat(2),
+            "current": np.array(self._cur, dtype=np.int64).reshape(3, -1),
+            "clone_of_state": self._clone_state[:self._n_seen].copy() if len(self._clone_state) >= self._n_seen
+            else np.concatenate([self._clone_state, np.full(self._n_seen - len(self._clone_state), -1)]),
+            "block_of_clone": self._block.copy(), "block_of_cluster": self._block_of.copy(),
+        }
+        return {_PREFIX + k: v for k, v in out.items()}
+
+    def load_state_dict(self, d, source: str = "<dict>") -> None:
+        """Restore :meth:`state_dict` arrays (no ``replay_*`` keys: a fresh merger); every array is checked
+        (dtype, shape, range) and a bad one named in a one-line ``ValueError``.
+
+        >>> from hmmmerge import gridworld, random_walk
+        >>> from hmmmerge.agent import TwoLevelMemory
+        >>> agent = TwoLevelMemory(10, 4, merge="replay", seed=0).fit(random_walk(gridworld(), 20, seed=0))
+        >>> back = ReplayMerger(); back.load_state_dict(agent.merger_.state_dict())
+        >>> bool(np.array_equal(back._T, agent.merger_._T))
+        True
+        >>> bad = dict(agent.merger_.state_dict(), replay_T=-agent.merger_._T)
+        >>> back.load_state_dict(bad, source="agent.npz")
+        Traceback (most recent call last):
+        ...
+        ValueError: agent.npz: replay_T holds values outside [0.0, 1.0]
+        """
+        if _PREFIX + "sizes" not in d:
+            self._A = None
+            return
+        get = _Reader(d, source)
+        K, A, H, updates, n_new, last, has, n_seen = get.ints("sizes", shape=(8,), low=-1).tolist()
+        if K < 1 or A < 1 or H < 1 or updates < 0 or n_new < 0 or has not in (0, 1) or n_seen < 0:
+            raise ValueError(f"{source}: replay_sizes holds out-of-range values")
+        if H % K or H // K != int(self.n_clones):
+            raise ValueError(f"{source}: replay_sizes says {H} clones for {K} observations; this merger has "
+                             f"n_clones={self.n_clones}")
+        self._init(K, A)
+        n_states = len(d["assignment"]) if "assignment" in d else None
+        T = get.floats("T", shape=(A, H, H), low=0.0, high=1.0)
+        B = get.floats("B", shape=(H,), low=0.0, high=1.0)
+        S = get.floats("S", shape=(A, H, H), low=0.0)
+        Sb = get.floats("Sb", shape=(H,), low=0.0)
+        var = float(get.floats("variance", shape=(1,), low=0.0, high=1.0)[0])
+        noise = float(get.floats("noise", shape=(1,), low=0.0, high=1.0)[0])
+        if updates and var <= 0.0:
+            raise ValueError(f"{source}: replay_variance must be positive after an update")
+        if has and (not np.allclose(T.sum(axis=2), 1.0, atol=1e-6) or not np.isclose(B.sum(), 1.0, atol=1e-6)):
+            raise ValueError(f"{source}: replay_T or replay_B rows do not sum to 1")
+        lens = get.ints("episode_lengths", ndim=1, low=1)
+        total = int(lens.sum())
+        obs = get.ints("obs", shape=(total,), low=0, high=K - 1)
+        acts = get.ints("actions", shape=(total,), low=-1, high=A - 1)
+        sts = get.ints("states", shape=(total,), low=0, high=None if n_states is None else n_states - 1)
+        cur = get.ints("current", ndim=2, low=-1)
+        clone_state = get.ints("clone_of_state", shape=(n_seen,), low=-1, high=H - 1)
+        block = get.ints("block_of_clone", shape=(H,), low=0, high=H - 1)
+        block_of = get.ints("block_of_cluster", ndim=1, low=0, high=int(block.max()))
+        colour = np.repeat(np.arange(K), H // K)
+        first = np.full(H, -1, dtype=np.int64)
+        first[block[::-1]] = colour[::-1]
+        if (first[block] != colour).any() or not np.array_equal(np.unique(block), np.arange(block.max() + 1)):
+            raise ValueError(f"{source}: replay_block_of_clone mixes observations or skips block ids")
+        starts = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
+        if total and ((acts[starts] != -1).any() or (np.delete(acts, starts) < 0).any()):
+            raise ValueError(f"{source}: replay_actions must be -1 exactly at the episodes' starts")
+        if cur.shape[0] != 3 or (cur.shape[1] and (cur[0].max() >= K or cur[0].min() < 0 or cur[1, 0] != -1
+                                                    or (cur[1, 1:] < 0).any() or cur[1].max() >= A
+                                                    or cur[2].min() < 0)):
+            raise ValueError(f"{source}: replay_current is malformed")
+        if n_new > len(lens) or len(np.unique(block_of)) != len(block_of) or (
+                n_states is not None and (last >= n_states or n_seen > n_states
+                                          or (cur.shape[1] and cur[2].max() >= n_states))):
+            raise ValueError(f"{source}: replay_sizes, replay_current or replay_block_of_cluster are inconsistent")
+        if n_states is not None and "assignment" in d:
+            a = np.asarray(d["assignment"])
+            if len(np.unique(a[a >= 0])) != len(block_of):
+                raise ValueError(f"{source}: the clusters of assignment do not match replay_block_of_cluster")
+        self._T, self._B = (T, B) if has else (None, None)
+        self._S, self._Sb = (S, Sb) if updates else (None, None)
+        self._var = var
+        self._noise = noise
+        self._updates, self._n_new, self._last, self._n_seen = updates, n_new, last, n_seen
+        self._episodes = [(obs[s:s + n], acts[s:s + n], sts[s:s + n]) for s, n in zip(starts.tolist(), lens.tolist())]
+        self._cur = tuple(row.tolist() for row in cur)
+        self._clone_state = clone_state.copy()
+        self._block = block
+        self._block_of = block_of
+        self._cluster_of[block_of] = np.arange(len(block_of))
+
+
+class _Reader:
+    """Checked reads of ``replay_*`` arrays: dtype, shape and range, each failure one line naming the array."""
+
+    def __init__(self, d, source):
+        self.d, self.source = d, source
+
+    def _get(self, name):
+        key = _PREFIX + name
+        if key not in self.d:
+            raise ValueError(f"{self.source}: {key} is missing")
+        return key, np.asarray(self.d[key])
+
+    def _shape(self, key, x, shape, ndim):
+        if (shape is not None and x.shape != shape) or (ndim is not None and x.ndim != ndim):
+            want = shape if shape is not None else f"{ndim}-D"
+            raise ValueError(f"{self.source}: {key} has shape {x.shape}, expected {want}")
+
+    def ints(self, name, shape=None, ndim=None, low=None, high=None) -> np.ndarray:
+        key, x = self._get(name)
+        if not (np.issubdtype(x.dtype, np.integer) or (x.size == 0 and x.dtype == np.float64)):
+            raise ValueError(f"{self.source}: {key} must hold integers, got dtype {x.dtype}")
+        self._shape(key, x, shape, ndim)
+        x = x.astype(np.int64)
+        if x.size and ((low is not None and x.min() < low) or (high is not None and x.max() > high)):
+            raise ValueError(f"{self.source}: {key} holds values outside [{low}, {high}]")
+        return x
+
+    def floats(self, name, shape=None, low=None, high=None) -> np.ndarray:
+        key, x = self._get(name)
+        if not np.issubdtype(x.dtype, np.floating):
+            raise ValueError(f"{self.source}: {key} must hold floats, got dtype {x.dtype}")
+        self._shape(key, x, shape, None)
+        x = np.ascontiguousarray(x, dtype=np.float64)
+        if not np.isfinite(x).all():
+            raise ValueError(f"{self.source}: {key} holds NaN or infinite values")
+        if x.size and ((low is not None and x.min() < low) or (high is not None and x.max() > high)):
+            lo, hi = "-inf" if low is None else low, "inf" if high is None else high
+            raise ValueError(f"{self.source}: {key} holds values outside [{lo}, {hi}]")
+        return x
+
+
+def _block_argmax(alpha, off) -> np.ndarray:
+    """Index of the largest entry within every step's block of the flat per-step array."""
+    from ._replay_kernels import block_argmax
+
+    return block_argmax(alpha, off)

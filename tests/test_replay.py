@@ -1,0 +1,254 @@
+"""Tests of the sleep-replay learner (``merge="replay"``): what it recovers, resume, checked files."""
+
+import numpy as np
+import pytest
+
+from hmmmerge import gridworld, random_walk
+from hmmmerge.agent import TwoLevelMemory
+from hmmmerge.evaluate import score_trajectories
+from hmmmerge.hmm import ActionHMM
+from hmmmerge.replay import ReplayMerger
+from hmmmerge.trajectories import Trajectories
+
+# a 4-cycle: action 0 forward, action 1 back; colours 0 0 1 1 (every state aliased with one other)
+RING = np.array([[1, 2, 3, 0], [3, 0, 1, 2]])
+RING_COLOURS = np.array([0, 0, 1, 1])
+
+
+def slip_walk(next_state, colours, n_episodes, length, slip, seed, random_start=False):
+    """Random walk where with probability ``slip`` a uniformly random action is executed (the intended one
+    is recorded); every episode at state 0, or at a uniformly random state."""
+    rng = np.random.default_rng(seed)
+    A, S = next_state.shape
+    acts = np.full((n_episodes, length + 1), -1)
+    acts[:, 1:] = rng.integers(0, A, (n_episodes, length))
+    done = np.where(rng.random(acts.shape) < slip, rng.integers(0, A, acts.shape), acts)
+    path = np.empty_like(acts)
+    path[:, 0] = rng.integers(0, S, n_episodes) if random_start else 0
+    for t in range(1, length + 1):
+        path[:, t] = next_state[done[:, t], path[:, t - 1]]
+    return Trajectories(colours[path], acts, path)
+
+
+def true_transitions(next_state, slip):
+    A, S = next_state.shape
+    det = np.stack([np.eye(S)[next_state[a]] for a in range(A)])
+    return (1 - slip) * det + slip * det.mean(axis=0)
+
+
+def clone_label_table(merger, traj):
+    """Expected visits of each clone to each true state (smoothed posteriors on ``traj``) and clone occupancy."""
+    d = merger._data(traj.obs.ravel(), traj.actions.ravel())
+    post = d.posteriors(merger._T, merger._B)
+    obs, states = traj.obs.ravel(), traj.states.ravel()
+    table = np.zeros((merger._H, int(states.max()) + 1))
+    clone = np.repeat(merger._starts[obs], np.diff(d.off)) + (np.arange(d.off[-1]) - np.repeat(d.off[:-1], np.diff(d.off)))
+    np.add.at(table, (clone, np.repeat(states, np.diff(d.off))), post)
+    return table
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_on_a_slip_world_level2_has_the_true_states_and_transition_probabilities(seed):
+    slip = 0.1
+    train = slip_walk(RING, RING_COLOURS, 400, 20, slip, seed)
+    agent = TwoLevelMemory(2, 2, merger=ReplayMerger(n_clones=3), sleep_every=100, seed=seed).fit(train)
+    l2 = agent.level2_hmm()
+    assert l2.n_states == 4   # the clones EM spends on one place are lumped into one cluster
+    # each cluster is one true state (majority label of its level-1 states), each true state one cluster
+    n = agent.memory_.n_states
+    c, labels = agent.clusters_.assignment[:n], agent.memory_.labels[:n]
+    table = np.zeros((4, 4))
+    np.add.at(table, (c, labels), 1)
+    owner = table.argmax(axis=1)
+    assert sorted(owner.tolist()) == [0, 1, 2, 3]
+    assert table.max(axis=1).sum() / table.sum() > 0.97
+    # T2 in the true states' order equals the truth within a few standard errors
+    T2 = np.stack([np.asarray(l2.T[a].todense()) if hasattr(l2.T[a], "todense") else l2.T[a] for a in range(2)])
+    inv = np.argsort(owner)
+    T2 = T2[:, inv][:, :, inv]
+    truth = true_transitions(RING, slip)
+    n_per_row = train.n_steps / 8   # transitions seen per (state, action)
+    tol = 4 * np.sqrt(truth * (1 - truth) / n_per_row) + 0.02
+    assert (np.abs(T2 - truth) <= tol).all(), np.abs(T2 - truth).max()
+
+
+def ring_oracle():
+    det = true_transitions(RING, 0.0)
+    return ActionHMM(det, np.eye(2)[RING_COLOURS], np.full(4, 0.25))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_with_random_starts_it_reaches_the_minimal_machine_and_predicts_what_the_oracle_predicts(seed):
+    train = slip_walk(RING, RING_COLOURS, 300, 20, 0.0, seed, random_start=True)
+    fresh = slip_walk(RING, RING_COLOURS, 100, 20, 0.0, 100 + seed, random_start=True)
+    agent = TwoLevelMemory(2, 2, merger=ReplayMerger(n_clones=3), sleep_every=100, seed=seed).fit(train)
+    oracle = ring_oracle()
+    assert agent.level2_hmm().n_states == 4   # the ring's minimal machine: its four states
+    ours = score_trajectories(agent.level2_hmm(), fresh)
+    best = score_trajectories(oracle, fresh)
+    assert ours.accuracy >= best.accuracy - 0.005
+    p_ours = agent.level2_hmm().run_filter(fresh, predictions=True).predictions[:, 1:]
+    p_best = oracle.run_filter(fresh, predictions=True).predictions[:, 1:]
+    sure = p_best.max(axis=2) > 0.99   # where the oracle knows the next view, so does level 2
+    assert sure.mean() > 0.5
+    assert (p_ours.argmax(axis=2)[sure] == p_best.argmax(axis=2)[sure]).mean() > 0.99
+
+
+def test_level2_is_the_merger_model_on_the_clusters_and_c_is_the_filtered_clone():
+    traj = random_walk(gridworld(), 30, seed=0)
+    agent = TwoLevelMemory(10, 4, merge="replay", seed=0).fit(traj)
+    m = agent.merger_
+    l2 = agent.level2_hmm()
+    assert l2.n_states == agent.n_clusters_ == len(m._block_of)
+    # every cluster emits the colour of its level-1 states
+    n = agent.memory_.n_states
+    a = agent.clusters_.assignment[:n]
+    assert (a >= 0).all()
+    assert (l2.E.argmax(axis=1)[a] == agent.memory_.emission[:n]).all()
+    # the last episode's states sit in the clusters of their filtered clones
+    last = agent.last_states_[-1]
+    clones = m._filtered_clones(traj.obs[-1], traj.actions[-1])
+    assert (m._cluster_of[m._block[clones]] == a[last]).all() or m._n_new > 0
+
+
+def test_resume_from_a_file_equals_an_uninterrupted_life(tmp_path):
+    env = gridworld()
+    first, second = random_walk(env, 25, seed=0), random_walk(env, 25, seed=1)
+    whole = TwoLevelMemory(10, 4, merge="replay", sleep_every=300, seed=3).fit(first).partial_fit(second)
+    part = TwoLevelMemory(10, 4, merge="replay", sleep_every=300, seed=3).fit(first)
+    part.save(tmp_path / "a.npz")
+    back = TwoLevelMemory.load(tmp_path / "a.npz").partial_fit(second)
+    h1, h2 = whole.history(), back.history()
+    assert all(np.array_equal(h1[k], h2[k], equal_nan=True) for k in h1)
+    assert np.array_equal(whole.clusters_.assignment[:whole.memory_.n_states],
+                          back.clusters_.assignment[:back.memory_.n_states])
+    assert np.array_equal(whole.merger_._T, back.merger_._T)
+    assert np.array_equal(whole.merger_._S, back.merger_._S)
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"n_clones": 0}, "n_clones"), ({"replay": -1}, "replay"), ({"window": 0}, "window"),
+    ({"n_iter": 0}, "n_iter"), ({"step_exponent": 0.5}, "step_exponent"), ({"step_exponent": 1.5}, "step_exponent"),
+    ({"pseudocount": 0.0}, "pseudocount"), ({"prune": -0.1}, "prune"), ({"n_clones": 2.5}, "n_clones"),
+])
+def test_bad_parameters_are_refused_with_the_name(params, message):
+    with pytest.raises(ValueError, match=message):
+        TwoLevelMemory(10, 4, merger=ReplayMerger(**params)).fit(random_walk(gridworld(), 2, seed=0))
+
+
+def _saved():
+    agent = TwoLevelMemory(10, 4, merge="replay", seed=0).fit(random_walk(gridworld(), 20, seed=0))
+    d = agent.merger_.state_dict()
+    d["assignment"] = agent.clusters_.assignment[:agent.memory_.n_states]
+    return d
+
+
+@pytest.mark.parametrize("key, damage", [
+    ("replay_T", lambda x: x.astype(np.int64)),            # dtype
+    ("replay_T", lambda x: x[:, :-1]),                     # shape
+    ("replay_T", lambda x: np.where(x == x.max(), np.nan, x)),   # NaN
+    ("replay_T", lambda x: x * 0.5),                       # rows not summing to 1
+    ("replay_S", lambda x: -x),                            # range
+    ("replay_obs", lambda x: x + 100),                     # observation out of range
+    ("replay_actions", lambda x: np.where(x < 0, 0, x)),   # episode starts lost
+    ("replay_states", lambda x: x + 10**6),                # level-1 state beyond level 1
+    ("replay_block_of_cluster", lambda x: x[:-1]),         # clusters do not match
+    ("replay_block_of_clone", lambda x: np.where(np.arange(len(x)) == 0, x[-1], x)),   # a block mixing views
+    ("replay_clone_of_state", lambda x: x[:-1]),           # a state without its clone
+    ("replay_sizes", lambda x: x * 0 - 5),                 # sizes out of range
+    ("replay_current", lambda x: x.astype(np.float64) + 0.5),
+    ("replay_episode_lengths", lambda x: x + 1),
+])
+def test_a_damaged_file_is_refused_with_one_line_naming_the_array(key, damage):
+    d = _saved()
+    d[key] = damage(np.asarray(d[key]))
+    with pytest.raises(ValueError) as err:
+        ReplayMerger().load_state_dict(d, source="agent.npz")
+    text = str(err.value)
+    assert text.startswith("agent.npz: ") and "\n" not in text
+
+
+def test_a_file_of_another_capacity_is_refused():
+    with pytest.raises(ValueError, match="n_clones"):
+        ReplayMerger(n_clones=7).load_state_dict(_saved(), source="agent.npz")
+
+
+def test_run_command_reaches_the_mode(tmp_path):
+    from hmmmerge.cli import main
+
+    code = main(["run", "--merge", "replay", "--episodes", "15", "--out", str(tmp_path)])
+    assert code == 0
+    agent = TwoLevelMemory.load(tmp_path / "agent.npz")
+    assert agent.merge == "replay" and agent.episodes_ == 15 and agent.n_clusters_ > 0
+    code = main(["run", "--merge", "replay", "--episodes", "5", "--resume", str(tmp_path / "agent.npz"),
+                 "--out", str(tmp_path / "more")])
+    assert code == 0 and TwoLevelMemory.load(tmp_path / "more" / "agent.npz").episodes_ == 20
+
+
+def _run_digest(mode):
+    import hashlib
+
+    env = gridworld()
+    agent = TwoLevelMemory(env.n_obs, env.n_actions, merge=mode, seed=7).fit(random_walk(env, 40, seed=3))
+    h = hashlib.sha256()
+    hist = agent.history()
+    for k in sorted(hist):
+        h.update(k.encode())
+        h.update(np.ascontiguousarray(hist[k], dtype=np.float64).tobytes())
+    h.update(np.ascontiguousarray(agent.clusters_.assignment[:agent.memory_.n_states], dtype=np.int64).tobytes())
+    for k in sorted(agent.last_predictions_):
+        h.update(np.ascontiguousarray(agent.last_predictions_[k], dtype=np.int64).tobytes())
+    return h.hexdigest()[:16]
+
+
+@pytest.mark.parametrize("mode, digest", [
+    # history, C and predictions of each mode as computed by main at 5c52501, before this mode existed
+    ("sf", "a65e8bc00b12ac48"), ("random", "aec1382db7ffe60d"), ("none", "32c32d6f4b7593c1"),
+    ("fold", "cd8cd57d64f38998"),
+])
+def test_the_other_modes_give_the_same_results_as_before(mode, digest):
+    assert _run_digest(mode) == digest
+
+
+def noisy(traj, rate, n_obs, seed):
+    """Each view replaced by a uniformly random one with probability ``rate``."""
+    rng = np.random.default_rng(seed)
+    flip = rng.random(traj.obs.shape) < rate
+    return Trajectories(np.where(flip, rng.integers(0, n_obs, traj.obs.shape), traj.obs), traj.actions, traj.states)
+
+
+def test_the_rate_of_random_views_is_estimated_and_slips_are_not_read_as_noise():
+    # the 10x10 grid: a view replaced with probability 0.1 (by any of 10 colours)
+    env = gridworld()
+    clean = random_walk(env, 300, seed=0)
+    agent = TwoLevelMemory(10, 4, merge="replay", seed=0).fit(noisy(clean, 0.1, 10, 1))
+    assert abs(agent.merger_._noise - 0.1) < 0.03
+    # the same grid with slipping moves and exact views: no view is random
+    slip = slip_walk(env.next_state, env.obs, 300, 50, 0.1, 2)
+    agent = TwoLevelMemory(10, 4, merge="replay", seed=0).fit(slip)
+    assert agent.merger_._noise < 0.02   # a tenth of the moves slip; at most a fiftieth of the views read as random
+    # level 2 emits the clone's view with 1 - q and each view with q / n_obs
+    E = agent.level2_hmm().E
+    assert np.allclose(E.sum(axis=1), 1) and np.allclose(E.max(axis=1), 1 - agent.merger_._noise * 0.9)
+
+
+def test_lumping_merges_clones_with_the_same_future_and_keeps_different_ones_apart():
+    from hmmmerge._replay_kernels import lump_clones
+
+    # one action; colour 0: clones 0, 1, 2; colour 1: clones 3, 4.  Clones 0 and 1 go to clone 3, which
+    # goes back to clone 0 (views 0 1 0 1 ...); clone 2 goes to clone 4, which stays (views 0 1 1 1 ...).
+    # So 0 and 1 are one place; 2, 3 and 4 are told apart by the views that follow.
+    counts = np.zeros((1, 5, 5))
+    counts[0, 0, 3] = counts[0, 1, 3] = counts[0, 2, 4] = 100.0
+    counts[0, 3, 0] = counts[0, 4, 4] = 100.0
+    colour = np.array([0, 0, 0, 1, 1])
+    block = lump_clones(counts, colour, 1.36, 0.0, 50)
+    assert block[0] == block[1] and len({block[0], block[2], block[3], block[4]}) == 4
+    # one count each: the test cannot tell anything apart
+    block = lump_clones(counts / 100.0, colour, 1.36, 0.0, 50)
+    assert block[0] == block[1] == block[2] and block[3] == block[4]
+    # many counts: clone 1 also leads to clone 4, one time in 11 -- told apart, unless within the tolerance
+    close = counts * 100.0
+    close[0, 1, 4] = 1000.0
+    assert lump_clones(close, colour, 1.36, 0.0, 50)[1] != lump_clones(close, colour, 1.36, 0.0, 50)[0]
+    assert lump_clones(close, colour, 1.36, 0.2, 50)[1] == lump_clones(close, colour, 1.36, 0.2, 50)[0]
