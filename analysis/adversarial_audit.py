@@ -396,6 +396,74 @@ def env_file_cases(tmp):
     return cases
 
 
+# --------------------------------------------------------------------------- fold agent files and parameters (issue 24)
+def fold_cases(tmp):
+    """Damaged ``merge="fold"`` / ``"fold-noisy"`` agent files given to ``run --resume`` -- each change with its
+    checksum recomputed and as a file without format, version and checksum (so that the validation of the
+    merger's state alone must catch it) -- and absurd fold parameters through the API."""
+    sys.path.insert(0, ROOT)
+    from hmmmerge._agent_file import write_agent_file
+
+    cases = []
+    rng = np.random.default_rng(24)
+    for merge, prefix in (("fold", "fold_"), ("fold-noisy", "foldnoisy_")):
+        base_dir = os.path.join(tmp, f"agent-{merge}")
+        subprocess.run([sys.executable, "-m", "hmmmerge", "run", "--merge", merge, "--episodes", "30",
+                        "--eval-episodes", "0", "--out", base_dir], check=True, capture_output=True,
+                       env=dict(os.environ, PYTHONPATH=ROOT), cwd=ROOT)
+        good = os.path.join(base_dir, "agent.npz")
+        with np.load(good, allow_pickle=False) as f:
+            arrays = {k: f[k] for k in f.files}
+        meta = json.loads(str(arrays.pop("meta")))
+        legacy_meta = {k: v for k, v in meta.items() if k not in ("format", "version", "checksum")}
+
+        def put(name, expect="error", meta_change=None, **changes):
+            d = {k: v for k, v in dict(arrays, **changes).items() if v is not None}
+            m = dict(meta, **(meta_change or {}))
+            path = os.path.join(tmp, f"{merge}-{name}.npz")
+            write_agent_file(path, m, **d)
+            cases.append(_cli("run", "--resume", path, "--episodes", "3", "--eval-episodes", "0", expect=expect))
+            path = os.path.join(tmp, f"{merge}-{name}-unversioned.npz")
+            np.savez_compressed(path, meta=np.array(json.dumps(dict(legacy_meta, **(meta_change or {})))), **d)
+            cases.append(_cli("run", "--resume", path, "--episodes", "3", "--eval-episodes", "0", expect=expect))
+
+        def entry(key, value):
+            a = arrays[key].copy()
+            a.flat[a.size // 2] = value
+            return a
+
+        for key in sorted(k for k in arrays if k.startswith(prefix)):
+            if arrays[key].size and arrays[key].dtype != bool:   # a counter may take any count
+                put(f"{key}-1e6", expect="any" if key.endswith("stats") else "error", **{key: entry(key, 10**6)})
+                put(f"{key}-minus-2", **{key: entry(key, -2)})
+            put(f"{key}-float", **{key: arrays[key].astype(float) + 0.5})
+            # files of older versions lack these: loading without them is right
+            optional = key in ("fold_provisional", "foldnoisy_next_cid", "foldnoisy_visits", "foldnoisy_log",
+                               "foldnoisy_retested")
+            put(f"{key}-missing", expect="any" if optional else "error", **{key: None})
+        stats = prefix + "stats"
+        put(f"{stats}-short", **{stats: arrays[stats][:3]})
+        for field, value in (("popped", "x"), ("steps", [1]), ("sleeps", 1.5)):
+            put(f"meta-{field}", meta_change={field: value})
+        for i in range(20):   # random entries set to odd values: a working agent or a one-line error
+            keys = sorted(k for k in arrays if k.startswith(prefix) and arrays[k].size)
+            key = keys[int(rng.integers(len(keys)))]
+            a = arrays[key].copy()
+            a.flat[int(rng.integers(a.size))] = [10**6, -1, 0, 1, 2**62][int(rng.integers(5))] if a.dtype != bool else 1
+            put(f"random-{i}", expect="any", **{key: a})
+    for merger, params in (("FoldMerger", "colour_past=10**6"), ("FoldMerger", "colour_past=2**63"),
+                           ("FoldMerger", "colour_evidence=10**30"), ("FoldMerger", "min_evidence=10**30"),
+                           ("StatisticalFoldMerger", "risk=5e-324"), ("StatisticalFoldMerger", "noise=5e-324")):
+        cases.append(_api(f"{merger}({params}) on a small world", f"""
+            from hmmmerge import gridworld, random_walk
+            from hmmmerge.agent import TwoLevelMemory
+            from hmmmerge.fold import {merger}
+            TwoLevelMemory(10, 4, merger={merger}({params})).fit(random_walk(gridworld(), 5, 20, seed=0))
+        """))
+    return cases
+# --------------------------------------------------------------------------- end of the fold cases
+
+
 def api_cases():
     c = []
     c.append(_api("weighted_purity with labels >= 2^61", """
@@ -910,7 +978,9 @@ def main(argv=None) -> int:
                   # issue 25: checkpoints, non-regular inputs, world values, Gymnasium, recordings, options
                   "checkpoints": lambda: checkpoint_cases(tmp), "non-regular": lambda: nonregular_input_cases(tmp),
                   "world-values": lambda: world_value_cases(tmp), "gym": gym_cases,
-                  "recordings": lambda: recording_cases(tmp), "options": lambda: cli_option_cases(tmp)}
+                  "recordings": lambda: recording_cases(tmp), "options": lambda: cli_option_cases(tmp),
+                  # issue 24: fold / fold-noisy agent files and parameters
+                  "fold": lambda: fold_cases(tmp)}
         chosen = args.groups.split(",") if args.groups else list(groups)
         unknown = sorted(set(chosen) - set(groups))
         if unknown:

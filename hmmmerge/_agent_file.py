@@ -205,7 +205,7 @@ def validate_agent_arrays(data: dict, meta: dict, history_keys=(), check_params=
         raise AgentFileError("fo_counts holds a negative count")
     _int_field(meta, "fo_prev", 0, O)
     # counters and state
-    for key in _COUNTERS:
+    for key in _COUNTERS + (("popped",) if "popped" in meta else ()):
         _int_field(meta, key, 0)
     if "popped" in meta:  # episodes whose history was handed out (streamed to a file); older files lack it
         _int_field(meta, "popped", 0, meta["episodes"] + 1)

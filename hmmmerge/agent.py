@@ -771,9 +771,9 @@ class TwoLevelMemory(Estimator):
         agent._parent = np.full(mem.capacity, -1, dtype=np.int64)
         agent._parent_action = np.full(mem.capacity, -1, dtype=np.int64)
         for a in range(mem.n_actions):  # in-degree <= 1: each linked state has one parent
-            src = np.flatnonzero(mem.next_state[a] >= 0)
-            agent._parent[mem.next_state[a, src]] = src
-            agent._parent_action[mem.next_state[a, src]] = a
+            linked = np.flatnonzero(mem.next_state[a] >= 0)
+            agent._parent[mem.next_state[a, linked]] = linked
+            agent._parent_action[mem.next_state[a, linked]] = a
         assignment = np.asarray(data.get("assignment"), dtype=np.int64)
         if assignment.shape != (mem.n_states,):
             raise ValueError(f"{src}: assignment has shape {assignment.shape}, expected ({mem.n_states},)")

@@ -274,9 +274,13 @@ class _ValueTables:
         for _ in range(horizon):
             Q = np.asarray(self.T @ V[-1]).reshape(self.A, self.H)
             nxt = g + (1.0 - g) * Q.max(axis=0)
-            if np.abs(nxt - V[-1]).max() <= 1e-12:  # converged: V_k is V_K for every k > K
-                break
+            grew = not np.array_equal(nxt > 0, V[-1] > 0)  # the states that can reach the goal at all
+            done = np.abs(nxt - V[-1]).max() <= 1e-12
+            if done and not grew and np.array_equal(nxt, V[-1]):
+                break  # converged exactly: V_k is V_K for every k > K
             V.append(nxt)
+            if done and not grew:
+                break  # converged to 1e-12 with the same support (which then never grows): V_k ~ V_K
         self.V = np.array(V)  # (K+1, H)
         self.converged = len(V) - 1 < horizon
         self.cum = np.cumsum(self.V, axis=0)  # cum[i] = sum_{j<=i} V_j
@@ -621,7 +625,7 @@ class _Navigator:
 def navigate(env: Environment, model: ActionHMM, n_pairs: int = 100, seed=0, *, correspondence=None,
              warmup: int = 10, budget: float = 2.0, horizon: int | None = None, start="random",
              update_map: bool = False, surprise: float = 1e-3, keep_paths: bool = False,
-             pairs=None) -> NavigationResult:
+             pairs=None, goals=None) -> NavigationResult:
     """Navigate the true world ``env`` with the map ``model``, over ``n_pairs`` start/goal pairs.
 
     Each pair: the agent is put at a uniformly random true state (``start="random"``; belief: the map's
@@ -656,6 +660,7 @@ def navigate(env: Environment, model: ActionHMM, n_pairs: int = 100, seed=0, *, 
         the map should give those surprises their probability (else it will remove good moves).
     surprise : that threshold, in [0, 1).
     keep_paths : keep the true states visited by each navigation.
+    goals : observations to draw the goals from (default: all); e.g. the views the training walks showed.
     pairs : optional ``(start state index, goal observation)`` pairs to use instead of random ones
         (``n_pairs`` is then ignored); the warm-up moves still come first (``warmup=0`` starts there).
 
@@ -688,6 +693,13 @@ def navigate(env: Environment, model: ActionHMM, n_pairs: int = 100, seed=0, *, 
     check_float(budget, "budget", low=1.0)
     check_float(surprise, "surprise", low=0.0, high=1.0)
     horizon = None if horizon is None else check_int(horizon, "horizon", low=1)
+    allowed = np.ones(env.n_obs, dtype=bool)
+    if goals is not None:
+        chosen = np.unique(np.asarray(goals).ravel())
+        if chosen.dtype.kind not in "iu" or not chosen.size or chosen.min() < 0 or chosen.max() >= env.n_obs:
+            raise ValueError(f"goals must be observations in 0..{env.n_obs - 1}")
+        allowed[:] = False
+        allowed[chosen] = True
     candidates = None
     if not isinstance(start, str):
         candidates = np.unique(np.asarray(start).ravel())
@@ -729,7 +741,7 @@ def navigate(env: Environment, model: ActionHMM, n_pairs: int = 100, seed=0, *, 
             s = _world_step(env, s, a, rng)
             b, _ = nav.update(b, a, _observe(env, s, rng))
             hit.append(corr[b.argmax()] == s)
-        for c in range(env.n_obs):
+        for c in (np.flatnonzero(allowed) if pairs is None else [pairs[i][1]]):
             if c not in dist_cache:
                 dist_cache[c] = distances_to(env, colours_at[c])
         o = int(env.obs[s])  # the true colour
@@ -739,7 +751,7 @@ def navigate(env: Environment, model: ActionHMM, n_pairs: int = 100, seed=0, *, 
                 raise ValueError(f"pair {i}: goal observation {goal} is seen at the start or unreachable "
                                  "in the true world")
         else:
-            options = [c for c in range(env.n_obs) if c != o and np.isfinite(dist_cache[c][s])]
+            options = [c for c in range(env.n_obs) if allowed[c] and c != o and np.isfinite(dist_cache[c][s])]
             if not options:
                 continue
             goal = int(options[rng.integers(len(options))])

@@ -166,9 +166,9 @@ def test_the_colour_fold_refuses_a_colour_whose_blocks_clash_and_folds_what_the_
         fold.write_clusters(after, mem.n_states)
         np.testing.assert_array_equal(after.assignment[:mem.n_states], before)
     with pytest.raises(ValueError, match="colour_evidence"):
-        FoldMerger(colour_evidence=-1)
+        FoldMerger(colour_evidence=-1).observe_tree(EpisodicMemory(2, 1))   # checked at first use
     with pytest.raises(ValueError, match="colour_past"):
-        FoldMerger(colour_past=-1)
+        FoldMerger(colour_past=-1).observe_tree(EpisodicMemory(2, 1))   # checked at first use
 
 
 def test_minimal_machine_merges_indistinguishable_states():
@@ -254,7 +254,7 @@ def test_the_provisional_pass_merges_what_waits_and_is_taken_back_at_the_next_sl
     assert cl.assignment[st[0][1]] != cl.assignment[st[1][1]]
     check_invariants(mem, cl)
     with pytest.raises(ValueError, match="provisional_lead"):
-        FoldMerger(provisional_lead=0)
+        FoldMerger(provisional_lead=0).observe_tree(EpisodicMemory(2, 1))   # checked at first use
 
 
 def test_default_evidence_minimum_bounds_chance_agreement():
@@ -266,7 +266,7 @@ def test_default_evidence_minimum_bounds_chance_agreement():
     with pytest.raises(ValueError, match="n_obs"):
         default_min_evidence(0)
     with pytest.raises(ValueError, match="min_evidence"):
-        FoldMerger(min_evidence=-1)
+        FoldMerger(min_evidence=-1).observe_tree(EpisodicMemory(2, 1))   # checked at first use
 
 
 # ---------------------------------------------------------------- undo

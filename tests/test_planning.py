@@ -361,3 +361,20 @@ def test_navigation_from_given_start_states():
     for bad in ([], [51], [-1], ["a"]):
         with pytest.raises(ValueError, match="start must be 'random', 'world' or state indices"):
             navigate(env, env.to_hmm(), 3, start=bad)
+
+
+def test_navigation_to_given_goals():
+    env = gridworld(5, 5, n_colours=5, seed=0)
+    r = navigate(env, env.to_hmm(), 40, seed=0, goals=[1, 3])
+    assert set(r.goals.tolist()) <= {1, 3} and r.success_rate == 1.0
+    with pytest.raises(ValueError, match="goals must be observations in 0..4"):
+        navigate(env, env.to_hmm(), 3, goals=[7])
+
+
+def test_a_tiny_probability_of_arriving_is_not_lost_to_convergence():
+    """A goal reachable with probability 1e-300 is reachable (value iteration does not stop on a tiny change
+    while the set of states that can reach the goal still grows)."""
+    T = np.array([[[1 - 1e-300, 1e-300], [0.0, 1.0]]])
+    model = ActionHMM(T, np.array([[0, 1, 0], [1, 0, 0]]), [1.0, 0.0])
+    p = plan(model, [1.0, 0.0], 0, horizon=1)
+    assert p.probability == 1e-300 and p.actions.tolist() == [0]
