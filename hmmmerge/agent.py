@@ -171,12 +171,8 @@ class TwoLevelMemory(Estimator):
         if self.merger is None:
             return "sf" if self.merge is None else self.merge
         for name, entry in MERGERS.items():
-            if not isinstance(entry.cls, str):
-                if type(self.merger) is entry.cls:
-                    return name
-                continue
-            module, _, cls = entry.cls.partition(":")
-            if type(self.merger).__name__ == cls and type(self.merger).__module__ == f"hmmmerge.{module}":
+            named = entry.cls if isinstance(entry.cls, str) else f":{entry.cls.__name__}"
+            if named.rpartition(":")[2] == type(self.merger).__name__ and type(self.merger) is merger_class(name):
                 return name
         return self.merge if self.merge is not None else type(self.merger).__name__
 
