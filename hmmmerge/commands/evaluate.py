@@ -70,6 +70,17 @@ def model_flags() -> dict:
     return out
 
 
+def add_model_arguments(p: argparse.ArgumentParser) -> None:
+    """One CLI flag per model option of the registry (see :func:`model_flags`)."""
+    for flag, (option, default) in model_flags().items():
+        kind = option.type or type(default)
+        if option.choices:
+            p.add_argument(flag, choices=option.choices, default=default, help=f"{option.help} (default {default})")
+        else:
+            parse = _cli_number(kind, option.param, low=1) if kind is int else _cli_number(kind, option.param, low=0)
+            p.add_argument(flag, type=parse, default=default, help=f"{option.help} (default {default})")
+
+
 def model_params(name: str, args) -> dict:
     """The registry parameters of model ``name`` set by the parsed CLI flags."""
     return {o.param: getattr(args, o.flag.lstrip("-").replace("-", "_")) for o in MODELS[name].options}
@@ -88,13 +99,7 @@ def add_experiment_arguments(p: argparse.ArgumentParser) -> None:
                         "makes the surprise infinite (counted in zero_prob_steps)")
     p.add_argument("--score-first", action="store_true",
                    help="also score the first observation of each episode (predicted from B)")
-    for flag, (option, default) in model_flags().items():
-        kind = option.type or type(default)
-        if option.choices:
-            p.add_argument(flag, choices=option.choices, default=default, help=f"{option.help} (default {default})")
-        else:
-            parse = _cli_number(kind, option.param, low=1) if kind is int else _cli_number(kind, option.param, low=0)
-            p.add_argument(flag, type=parse, default=default, help=f"{option.help} (default {default})")
+    add_model_arguments(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 

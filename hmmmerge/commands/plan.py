@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 
 from ..models import MODELS
-from .evaluate import _cli_number, _positive_int, model_flags, model_params
+from .evaluate import _cli_number, _positive_int, add_model_arguments, model_params
 from .env import add_world_arguments, world_from_args
 
 #: the scores of the ``--json`` object (besides the protocol and the times)
@@ -47,13 +47,7 @@ def add_parser(sub) -> None:
                    help="success: the goal reached within BUDGET x the shortest path (default 2)")
     p.add_argument("--from", dest="nav_start", choices=["random", "world"], default="random",
                    help="where each navigation starts: a random place (default) or the world's start state")
-    for flag, (option, default) in model_flags().items():
-        kind = option.type or type(default)
-        if option.choices:
-            p.add_argument(flag, choices=option.choices, default=default, help=f"{option.help} (default {default})")
-        else:
-            parse = _cli_number(kind, option.param, low=1) if kind is int else _cli_number(kind, option.param, low=0)
-            p.add_argument(flag, type=parse, default=default, help=f"{option.help} (default {default})")
+    add_model_arguments(p)
     p.add_argument("--compare", action="store_true",
                    help="also navigate the same pairs with the oracle's map and the first-order map (the floor)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
