@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import stat
-import subprocess
 import sys
 import textwrap
 
@@ -21,22 +20,8 @@ import pytest
 from hmmmerge._agent_file import write_agent_file
 from hmmmerge.cli import main
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CAP = 3 << 30  # address-space cap of the subprocesses
-
-
-def _capped():
-    import resource
-
-    resource.setrlimit(resource.RLIMIT_AS, (CAP, CAP))
-
-
-def _run(args, timeout=120, **kw):
-    """Run ``args`` with the worktree on the path, under the memory cap; returns the CompletedProcess."""
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    env.pop("HMMMERGE_MAX_MEMORY", None)
-    return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env, preexec_fn=_capped,
-                          cwd=ROOT, **kw)
+sys.path.insert(0, os.path.dirname(__file__))
+from test_adversarial import ROOT, _run  # noqa: E402  (the capped subprocess)
 
 
 def _cli(*argv, timeout=120):
