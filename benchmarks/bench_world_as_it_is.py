@@ -12,14 +12,16 @@ the same process, ``random_walk`` on the stochastic world):
 
 Worlds (:data:`WORLDS`): the paper's grid and the gallery (``hmmmerge.gallery.WORLDS``) plus a random
 60-state, 3-action graph (``hmmmerge.reproduce.beyond.random_graph``), each with ``--colourings``
-(the world's colouring seed) x ``--seeds`` (the walk's seed); and ``fourrooms-3x3``:
-MiniGrid FourRooms with a 3x3 egocentric view (``from_gymnasium``), clean only, episodes of 100 moves
-from the start pose.
+(the world's colouring seed) x ``--seeds`` (the walk's seed), or with ``--pairs`` (every world but the
+paper's grid) the i-th colouring with the i-th seed; and MiniGrid FourRooms with a 3x3 egocentric view
+(``fourrooms-3x3``: few distinct views, each seen in many places) and with MiniGrid's default 7x7 view
+(``fourrooms-7x7``: 360 views), one layout, every walk seed, clean only, episodes of 100 moves from the
+start pose.
 
 Learners (``--learners``): ``oracle`` (``env.to_hmm(start=...)``, the true process: the best any
 model can do), every catalogue model (``hmmmerge.models.MODELS``: ``first-order``, ``context``,
 ``em``, ...; EM with 20 clones per colour, 30 with 4 colours or fewer, 100 iterations, as in
-``bench_fold.py``), and every merge mode of ``TwoLevelMemory`` (``hmmmerge.models.MERGERS``: ``sf``, ``fold``, ``fold-noisy``,
+``bench_fold.py``; 5 clones per view with more than 100 views), and every merge mode of ``TwoLevelMemory`` (``hmmmerge.models.MERGERS``: ``sf``, ``fold``, ``fold-noisy``,
 and any mode registered later: the hook for the new learner is its name).  An online learner lives
 the training walk in 100-episode blocks (``partial_fit``); per block its CPU seconds are recorded,
 and its online accuracy (the paper's measure, level 2, over the last 50 episodes).  Its held-out
@@ -30,17 +32,27 @@ Every run: ``--episodes`` (1,000) x ``--episode-length`` (50) training moves, he
 and surprise (smoothed with epsilon 1e-3) on ``--eval-episodes`` (100) fresh episodes of the same
 process, scored by ``evaluate_model`` with no prediction counted wrong, the oracle's accuracy and
 surprise on the same episodes beside it.  Each run is a subprocess on one thread with a CPU-time
-limit (``--cpu-limit``, default 300 s, imports and numba loading included; the recorded
+limit (``--cpu-limit``, default 300 s; ``--capped`` learners, known to blow up, ``--capped-limit``,
+on every clean run and the first ``--capped-runs`` runs of a world under the other conditions; imports
+and numba loading included; the recorded
 ``fit_cpu_s`` is the fit alone, after a warm-up fit: 5 episodes, for an online learner 20 -- at
 least one sleep, so that the sleep's kernels are loaded too): a run over the limit is recorded as
 "> limit" and counts in the tables.  Results: one JSON file per run under ``OUT/runs/`` (atomic;
 finished runs are not redone, a run stopped at a lower limit is redone under a higher one),
-``OUT/results.csv`` and ``OUT/bench_world_as_it_is.md`` (mean +- sd per learner x condition with
-CPU, the gap to the oracle and to EM, and the cost targets of issue 22 for ``--target``).
+``OUT/results.csv`` and ``OUT/bench_world_as_it_is.md``: per learner x condition, held-out mean +- sd,
+online accuracy, CPU per 1,000 episodes, the gap to the oracle and to EM run by run, the growth of a
+block's CPU over the life, runs over the limit; MiniGrid apart; per world for ``--target`` (and
+``--per-world``) with issue 22's targets checked run by run.
 
     nice -n 10 python benchmarks/bench_world_as_it_is.py [--quick] [--out DIR] [--learners oracle,fold,...]
         [--conditions clean,slip-0.05,...] [--worlds paper-grid,maze,...] [--colourings 0,1,2] [--seeds 0,1,2]
-        [--cpu-limit 300] [--target fold] [--table-only]
+        [--cpu-limit 300] [--pairs] [--capped fold,fold-noisy --capped-limit 40 --capped-runs 1]
+        [--target fold] [--per-world em,...] [--table-only]
+
+The issue-22 protocol (BENCHMARKS.md, "The world as it is"):
+
+    nice -n 10 python benchmarks/bench_world_as_it_is.py --out OUT --pairs --capped fold,fold-noisy
+        --learners oracle,first-order,context,em,sf,fold-noisy,fold,replay --target replay --per-world em,fold
 """
 
 from __future__ import annotations
