@@ -21,8 +21,8 @@ start pose.
 Learners (``--learners``): ``oracle`` (``env.to_hmm(start=...)``, the true process: the best any
 model can do), every catalogue model (``hmmmerge.models.MODELS``: ``first-order``, ``context``,
 ``em``, ...; EM with 20 clones per colour, 30 with 4 colours or fewer, 100 iterations, as in
-``bench_fold.py``; 5 clones per view with more than 100 views), and every merge mode of ``TwoLevelMemory`` (``hmmmerge.models.MERGERS``: ``sf``, ``fold``, ``fold-noisy``,
-and any mode registered later: the hook for the new learner is its name).  An online learner lives
+``bench_fold.py``; 5 clones per view with more than 100 views), and every merge mode of
+``TwoLevelMemory`` (``hmmmerge.models.MERGERS``: ``sf``, ``fold``, ``fold-noisy``, and any mode registered later: the hook for the new learner is its name).  An online learner lives
 the training walk in 100-episode blocks (``partial_fit``); per block its CPU seconds are recorded,
 and its online accuracy (the paper's measure, level 2, over the last 50 episodes).  Its held-out
 model is the merger's own level 2 when the merger has one (fold-noisy's noise-aware emissions),
