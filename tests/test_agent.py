@@ -6,6 +6,7 @@ import pytest
 from hmmmerge import Trajectories, gridworld, random_walk
 from hmmmerge.agent import PREDICTORS, TwoLevelMemory
 from hmmmerge.merging import SFMerger
+from hmmmerge.models import MERGERS
 from hmmmerge.episodic import EpisodicMemory
 
 
@@ -30,12 +31,16 @@ def test_deterministic_under_seed(world):
     assert not np.array_equal(a.clusters_.assignment[: a.memory_.n_states], c.clusters_.assignment[: c.memory_.n_states])
 
 
-def test_level1_inside_agent_is_algorithm_1(world):
+@pytest.mark.parametrize("merge", list(MERGERS))
+def test_level1_inside_agent_is_algorithm_1(world, merge):
+    """Every merger reads level 1 through read-only views and leaves it exactly as Algorithm 1 wrote it."""
     _, traj = world
-    agent = _fit(traj, merge="random")
+    agent = _fit(traj, merge=merge)
     mem = EpisodicMemory(10, 4)
     states, pred = mem.observe_trajectories(traj)
     assert np.array_equal(agent.memory_.next_state, mem.next_state)
+    assert np.array_equal(agent.memory_.emission, mem.emission)
+    assert np.array_equal(agent.memory_.labels, mem.labels)
     assert np.array_equal(agent.last_states_, states)
     l1 = (pred[:, 1:] == traj.obs[:, 1:]).mean(axis=1)
     assert np.allclose(agent.history()["l1_accuracy"], l1)
