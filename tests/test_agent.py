@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from hmmmerge import Trajectories, gridworld, random_walk
+from hmmmerge import Trajectories, random_walk
 from hmmmerge.agent import PREDICTORS, TwoLevelMemory
 from hmmmerge.merging import SFMerger
 from hmmmerge.models import MERGERS
@@ -72,9 +72,8 @@ def test_size1_without_merges_is_level1(world):
     assert (agent.history()["l2_accuracy"] <= agent.history()["l1_accuracy"] + 1e-12).all()
 
 
-def test_no_prediction_counts_as_wrong():
-    env = gridworld(seed=0)
-    traj = random_walk(env, 3, seed=0)
+def test_no_prediction_counts_as_wrong(paper_world):
+    traj = random_walk(paper_world, 3, seed=0)
     agent = TwoLevelMemory(10, 4).fit(traj)  # no sleep yet: level 2 has no clusters
     h = agent.history()
     assert (h["l2_no_prediction"] == 1.0).all() and (h["l2_accuracy"] == 0.0).all()
@@ -122,7 +121,7 @@ def test_summary_keys_and_models(world):
     assert set(PREDICTORS) == {"l1", "l2", "l2_filter", "first_order"}
 
 
-def test_bad_inputs(tmp_path):
+def test_bad_inputs(tmp_path, paper_world):
     one = Trajectories([[0, 1]], [[-1, 0]])
     with pytest.raises(ValueError, match="merge"):   # checked by fit, not by the constructor
         TwoLevelMemory(10, 4, merge="kmeans").fit(one)
@@ -144,7 +143,7 @@ def test_bad_inputs(tmp_path):
     with pytest.raises(ValueError, match="no episodes"):
         agent.summary()
     with pytest.raises(ValueError, match="observations"):
-        agent.run(gridworld(), 2)
+        agent.run(paper_world, 2)
     np.savez(tmp_path / "junk.npz", x=np.zeros(3))
     with pytest.raises(ValueError, match="junk.npz"):
         TwoLevelMemory.load(tmp_path / "junk.npz")

@@ -14,7 +14,7 @@ import inspect
 import numpy as np
 import pytest
 
-from hmmmerge import gridworld, random_walk
+from hmmmerge import random_walk
 from hmmmerge._estimator import Estimator
 from hmmmerge.agent import TwoLevelMemory
 from hmmmerge.hmm import ActionHMM
@@ -27,9 +27,8 @@ SMALL = {"em": {"n_clones": 2, "n_iter": 3}, "level2-sf": {"sleep_every": 100}, 
 
 
 @pytest.fixture(scope="module")
-def data():
-    env = gridworld(4, 4, n_colours=4, seed=1)
-    return env, random_walk(env, 16, 12, seed=2)
+def data(small_world):
+    return small_world, random_walk(small_world, 16, 12, seed=2)
 
 
 def _learner(name, env):
