@@ -20,7 +20,7 @@ import scipy.sparse as sp
 from ._estimator import Estimator
 from ._io import atomic_savez
 from .hmm import ActionHMM
-from ._validation import as_trajectories, check_int, check_symbols
+from ._validation import Int, as_trajectories, check_int, check_symbols
 
 __all__ = ["EpisodicMemory"]
 
@@ -67,10 +67,14 @@ class EpisodicMemory(Estimator):
     ValueError: assignment destination is read-only
     """
 
+    _parameter_constraints = {"n_obs": Int(1), "n_actions": Int(1), "capacity": Int(0)}
+
     def __init__(self, n_obs: int, n_actions: int, capacity: int = 1024):
-        self.n_obs = check_int(n_obs, "n_obs", low=1)
-        self.n_actions = check_int(n_actions, "n_actions", low=1)
-        capacity = max(check_int(capacity, "capacity", low=0), 16)
+        # checked here, not at fit: the buffers are allocated now (their sizes are these parameters)
+        check = self._parameter_constraints
+        self.n_obs = check["n_obs"](n_obs, "n_obs")
+        self.n_actions = check["n_actions"](n_actions, "n_actions")
+        capacity = max(check["capacity"](capacity, "capacity"), 16)
         self._next = np.full((self.n_actions, capacity), -1, dtype=np.int64)
         self._emission = np.full(capacity, -1, dtype=np.int64)
         self._labels = np.full(capacity, -1, dtype=np.int64)
