@@ -22,7 +22,8 @@ Learners (``--learners``): ``oracle`` (``env.to_hmm(start=...)``, the true proce
 model can do), every catalogue model (``hmmmerge.models.MODELS``: ``first-order``, ``context``,
 ``em``, ...; EM with 20 clones per colour, 30 with 4 colours or fewer, 100 iterations, as in
 ``bench_fold.py``; 5 clones per view with more than 100 views), and every merge mode of
-``TwoLevelMemory`` (``hmmmerge.models.MERGERS``: ``sf``, ``fold``, ``fold-noisy``, and any mode registered later: the hook for the new learner is its name).  An online learner lives
+``TwoLevelMemory`` (``hmmmerge.models.MERGERS``: ``sf``, ``fold``, ``fold-noisy``, and any mode
+registered later: the hook for the new learner is its name).  An online learner lives
 the training walk in 100-episode blocks (``partial_fit``); per block its CPU seconds are recorded,
 and its online accuracy (the paper's measure, level 2, over the last 50 episodes).  Its held-out
 model is the merger's own level 2 when the merger has one (fold-noisy's noise-aware emissions),
@@ -430,16 +431,19 @@ def per_world_table(records, learner: str, worlds, conditions) -> list[str]:
 def targets(records, target: str, conditions) -> list[str]:
     """Issue 22's targets for ``target``, run by run against EM and the oracle on the same data."""
     runs = by_run(records)
-    lines = [f"| condition | runs | worst vs EM | worst vs oracle | accuracy met | max CPU s / 1,000 episodes "
-             "| max last / 2nd block | cost met | over the CPU limit |", "|---|---|---|---|---|---|---|---|---|"]
-    for cond in conditions:
-        rows = [v for k, v in runs.items() if k[1] == cond and target in v]
+    lines = ["| condition (MiniGrid: world) | runs | worst vs EM | worst vs oracle | accuracy met "
+             "| max CPU s / 1,000 episodes | max last / 2nd block | cost met | over the CPU limit |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    groups = [(cond, lambda k, c=cond: k[1] == c and k[0] not in MINIGRID_VIEWS) for cond in conditions]
+    groups += [(world, lambda k, w=world: k[0] == w) for world in MINIGRID_VIEWS]
+    for label, member in groups:
+        rows = [v for k, v in runs.items() if member(k) and target in v]
         if not rows:
             continue
         st = summary([v[target] for v in rows], target, runs)
         met = [run_meets(v[target], v.get("em")) for v in rows]
         worst = lambda xs, spec="+.3f", pick=min: format(pick(xs), spec) if xs else "-"  # noqa: E731
-        lines.append(f"| {cond} | {st['n']} | {worst(st['vs_em'])} | {worst(st['vs_oracle'])} | "
+        lines.append(f"| {label} | {st['n']} | {worst(st['vs_em'])} | {worst(st['vs_oracle'])} | "
                      f"{'yes' if all(m[0] for m in met) else 'NO'} | {worst(st['cpu'], '.2f', max)} | "
                      f"{worst(st['growth'], '.1f', max)} | {'yes' if all(m[1] for m in met) else 'NO'} | "
                      f"{st['limited']} |")

@@ -169,6 +169,16 @@ def test_gaps_are_run_by_run_and_targets_follow_the_issue(bench):
     met = all(bench.run_meets(r, records[3 * i + 1])[0] for i, r in enumerate(records[2:9:3]))
     assert ("A" if met else "a") + "c" in table.splitlines()[-1].split("|")[2]  # run 0's last block is 3x its 2nd
     assert "> 40 s (1/1) ac" in table
+    # MiniGrid has its own rows in the targets (its bound is EM - 0.02, no oracle bound, no 0.99)
+    grid = [_record(bench, "em", "fourrooms-3x3", "clean", 0, 0, 0.94, 1.0),
+            _record(bench, "new", "fourrooms-3x3", "clean", 0, 0, 0.925, 1.0, blocks=[1.0, 1.0])]
+    flat = [_record(bench, "em", "maze", "clean", 0, 0, 0.99, 1.0),
+            _record(bench, "new", "maze", "clean", 0, 0, 0.994, 1.0, blocks=[1.0, 1.0])]
+    rows = {line.split("|")[1].strip(): line.split("|")[2:6] for line in bench.targets(grid + flat, "new", ["clean"])
+            if line.startswith("| ") and not line.startswith("| condition")}
+    assert set(rows) == {"clean", "fourrooms-3x3"}
+    assert [x.strip() for x in rows["clean"]] == ["1", "+0.004", "-0.006", "yes"]
+    assert [x.strip() for x in rows["fourrooms-3x3"]] == ["1", "-0.015", "-0.075", "yes"]
 
 
 def test_minigrid_large_view_world(bench):
