@@ -69,6 +69,10 @@ class ReplayMerger(Estimator):
     prune : transitions below it are dropped from the agent's online level 2.
     risk : the Hoeffding test's risk when clones are lumped into clusters (ALERGIA's alpha).
     tolerance : next-cluster frequencies closer than it always pass that test (EM's own imprecision).
+    min_new : a sleep with fewer new episodes than this is postponed to the next one (long episodes:
+        fewer, larger sleeps); the first sleep is never postponed.
+    slip : the initial estimate of the share of moves made by a uniformly random action instead of the
+        recorded one (``T_a = (1 - e) Q_a + e mean_b Q_b``, ``e`` then estimated by EM); 0 turns it off.
 
     >>> ReplayMerger(n_clones=5).n_clones
     5
@@ -78,12 +82,12 @@ class ReplayMerger(Estimator):
         "n_clones": Int(1, 4096), "replay": Int(0, 10**6), "window": Int(1, 10**6), "n_iter": Int(1, 1000),
         "step_exponent": Float(0.5, 1.0, low_open=True), "pseudocount": Float(0.0, 1e6, low_open=True),
         "prune": Float(0.0, 1.0), "risk": Float(0.0, 1.0, low_open=True),
-        "tolerance": Float(0.0, 1.0),
+        "tolerance": Float(0.0, 1.0), "slip": Float(0.0, 0.99), "min_new": Int(1, 10**6),
     }
 
     def __init__(self, n_clones: int = 30, replay: int = 20, window: int = 200, n_iter: int = 2,
                  step_exponent: float = 0.6, pseudocount: float = 1e-3, prune: float = 1e-3, risk: float = 0.05,
-                 tolerance: float = 0.2):
+                 tolerance: float = 0.2, slip: float = 0.05, min_new: int = 10):
         self.n_clones = n_clones
         self.replay = replay
         self.window = window
@@ -93,6 +97,8 @@ class ReplayMerger(Estimator):
         self.prune = prune
         self.risk = risk
         self.tolerance = tolerance
+        self.slip = slip
+        self.min_new = min_new
         self._A = None
 
     # ------------------------------------------------------------ set-up
@@ -110,6 +116,15 @@ class ReplayMerger(Estimator):
         self._B = None
         self._S = None          # kept expected counts per episode (stepwise EM)
         self._Sb = None
+        self._Q = None          # (A, H, H) transitions of the executed action (T mixes them with the slip)
+        self._slip = float(self.slip)   # estimated share of moves made by a random action
+        self._Sslip = 0.0       # kept expected slipped moves per episode
+        # observation pairs (o, o') seen in sequence: T, Q, S are zero outside their clone blocks, and every
+        # pass over them reads those blocks only (a sleep's work grows with the pairs, not with clones^2)
+        self._pairs = np.zeros((0, 2), dtype=np.int64)
+        self._has_pair = np.zeros((self._K, self._K), dtype=bool)
+        self._succ = None        # CSR of the pairs by first observation (cached)
+        self._C = None           # the E-step's count buffer, zero outside a pass
         self._updates = 0
         self._noise = 0.0        # estimated share of views replaced by a random one (emissions of level 2)
         self._var = 0.0          # variance factor of the kept statistics: 1 / (effective number of episodes)
@@ -181,7 +196,9 @@ class ReplayMerger(Estimator):
         self._n_seen = memory.n_states
         if self._T is not None and fresh.any():
             n = len(self._cur[0])
-            clones = self._filtered_clones(np.array(self._cur[0]), np.array(self._cur[1]))[n - len(states):]
+            cur_obs, cur_acts = np.array(self._cur[0]), np.array(self._cur[1])
+            self._add_pairs(cur_obs, cur_acts)
+            clones = self._filtered_clones(cur_obs, cur_acts)[n - len(states):]
             self._connect(clusters, states[fresh], clones[fresh])
         return True
 
@@ -265,10 +282,61 @@ class ReplayMerger(Estimator):
             self._clone_state = grown
 
     def _init_model(self, rng) -> None:
+        """Random transitions on the observed pairs' blocks (rows normalised there), mixed by the slip."""
+        from ._replay_kernels import m_step_pairs
+
         H, A = self._H, self._A
-        T = rng.random((A, H, H))
-        T /= T.sum(axis=2, keepdims=True)
-        self._T, self._B = T, np.full(H, 1.0 / H)
+        R = rng.random((A, H, H))
+        self._Q, self._T = np.zeros((A, H, H)), np.zeros((A, H, H))
+        m_step_pairs(R, self._Q, self._T, self._pairs, self._starts, self._sizes, 1.0, 0.0, self._slip,
+                     np.ones(self._K, dtype=np.bool_))
+        self._B = np.full(H, 1.0 / H)
+        self._C = np.zeros((A, H, H))
+
+    def _add_pairs(self, obs, acts) -> None:
+        """Add the observation pairs of the moves of ``(obs, acts)`` that are new; once the model exists,
+        redo the M-step of the rows they start from (their blocks get the pseudocount)."""
+        moves = np.flatnonzero(acts >= 0)
+        if not len(moves):
+            return
+        seen = np.zeros((self._K, self._K), dtype=bool)
+        seen[obs[moves - 1], obs[moves]] = True
+        seen &= ~self._has_pair
+        if not seen.any():
+            return
+        new = np.argwhere(seen).astype(np.int64)
+        self._pairs = np.concatenate([self._pairs, new])
+        self._has_pair |= seen
+        self._succ = None
+        if self._S is not None:
+            redo = np.zeros(self._K, dtype=np.bool_)
+            redo[new[:, 0]] = True
+            self._m_step(redo)
+            self._lumped = None
+            self._t2 = None
+
+    def _successors(self):
+        if self._succ is None:
+            order = np.lexsort((self._pairs[:, 1], self._pairs[:, 0]))
+            ptr = np.zeros(self._K + 1, dtype=np.int64)
+            ptr[1:] = np.cumsum(np.bincount(self._pairs[:, 0], minlength=self._K))
+            self._succ = (ptr, np.ascontiguousarray(self._pairs[order, 1]))
+        return self._succ
+
+    def _expected_counts(self, d):
+        """E-step into the kept buffer: ``(log P(X), C, Bc)`` (``C`` nonzero on the batch's blocks only)."""
+        ll = d.log_likelihood(self._T, self._B)
+        Bc = np.zeros(self._H)
+        if not np.isfinite(ll):
+            return ll, self._C, Bc
+        d._backward(self._T)
+        order, bounds = d.groups()
+        d.K.transition_counts(self._T, d.starts, d.sizes, d.obs, d.acts, d.off, d.alpha, d.bk, order, bounds,
+                              self._C)
+        flat, states = d._first_blocks()
+        c = np.repeat(d.scale[d.first], d._first_len)
+        np.add.at(Bc, states, d.alpha[flat] * d.bk[flat] * c)
+        return ll, self._C, Bc
 
     def sleep(self, memory, clusters, rng=None) -> list[dict]:
         """Stepwise EM over the new and ``replay`` replayed episodes; reconnect their level-1 states.
@@ -285,38 +353,46 @@ class ReplayMerger(Estimator):
         (9, 0, True)
         """
         from ._random import as_generator
+        from ._replay_kernels import executed_counts_pairs, stepwise_update
 
         self._check(memory)
         rng = as_generator(0 if rng is None else rng)
         clusters.grow(memory.n_states)
         n_new = self._n_new
         report = {"new": n_new, "replayed": 0, "log_likelihood_per_step": float("nan"), "clusters": clusters.n_clusters}
-        if n_new == 0:
-            return [report]
-        if self._T is None:
-            self._init_model(rng)
+        if n_new == 0 or (n_new < int(self.min_new) and self._T is not None):
+            return [dict(report, postponed=n_new > 0)]
         n_old = len(self._episodes) - n_new
         picks = rng.integers(0, n_old, size=min(int(self.replay), n_old)) if n_old else np.zeros(0, dtype=np.int64)
         batch = [self._episodes[i] for i in np.concatenate([np.arange(n_old, len(self._episodes)), picks]).tolist()]
         obs = np.concatenate([b[0] for b in batch])
         acts = np.concatenate([b[1] for b in batch])
+        self._add_pairs(obs, acts)
+        if self._T is None:
+            self._init_model(rng)
         d = self._data(obs, acts)
         noise, repaired = self._views_read_as_noise(d, obs, acts) if self._updates else (None, 0)
         if repaired:
+            self._add_pairs(noise, acts)
             d = self._data(noise, acts)
         ll = np.nan
         for _ in range(int(self.n_iter)):
-            ll, C, Bc = d.expected_counts(self._T, self._B)
+            ll, C, Bc = self._expected_counts(d)
             if not np.isfinite(ll):
                 raise ValueError("replayed episodes have probability 0 under level 2 (pseudocount too small?)")
             eta = (self._updates + 2.0) ** -float(self.step_exponent)
+            slipped = executed_counts_pairs(C, self._Q, self._T, self._pairs, self._starts, self._sizes,
+                                            self._slip) if self._slip > 0.0 else 0.0
             if self._S is None:
-                self._S, self._Sb = C / len(batch), Bc / len(batch)
+                self._S = np.zeros_like(C)
+                stepwise_update(self._S, C, self._pairs, self._starts, self._sizes, 0.0, 1.0 / len(batch))
+                self._Sb = Bc / len(batch)
+                self._Sslip = slipped / len(batch)
             else:
-                self._S *= 1.0 - eta
-                self._S += (eta / len(batch)) * C
+                stepwise_update(self._S, C, self._pairs, self._starts, self._sizes, 1.0 - eta, eta / len(batch))
                 self._Sb *= 1.0 - eta
                 self._Sb += (eta / len(batch)) * Bc
+                self._Sslip = (1.0 - eta) * self._Sslip + (eta / len(batch)) * slipped
             self._var = (1.0 - eta) ** 2 * self._var + eta ** 2 / len(batch) if self._updates else 1.0 / len(batch)
             self._updates += 1
             self._m_step()
@@ -349,7 +425,7 @@ class ReplayMerger(Estimator):
         if not np.isfinite(d.log_likelihood(self._T, self._B)):
             return None, 0
         log_odds, expected = noise_odds(self._T, d.starts, d.sizes, d.obs, d.acts, d.off, d.alpha, d.scale,
-                                        NOISE_HORIZON, self._K, 0.5)
+                                        NOISE_HORIZON, self._K, 0.5, *self._successors())
         moves = np.isfinite(log_odds)
         lo = np.clip(log_odds[moves], -700.0, 700.0)
         q = 0.05
@@ -358,7 +434,9 @@ class ReplayMerger(Estimator):
             if q <= 1e-12:
                 q = 0.0
                 break
-        eta = (self._updates + 2.0) ** -float(self.step_exponent)
+        # one sleep's estimate rests on thousands of views: a short average (half from this sleep) is
+        # enough, and forgets the early sleeps, whose unlearned model reads surprises as noise
+        eta = max((self._updates + 2.0) ** -float(self.step_exponent), 0.5)
         self._noise = (1.0 - eta) * self._noise + eta * q
         post = np.zeros(len(obs))
         if q > 0.0:
@@ -370,16 +448,28 @@ class ReplayMerger(Estimator):
         views[swap] = expected[swap]
         return views, int(swap.sum())
 
-    def _m_step(self) -> None:
+    def _m_step(self, redo=None) -> None:
+        """``Q`` from the kept counts (pseudocount on the observed pairs' blocks), the slip share
+        ``e = slipped / all`` kept moves, ``T = (1 - e) Q + e mean_b Q_b``; rows of the observations in
+        ``redo`` only (default all)."""
+        from ._replay_kernels import m_step_pairs, pair_sums
+
         scale, pc = float(self.window), float(self.pseudocount)
-        T = self._S * scale + pc
-        T /= T.sum(axis=2, keepdims=True)
-        B = self._Sb * scale + pc
-        self._T, self._B = T, B / B.sum()
+        if self._slip > 0.0:
+            total = pair_sums(self._S, self._pairs, self._starts, self._sizes)[1]
+            self._slip = min(self._Sslip / total, 0.99) if total > 0 else self._slip
+        m_step_pairs(self._S, self._Q, self._T, self._pairs, self._starts, self._sizes, scale, pc, self._slip,
+                     np.ones(self._K, dtype=np.bool_) if redo is None else redo)
+        if redo is None:
+            B = self._Sb * scale + pc
+            self._B = B / B.sum()
 
     def _weights(self) -> np.ndarray:
         """Expected visits of each clone per episode (from the kept statistics)."""
-        return self._S.sum(axis=(0, 2)) if self._S is not None else np.ones(self._H)
+        from ._replay_kernels import pair_sums
+
+        return pair_sums(self._S, self._pairs, self._starts, self._sizes)[0] if self._S is not None \
+            else np.ones(self._H)
 
     def _lump(self) -> None:
         """Blocks of clones that the Hoeffding test does not tell apart (:func:`~hmmmerge._replay_kernels.lump_clones`).
@@ -387,11 +477,11 @@ class ReplayMerger(Estimator):
         The kept statistics are a weighted mean of per-episode counts; as counts they stand for their
         effective number of episodes, ``1 / sum_u w_u**2 / n_u`` over the batches (weights ``w_u``, ``n_u``
         episodes each), the sample size with the same variance."""
-        from ._replay_kernels import lump_clones
+        from ._replay_kernels import lump_clones_pairs
 
         bound = float(np.sqrt(0.5 * np.log(2.0 / float(self.risk))))
-        self._block = lump_clones(np.ascontiguousarray(self._S / self._var), self._colour, bound,
-                                  float(self.tolerance), 50)
+        self._block = lump_clones_pairs(self._S, 1.0 / self._var, self._pairs, self._starts, self._sizes,
+                                        self._colour, bound, float(self.tolerance), 50)
         self._lumped = None
 
     def _fold_unheld(self, n: int) -> None:
@@ -419,7 +509,8 @@ class ReplayMerger(Estimator):
 
         if self._lumped is None:
             nb = int(self._block.max()) + 1
-            self._lumped = lumped_model(self._T, self._B, self._weights(), self._block, nb)
+            self._lumped = lumped_model(self._T, self._B, self._weights(), self._block, nb, self._pairs,
+                                        self._starts, self._sizes)
         return self._lumped
 
     # ------------------------------------------------------------ level 2 for the agent
@@ -429,7 +520,7 @@ class ReplayMerger(Estimator):
         TL, BL = self._blocks_model()
         T = TL[:, ids][:, :, ids]
         s = T.sum(axis=2, keepdims=True)
-        T = np.divide(T, s, out=np.zeros_like(T), where=s > 0)
+        T = np.divide(T, s, out=np.full_like(T, 1.0 / max(len(ids), 1)), where=s > 0)  # no move seen: uniform
         B = BL[ids]
         B = B / B.sum() if B.sum() > 0 else np.full(len(ids), 1.0 / max(len(ids), 1))
         return T, B
@@ -534,6 +625,7 @@ class ReplayMerger(Estimator):
             "clone_of_state": self._clone_state[:self._n_seen].copy() if len(self._clone_state) >= self._n_seen
             else np.concatenate([self._clone_state, np.full(self._n_seen - len(self._clone_state), -1)]),
             "block_of_clone": self._block.copy(), "block_of_cluster": self._block_of.copy(),
+            "pairs": self._pairs.copy(), "slip": np.array([self._slip, self._Sslip]),
         }
         return {_PREFIX + k: v for k, v in out.items()}
 
@@ -573,8 +665,25 @@ class ReplayMerger(Estimator):
         noise = float(get.floats("noise", shape=(1,), low=0.0, high=1.0)[0])
         if updates and var <= 0.0:
             raise ValueError(f"{source}: replay_variance must be positive after an update")
-        if has and (not np.allclose(T.sum(axis=2), 1.0, atol=1e-6) or not np.isclose(B.sum(), 1.0, atol=1e-6)):
-            raise ValueError(f"{source}: replay_T or replay_B rows do not sum to 1")
+        # files before the observation pairs: every pair, no slip (their T is the same model)
+        pairs = get.ints("pairs", ndim=2, low=0, high=K - 1) if _PREFIX + "pairs" in d else \
+            np.argwhere(np.ones((K, K), dtype=bool)).astype(np.int64)
+        slip, slipped = get.floats("slip", shape=(2,), low=0.0).tolist() if _PREFIX + "slip" in d else (0.0, 0.0)
+        if pairs.shape[1] != 2 or len(np.unique(pairs[:, 0] * K + pairs[:, 1])) != len(pairs) or slip > 0.99:
+            raise ValueError(f"{source}: replay_pairs must be distinct (observation, observation) rows and "
+                             f"replay_slip[0] at most 0.99")
+        has_pair = np.zeros((K, K), dtype=bool)
+        has_pair[pairs[:, 0], pairs[:, 1]] = True
+        if has:
+            # rows sum to 1 on the pairs' blocks (0 for an observation never followed by another), nothing
+            # outside them
+            colour = np.repeat(np.arange(K), H // K)
+            inside = has_pair[colour][:, colour]
+            rows = np.where(inside[None], T, 0.0).sum(axis=2)
+            want = has_pair.any(axis=1)[colour][None, :].astype(float)
+            if not np.allclose(rows, want, atol=1e-6) or not np.allclose(T.sum(axis=2), want, atol=1e-6) \
+                    or not np.isclose(B.sum(), 1.0, atol=1e-6):
+                raise ValueError(f"{source}: replay_T or replay_B rows do not sum to 1 on replay_pairs")
         lens = get.ints("episode_lengths", ndim=1, low=1)
         total = int(lens.sum())
         obs = get.ints("obs", shape=(total,), low=0, high=K - 1)
@@ -604,8 +713,19 @@ class ReplayMerger(Estimator):
             a = np.asarray(d["assignment"])
             if len(np.unique(a[a >= 0])) != len(block_of):
                 raise ValueError(f"{source}: the clusters of assignment do not match replay_block_of_cluster")
+        self._pairs, self._has_pair, self._slip, self._Sslip = pairs, has_pair, slip, slipped
         self._T, self._B = (T, B) if has else (None, None)
         self._S, self._Sb = (S, Sb) if updates else (None, None)
+        if has:
+            from ._replay_kernels import m_step_pairs
+
+            self._C = np.zeros_like(T)
+            self._Q = np.zeros_like(T)
+            if updates:   # Q is the M-step of the kept counts (T mixes it with the slip)
+                m_step_pairs(S, self._Q, np.zeros_like(T), pairs, self._starts, self._sizes,
+                             float(self.window), float(self.pseudocount), slip, np.ones(K, dtype=np.bool_))
+            else:
+                self._Q[:] = T
         self._var = var
         self._noise = noise
         self._updates, self._n_new, self._last, self._n_seen = updates, n_new, last, n_seen
