@@ -239,15 +239,22 @@ def executed_counts_pairs(C, Q, T, pairs, starts, sizes, slip):
 
 @njit(cache=True)
 def stepwise_update(S, C, pairs, starts, sizes, keep, add):
-    """``S <- keep * S + add * C`` on the pairs' blocks, and ``C`` zeroed there (the buffer is reused)."""
-    A = S.shape[0]
+    """``S <- keep * S + add * C`` on the pairs' blocks, and ``C`` zeroed there (the buffer is reused).
+    Returns ``(S.sum(axis=(0, 2)), S.sum())`` after the update."""
+    A, H, _ = S.shape
+    w = np.zeros(H)
     for p in range(pairs.shape[0]):
         s0, n0, s1, n1 = starts[pairs[p, 0]], sizes[pairs[p, 0]], starts[pairs[p, 1]], sizes[pairs[p, 1]]
         for a in range(A):
             for i in range(s0, s0 + n0):
+                acc = 0.0
                 for j in range(s1, s1 + n1):
-                    S[a, i, j] = keep * S[a, i, j] + add * C[a, i, j]
+                    x = keep * S[a, i, j] + add * C[a, i, j]
+                    S[a, i, j] = x
+                    acc += x
                     C[a, i, j] = 0.0
+                w[i] += acc
+    return w, w.sum()
 
 
 @njit(cache=True)

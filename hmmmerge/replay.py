@@ -125,6 +125,7 @@ class ReplayMerger(Estimator):
         self._has_pair = np.zeros((self._K, self._K), dtype=bool)
         self._succ = None        # CSR of the pairs by first observation (cached)
         self._C = None           # the E-step's count buffer, zero outside a pass
+        self._sums = None        # (S.sum(axis=(0, 2)), S.sum()) (cached)
         self._updates = 0
         self._noise = 0.0        # estimated share of views replaced by a random one (emissions of level 2)
         self._var = 0.0          # variance factor of the kept statistics: 1 / (effective number of episodes)
@@ -385,11 +386,12 @@ class ReplayMerger(Estimator):
                                             self._slip) if self._slip > 0.0 else 0.0
             if self._S is None:
                 self._S = np.zeros_like(C)
-                stepwise_update(self._S, C, self._pairs, self._starts, self._sizes, 0.0, 1.0 / len(batch))
+                self._sums = stepwise_update(self._S, C, self._pairs, self._starts, self._sizes, 0.0, 1.0 / len(batch))
                 self._Sb = Bc / len(batch)
                 self._Sslip = slipped / len(batch)
             else:
-                stepwise_update(self._S, C, self._pairs, self._starts, self._sizes, 1.0 - eta, eta / len(batch))
+                self._sums = stepwise_update(self._S, C, self._pairs, self._starts, self._sizes, 1.0 - eta,
+                                             eta / len(batch))
                 self._Sb *= 1.0 - eta
                 self._Sb += (eta / len(batch)) * Bc
                 self._Sslip = (1.0 - eta) * self._Sslip + (eta / len(batch)) * slipped
@@ -452,11 +454,11 @@ class ReplayMerger(Estimator):
         """``Q`` from the kept counts (pseudocount on the observed pairs' blocks), the slip share
         ``e = slipped / all`` kept moves, ``T = (1 - e) Q + e mean_b Q_b``; rows of the observations in
         ``redo`` only (default all)."""
-        from ._replay_kernels import m_step_pairs, pair_sums
+        from ._replay_kernels import m_step_pairs
 
         scale, pc = float(self.window), float(self.pseudocount)
         if self._slip > 0.0:
-            total = pair_sums(self._S, self._pairs, self._starts, self._sizes)[1]
+            total = self._kept_sums()[1]
             self._slip = min(self._Sslip / total, 0.99) if total > 0 else self._slip
         m_step_pairs(self._S, self._Q, self._T, self._pairs, self._starts, self._sizes, scale, pc, self._slip,
                      np.ones(self._K, dtype=np.bool_) if redo is None else redo)
@@ -466,10 +468,15 @@ class ReplayMerger(Estimator):
 
     def _weights(self) -> np.ndarray:
         """Expected visits of each clone per episode (from the kept statistics)."""
+        return self._kept_sums()[0] if self._S is not None else np.ones(self._H)
+
+    def _kept_sums(self):
+        """``(S.sum(axis=(0, 2)), S.sum())``, kept from the last update of ``S``."""
         from ._replay_kernels import pair_sums
 
-        return pair_sums(self._S, self._pairs, self._starts, self._sizes)[0] if self._S is not None \
-            else np.ones(self._H)
+        if self._sums is None:
+            self._sums = pair_sums(self._S, self._pairs, self._starts, self._sizes)
+        return self._sums
 
     def _lump(self) -> None:
         """Blocks of clones that the Hoeffding test does not tell apart (:func:`~hmmmerge._replay_kernels.lump_clones`).
