@@ -207,54 +207,45 @@ def m_step_pairs(S, Q, T, pairs, starts, sizes, scale, pc, slip, redo):
 
 
 @njit(cache=True)
-def executed_counts_pairs(C, Q, T, pairs, starts, sizes, slip):
-    """Expected counts of the recorded action ``C`` turned, in place on the pairs' blocks, into counts of
-    the executed action: a move ``i -> j`` recorded as ``a`` was made by ``a`` with weight
-    ``(1 - slip) Q_a[i, j]`` and by each ``b`` with ``slip / A Q_b[i, j]`` (over their sum ``T_a[i, j]``).
-    Returns the expected slipped moves."""
+def absorb_counts(S, C, Q, T, pairs, starts, sizes, slip, keep, add):
+    """Fold the E-step's counts ``C`` of the recorded action into the kept counts ``S`` of the executed
+    action, on the pairs' blocks: a move ``i -> j`` recorded as ``a`` was made by ``a`` with weight
+    ``(1 - slip) Q_a[i, j]`` and by each ``b`` with ``slip / A Q_b[i, j]`` (over their sum ``T_a[i, j]``);
+    ``S <- keep * S + add * executed``; ``C`` is zeroed there (the buffer is reused).
+    Returns ``(slipped, S.sum(axis=(0, 2)), S.sum())``: the expected slipped moves of ``C``."""
     A, H, _ = C.shape
     rsum = np.empty(H)
-    qsum = np.empty(H)
+    w = np.zeros(H)
     slipped = 0.0
     for p in range(pairs.shape[0]):
         s0, n0, s1, n1 = starts[pairs[p, 0]], sizes[pairs[p, 0]], starts[pairs[p, 1]], sizes[pairs[p, 1]]
         for i in range(s0, s0 + n0):
             for j in range(s1, s1 + n1):
                 rsum[j] = 0.0
-                qsum[j] = 0.0
-            for a in range(A):
+            if slip > 0.0:
+                for a in range(A):
+                    for j in range(s1, s1 + n1):
+                        t = T[a, i, j]
+                        r = C[a, i, j] / t if t > 0.0 else 0.0
+                        C[a, i, j] = r
+                        rsum[j] += r
                 for j in range(s1, s1 + n1):
-                    t = T[a, i, j]
-                    r = C[a, i, j] / t if t > 0.0 else 0.0
-                    C[a, i, j] = r       # the ratio for now
-                    rsum[j] += r
-                    qsum[j] += Q[a, i, j]
+                    qsum = 0.0
+                    for a in range(A):
+                        qsum += Q[a, i, j]
+                    slipped += slip / A * rsum[j] * qsum
             for a in range(A):
-                for j in range(s1, s1 + n1):
-                    C[a, i, j] = Q[a, i, j] * ((1.0 - slip) * C[a, i, j] + slip / A * rsum[j])
-            for j in range(s1, s1 + n1):
-                slipped += slip / A * rsum[j] * qsum[j]
-    return slipped
-
-
-@njit(cache=True)
-def stepwise_update(S, C, pairs, starts, sizes, keep, add):
-    """``S <- keep * S + add * C`` on the pairs' blocks, and ``C`` zeroed there (the buffer is reused).
-    Returns ``(S.sum(axis=(0, 2)), S.sum())`` after the update."""
-    A, H, _ = S.shape
-    w = np.zeros(H)
-    for p in range(pairs.shape[0]):
-        s0, n0, s1, n1 = starts[pairs[p, 0]], sizes[pairs[p, 0]], starts[pairs[p, 1]], sizes[pairs[p, 1]]
-        for a in range(A):
-            for i in range(s0, s0 + n0):
                 acc = 0.0
                 for j in range(s1, s1 + n1):
-                    x = keep * S[a, i, j] + add * C[a, i, j]
+                    c = C[a, i, j]
+                    if slip > 0.0:
+                        c = Q[a, i, j] * ((1.0 - slip) * c + slip / A * rsum[j])
+                    x = keep * S[a, i, j] + add * c
                     S[a, i, j] = x
                     acc += x
                     C[a, i, j] = 0.0
                 w[i] += acc
-    return w, w.sum()
+    return slipped, w, w.sum()
 
 
 @njit(cache=True)

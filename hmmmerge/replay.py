@@ -354,7 +354,7 @@ class ReplayMerger(Estimator):
         (9, 0, True)
         """
         from ._random import as_generator
-        from ._replay_kernels import executed_counts_pairs, stepwise_update
+        from ._replay_kernels import absorb_counts
 
         self._check(memory)
         rng = as_generator(0 if rng is None else rng)
@@ -382,19 +382,16 @@ class ReplayMerger(Estimator):
             if not np.isfinite(ll):
                 raise ValueError("replayed episodes have probability 0 under level 2 (pseudocount too small?)")
             eta = (self._updates + 2.0) ** -float(self.step_exponent)
-            slipped = executed_counts_pairs(C, self._Q, self._T, self._pairs, self._starts, self._sizes,
-                                            self._slip) if self._slip > 0.0 else 0.0
-            if self._S is None:
-                self._S = np.zeros_like(C)
-                self._sums = stepwise_update(self._S, C, self._pairs, self._starts, self._sizes, 0.0, 1.0 / len(batch))
-                self._Sb = Bc / len(batch)
-                self._Sslip = slipped / len(batch)
-            else:
-                self._sums = stepwise_update(self._S, C, self._pairs, self._starts, self._sizes, 1.0 - eta,
-                                             eta / len(batch))
-                self._Sb *= 1.0 - eta
-                self._Sb += (eta / len(batch)) * Bc
-                self._Sslip = (1.0 - eta) * self._Sslip + (eta / len(batch)) * slipped
+            first = self._S is None
+            if first:
+                self._S, self._Sb, self._Sslip = np.zeros_like(C), np.zeros(self._H), 0.0
+            keep, add = (0.0, 1.0 / len(batch)) if first else (1.0 - eta, eta / len(batch))
+            slipped, *sums = absorb_counts(self._S, C, self._Q, self._T, self._pairs, self._starts, self._sizes,
+                                           self._slip, keep, add)
+            self._sums = tuple(sums)
+            self._Sb *= keep
+            self._Sb += add * Bc
+            self._Sslip = keep * self._Sslip + add * slipped
             self._var = (1.0 - eta) ** 2 * self._var + eta ** 2 / len(batch) if self._updates else 1.0 / len(batch)
             self._updates += 1
             self._m_step()

@@ -288,8 +288,8 @@ def test_the_m_step_on_pairs_is_the_dense_m_step_of_the_mixture():
     assert np.allclose(T.sum(axis=2), 1.0) and (T[:, ~inside] == 0).all()
 
 
-def test_executed_counts_split_each_recorded_move_by_bayes_rule_and_keep_the_total():
-    from hmmmerge._replay_kernels import executed_counts_pairs, m_step_pairs
+def test_counts_are_split_by_the_executed_action_by_bayes_rule_keeping_the_total():
+    from hmmmerge._replay_kernels import absorb_counts, m_step_pairs
 
     starts, sizes, pairs, inside, S = _blocks(seed=1)
     A = S.shape[0]
@@ -297,18 +297,20 @@ def test_executed_counts_split_each_recorded_move_by_bayes_rule_and_keep_the_tot
     e = 0.3
     m_step_pairs(S, Q, T, pairs, starts, sizes, 1.0, 0.1, e, np.ones(3, dtype=np.bool_))
     C = np.random.default_rng(2).random(S.shape) * inside
-    out = C.copy()
-    slipped = executed_counts_pairs(out, Q, T, pairs, starts, sizes, e)
+    kept = S.copy()
+    buf = C.copy()
+    slipped, w, total = absorb_counts(kept, buf, Q, T, pairs, starts, sizes, e, 0.25, 2.0)
     # brute force: a move i -> j recorded as a was made by b with P(b | a, i, j) ~ [(1-e) 1{b=a} + e/A] Q_b[i, j]
     want = np.zeros_like(C)
     want_slipped = 0.0
     for a in range(A):
-        w = ((1 - e) * (np.arange(A) == a)[:, None, None] + e / A) * Q
-        post = np.divide(w, w.sum(axis=0), out=np.zeros_like(w), where=w.sum(axis=0) > 0)
-        want += post * C[a]
-        want_slipped += (np.divide(e / A * Q, w.sum(axis=0), out=np.zeros_like(w), where=w.sum(axis=0) > 0)
-                         * C[a]).sum()
-    assert np.allclose(out, want) and np.isclose(out.sum(), C.sum()) and np.isclose(slipped, want_slipped)
+        w_b = ((1 - e) * (np.arange(A) == a)[:, None, None] + e / A) * Q
+        z = w_b.sum(axis=0)
+        want += np.divide(w_b, z, out=np.zeros_like(w_b), where=z > 0) * C[a]
+        want_slipped += (np.divide(e / A * Q, z, out=np.zeros_like(w_b), where=z > 0) * C[a]).sum()
+    assert np.isclose(want.sum(), C.sum()) and np.isclose(slipped, want_slipped)
+    assert np.allclose(kept, 0.25 * S + 2.0 * want) and (buf == 0).all()
+    assert np.allclose(w, kept.sum(axis=(0, 2))) and np.isclose(total, kept.sum())
 
 
 def test_lumping_on_pairs_is_lumping_of_the_whole_array():
