@@ -53,6 +53,8 @@ __all__ = ["ReplayMerger"]
 _PREFIX = "replay_"
 #: views after a step that weigh whether its view was a random one (see ReplayMerger._views_read_as_noise)
 NOISE_HORIZON = 3
+#: clones in all above which the default ``n_clones`` shrinks (to at least 20 per observation)
+CLONE_BUDGET = 600
 
 
 class ReplayMerger(Estimator):
@@ -60,7 +62,9 @@ class ReplayMerger(Estimator):
 
     Parameters
     ----------
-    n_clones : clones (level-2 capacity) per observation.
+    n_clones : clones (level-2 capacity) per observation; None: 30, or fewer when that makes more than
+        :data:`CLONE_BUDGET` clones in all (many views: a sleep's work grows with pairs of views x clones^2),
+        but at least 20.
     replay : episodes replayed per sleep besides the new ones.
     window : replayed episodes are drawn from the last ``window`` episodes (the buffer).
     n_iter : EM iterations per sleep.
@@ -79,13 +83,13 @@ class ReplayMerger(Estimator):
     """
 
     _parameter_constraints = {
-        "n_clones": Int(1, 4096), "replay": Int(0, 10**6), "window": Int(1, 10**6), "n_iter": Int(1, 1000),
+        "n_clones": Int(1, 4096, none=True), "replay": Int(0, 10**6), "window": Int(1, 10**6), "n_iter": Int(1, 1000),
         "step_exponent": Float(0.5, 1.0, low_open=True), "pseudocount": Float(0.0, 1e6, low_open=True),
         "prune": Float(0.0, 1.0), "risk": Float(0.0, 1.0, low_open=True),
         "tolerance": Float(0.0, 1.0), "slip": Float(0.0, 0.99), "min_new": Int(1, 10**6),
     }
 
-    def __init__(self, n_clones: int = 30, replay: int = 20, window: int = 200, n_iter: int = 2,
+    def __init__(self, n_clones: int | None = None, replay: int = 20, window: int = 200, n_iter: int = 2,
                  step_exponent: float = 0.6, pseudocount: float = 1e-3, prune: float = 1e-3, risk: float = 0.05,
                  tolerance: float = 0.2, slip: float = 0.05, min_new: int = 10):
         self.n_clones = n_clones
@@ -105,7 +109,7 @@ class ReplayMerger(Estimator):
     def _init(self, n_obs: int, n_actions: int) -> None:
         self._validate_params()
         self._K, self._A = int(n_obs), int(n_actions)
-        self._sizes = np.full(self._K, int(self.n_clones), dtype=np.int64)
+        self._sizes = np.full(self._K, self._clones_per_observation(self._K), dtype=np.int64)
         self._starts = np.concatenate([[0], np.cumsum(self._sizes)[:-1]]).astype(np.int64)
         self._H = int(self._sizes.sum())
         from ._limits import check_memory
@@ -147,6 +151,16 @@ class ReplayMerger(Estimator):
         elif (memory.n_obs, memory.n_actions) != (self._K, self._A):
             raise ValueError(f"the merger was built for {self._K} observations / {self._A} actions, "
                              f"level 1 has {memory.n_obs} / {memory.n_actions}")
+
+    def _clones_per_observation(self, n_obs: int) -> int:
+        """``n_clones``, or its default for ``n_obs`` observations (see the class docstring).
+
+        >>> ReplayMerger()._clones_per_observation(10), ReplayMerger()._clones_per_observation(30)
+        (30, 20)
+        """
+        if self.n_clones is not None:
+            return int(self.n_clones)
+        return 30 if 30 * n_obs <= CLONE_BUDGET else max(20, CLONE_BUDGET // n_obs)
 
     @property
     def n_clones_total(self) -> int:
@@ -656,9 +670,9 @@ class ReplayMerger(Estimator):
         K, A, H, updates, n_new, last, has, n_seen = get.ints("sizes", shape=(8,), low=-1).tolist()
         if K < 1 or A < 1 or H < 1 or updates < 0 or n_new < 0 or has not in (0, 1) or n_seen < 0:
             raise ValueError(f"{source}: replay_sizes holds out-of-range values")
-        if H % K or H // K != int(self.n_clones):
+        if H % K or H // K != self._clones_per_observation(K):
             raise ValueError(f"{source}: replay_sizes says {H} clones for {K} observations; this merger has "
-                             f"n_clones={self.n_clones}")
+                             f"{self._clones_per_observation(K)} clones per observation (n_clones={self.n_clones})")
         self._init(K, A)
         n_states = len(d["assignment"]) if "assignment" in d else None
         T = get.floats("T", shape=(A, H, H), low=0.0, high=1.0)
