@@ -53,7 +53,7 @@ __all__ = ["ReplayMerger"]
 _PREFIX = "replay_"
 #: views after a step that weigh whether its view was a random one (see ReplayMerger._views_read_as_noise)
 NOISE_HORIZON = 3
-#: clones in all above which the default ``n_clones`` shrinks (to at least 20 per observation)
+#: clones in all above which the default ``n_clones`` shrinks (to at least 20 per observation, 5 beyond 100)
 CLONE_BUDGET = 600
 
 
@@ -64,7 +64,7 @@ class ReplayMerger(Estimator):
     ----------
     n_clones : clones (level-2 capacity) per observation; None: 30, or fewer when that makes more than
         :data:`CLONE_BUDGET` clones in all (many views: a sleep's work grows with pairs of views x clones^2),
-        but at least 20.
+        but at least 20 (5 with more than 100 observations, as the benchmark's EM).
     replay : episodes replayed per sleep besides the new ones.
     window : replayed episodes are drawn from the last ``window`` episodes (the buffer).
     n_iter : EM iterations per sleep.
@@ -160,7 +160,7 @@ class ReplayMerger(Estimator):
         """
         if self.n_clones is not None:
             return int(self.n_clones)
-        return 30 if 30 * n_obs <= CLONE_BUDGET else max(20, CLONE_BUDGET // n_obs)
+        return 30 if 30 * n_obs <= CLONE_BUDGET else max(20 if n_obs <= 100 else 5, CLONE_BUDGET // n_obs)
 
     @property
     def n_clones_total(self) -> int:
