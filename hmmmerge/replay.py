@@ -18,21 +18,26 @@ What a sleep does (:meth:`ReplayMerger.sleep`):
   ``S <- (1 - eta) S + eta s`` with ``eta = (u + 2) ** -step_exponent`` at the
   ``u``-th update (stepwise EM, Liang & Klein 2009; old evidence is forgotten
   geometrically); the M-step normalises ``window * S + pseudocount``;
+* slipping moves: ``T_a = (1 - e) Q_a + e mean_b Q_b`` (the recorded action
+  made the move with ``1 - e``, a uniformly random one with ``e``); the E-step's
+  counts of the recorded action are split by Bayes' rule between the actions
+  that could have made each move, ``S`` keeps counts of the action made, and
+  ``e`` is the kept share of slipped moves (:func:`~hmmmerge._replay_kernels.absorb_counts`);
 * the level-1 states of the batch are connected to their most probable clone.
 
-A sleep's work is ``n_iter`` passes over at most ``sleep_every`` steps of new
-episodes plus ``replay`` replayed ones: it does not grow with the life.
+A sleep's work is ``n_iter`` passes over the new and the ``replay`` replayed
+steps and over the clone blocks of the pairs of views ever seen in sequence
+(``T`` is zero between views never seen one after the other): it does not grow
+with the life.  A sleep with fewer than ``min_new`` new episodes is postponed.
 Between sleeps, :meth:`ReplayMerger.place` records each chunk of steps and
 connects its level-1 states to their filtered clone, so level 2 follows the
 current episode.  The agent's online predictors use ``T`` restricted to the
 clusters with transitions below ``prune`` dropped (:meth:`level2_transitions`);
 :meth:`level2_hmm` is the unpruned model on the clusters.
 
-Why this learner (measured on the paper's 10x10 world, 1,000 x 50 moves, 2
-colourings; batch EM with 20 clones per colour and 100 iterations beside it):
-with slipping moves (p = 0.05) EM 0.941 / 0.942 held-out, this learner 0.939 /
-0.940; with random starts EM 0.980 / 0.979, this 0.972 / 0.980; at 0.4-0.5 s
-of CPU against EM's 2.5-4.7 s (BENCHMARKS.md).
+Why this learner: EM on clone HMMs is robust to slips, noise and random
+starts; replayed at sleeps it is online and its cost per sleep is bounded
+(measurements: BENCHMARKS.md, "The world as it is: sleep replay").
 
 >>> from hmmmerge import gridworld, random_walk
 >>> from hmmmerge.agent import TwoLevelMemory
@@ -90,7 +95,7 @@ class ReplayMerger(Estimator):
     }
 
     def __init__(self, n_clones: int | None = None, replay: int = 20, window: int = 200, n_iter: int = 2,
-                 step_exponent: float = 0.6, pseudocount: float = 1e-3, prune: float = 1e-3, risk: float = 0.05,
+                 step_exponent: float = 0.51, pseudocount: float = 1e-3, prune: float = 1e-3, risk: float = 0.05,
                  tolerance: float = 0.2, slip: float = 0.05, min_new: int = 10):
         self.n_clones = n_clones
         self.replay = replay
