@@ -58,6 +58,9 @@ __all__ = ["ReplayMerger"]
 _PREFIX = "replay_"
 #: views after a step that weigh whether its view was a random one (see ReplayMerger._views_read_as_noise)
 NOISE_HORIZON = 3
+#: the largest rate of random views the estimate may reach (above it the evidence is the model's own
+#: ignorance: on an unlearned model the fixed point runs away towards 1, every view read as noise)
+NOISE_MAX = 0.2
 #: clones in all above which the default ``n_clones`` shrinks (to at least 20 per observation, 5 beyond 100)
 CLONE_BUDGET = 600
 
@@ -448,7 +451,7 @@ class ReplayMerger(Estimator):
         lo = np.clip(log_odds[moves], -700.0, 700.0)
         q = 0.05
         for _ in range(50):
-            q = float(np.mean(1.0 / (1.0 + (1.0 - q) / q * np.exp(-lo)))) if len(lo) else 0.0
+            q = min(float(np.mean(1.0 / (1.0 + (1.0 - q) / q * np.exp(-lo)))), NOISE_MAX) if len(lo) else 0.0
             if q <= 1e-12:
                 q = 0.0
                 break
