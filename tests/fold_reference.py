@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 from hmmmerge.fold import default_min_evidence
-from hmmmerge.fold.engine import CONFLICT, DELTA, PLACE, ROOT, Engine, tree_links
-from hmmmerge.fold.exact import ExactFold, _link_action
+from hmmmerge.fold.engine import CONFLICT, DELTA, PLACE, ROOT, Engine, link_action
+from hmmmerge.fold.exact import ExactFold
 
 __all__ = ['FoldMerger', 'default_min_evidence']
 _OP_LEN = (2, 2, 2, 5, 2, 1)
@@ -110,30 +110,6 @@ class FoldMerger(ExactFold):
         self._parent[node], self._action[node], self._colour[node] = pnode, a, colour
         self._place(node)
 
-    def observe(self, memory, states, actions=None):
-        self._check(memory)
-        self._grow(memory.n_states)
-        for e, row in enumerate(states):
-            acts = None if actions is None else np.asarray(actions[e], dtype=np.int64).tolist()
-            prev = -1
-            for t, h in enumerate(np.asarray(row, dtype=np.int64).tolist()):
-                if h >= 0 and self._parent[h + 1] < 0:
-                    if t == 0:
-                        pnode, a = 0, self._A
-                    else:
-                        pnode = prev + 1
-                        a = acts[t] if acts is not None else _link_action(memory.next_state, prev, h)
-                    self._record(h + 1, pnode, a, int(memory.emission[h]))
-                prev = h
-
-    def observe_tree(self, memory):
-        self._check(memory)
-        start = self.n_recorded
-        parent, action = tree_links(memory, start)
-        self._grow(memory.n_states)
-        for h, pnode, a in zip(range(start, memory.n_states), parent.tolist(), action.tolist()):
-            self._record(h + 1, pnode, a, int(memory.emission[h]))
-
     def place(self, memory, clusters, states, rng=None):
         self._check(memory)
         self._grow(memory.n_states)
@@ -145,7 +121,7 @@ class FoldMerger(ExactFold):
                 if h == memory.start_state:
                     self._record(node, 0, self._A, int(memory.emission[h]))
                 else:
-                    self._record(node, prev + 1, _link_action(memory.next_state, prev, h), int(memory.emission[h]))
+                    self._record(node, prev + 1, link_action(memory.next_state, prev, h), int(memory.emission[h]))
                 root = self._find(node)
                 if root == node:
                     clusters.assignment[h] = -1

@@ -39,7 +39,7 @@ import numpy as np
 
 from .._validation import Int, check_int
 from ._state import StateError, checked_state, exact_state, no_state, sizes_of_level1
-from .engine import Engine, tree_links
+from .engine import Engine
 
 __all__ = ["FoldMerger", "default_min_evidence"]
 
@@ -91,7 +91,7 @@ class ExactFold(Engine):
     ``_settle()``, ``_unwind(t)`` (roll the journal back to ``t``; the
     unplaced nodes), ``_jlen()``, ``_keep_counts(merges, promotions)``,
     ``_place_all(nodes)``, ``_blue_fringe(k_single, provisional, k)``,
-    ``_fold_colours_at(depth)``, ``stats``, ``n_red``, ``observe_tree`` and
+    ``_fold_colours_at(depth)``, ``stats``, ``n_red``, ``_record`` and
     ``write_clusters``.
     """
 
@@ -358,6 +358,7 @@ class FoldMerger(ExactFold):
         st.parent[0], st.uf[0], st.red[0], st.row[0] = -1, 0, True, 0
         st.sc[NROWS], st.sc[LINKS_OK] = 1, 1
         self._n = 1                       # nodes recorded or reserved (level-1 states + 1)
+        self._recorded: list[int] = []    # recorded by observe(), placed at its end
         # cluster ids: _croot[c] is a node of cluster c's block as last written (ids grow with place());
         # _written identifies the Clusters object written to; _dirty: blocks changed in another way
         self._croot = np.zeros(0, dtype=np.int64)
@@ -429,63 +430,25 @@ class FoldMerger(ExactFold):
         if place_nodes(self._st, nodes) >= 0:
             raise ValueError("level-1 states must be placed after their parents")
 
-    def observe(self, memory, states, actions=None) -> None:
-        """Record the level-1 states of experienced steps and place the new ones.
+    @property
+    def _parent(self) -> np.ndarray:
+        return self._st.parent
 
-        ``states`` holds the level-1 state after each step, as episodes (one
-        row or list per episode, first entry the first observation);
-        ``actions`` the matching actions (``actions[:, 0] == -1``).  Without
-        ``actions`` they are read from the links of ``memory`` (exact when no
-        link was ever replaced, i.e. in a deterministic world).  Only states not
-        recorded before are new; they must appear in creation order, as they do
-        in Algorithm 1.
-
-        >>> from hmmmerge.episodic import EpisodicMemory
-        >>> mem = EpisodicMemory(2, 1)
-        >>> states = [mem.observe(o, -1 if t == 0 else 0) for t, o in enumerate([0, 1, 1])]
-        >>> fold = FoldMerger(); fold.observe(mem, [states]); fold.n_recorded
-        3
-        """
-        self._check(memory)
-        A = self._A
-        nxt = memory.next_state
-        emission = memory.emission
-        self._room(nodes=memory.n_states + 1)
-        st = self._st
-        new = []
-        for e, row in enumerate(states):
-            row = np.asarray(row, dtype=np.int64).tolist()
-            acts = None if actions is None else np.asarray(actions[e], dtype=np.int64).tolist()
-            prev = -1
-            for t, h in enumerate(row):
-                node = h + 1
-                if st.parent[node] < 0 and node > 0 and h >= 0:
-                    if t == 0:
-                        pnode, a = 0, A
-                    else:
-                        a = acts[t] if acts is not None else _link_action(nxt, prev, h)
-                        pnode = prev + 1
-                    st.parent[node], st.action[node], st.colour[node] = pnode, a, int(emission[h])
-                    new.append(node)
-                prev = h
-        self._place_all(new)
-
-    def observe_tree(self, memory) -> None:
-        """Record every state of a deterministic ``memory`` from its links (a prefix tree) and place it.
-
-        >>> from hmmmerge.episodic import EpisodicMemory
-        >>> mem = EpisodicMemory(2, 2)
-        >>> _ = [mem.observe(o, a) for o, a in [(0, -1), (1, 0), (0, 1)]]
-        >>> fold = FoldMerger(); fold.observe_tree(mem); fold.n_recorded
-        3
-        """
-        self._check(memory)
-        n, start = memory.n_states, self.n_recorded
-        parent, action = tree_links(memory, start)
+    def _grow(self, n: int) -> None:
         self._room(nodes=n + 1)
-        h = np.arange(start, n) + 1
-        self._st.parent[h], self._st.action[h], self._st.colour[h] = parent, action, memory.emission[start:n]
-        self._place_all(h)
+
+    def _record(self, node: int, pnode: int, a: int, colour: int) -> None:
+        st = self._st
+        st.parent[node], st.action[node], st.colour[node] = pnode, a, colour
+        self._recorded.append(node)
+
+    def _place_recorded(self) -> None:
+        self._place_all(self._recorded)
+        self._recorded = []
+
+    def _record_tree(self, nodes, parent, action, colour) -> None:
+        self._st.parent[nodes], self._st.action[nodes], self._st.colour[nodes] = parent, action, colour
+        self._place_all(nodes)
 
     # ------------------------------------------------------------ folding
     def _blue_fringe(self, k_single: int | None = None, provisional: bool = False, k: int | None = None) -> None:
@@ -836,10 +799,3 @@ class FoldMerger(ExactFold):
             self._croot = blocks
             self._written = weakref.ref(clusters)
             self._dirty = self._n - 1 != n_states
-
-
-def _link_action(next_state: np.ndarray, prev: int, h: int) -> int:
-    column = next_state[:, prev].tolist()
-    if h not in column:
-        raise ValueError(f"no level-1 link {prev} -> {h}: pass the actions of the steps")
-    return column.index(h)

@@ -37,7 +37,7 @@ import numpy as np
 
 from .._validation import Float, Int, check_float
 from ._state import checked_state, no_state, noisy_state
-from .engine import RED, UNION, Engine, tree_links
+from .engine import RED, UNION, Engine
 
 __all__ = ["LikelihoodTest", "StatisticalFoldMerger", "pair_llr"]
 
@@ -184,6 +184,7 @@ class StatisticalFoldMerger(Engine):
                               "provisional_lead": Float(0, none=True), "patience": Int(1),
                               "retest_growth": Float(1, low_open=True, none=True)}
     _NODES = Engine._NODES + (("_cnt", None), ("_pos", -1), ("_nvis", 0))
+    _STRICT_TREE = False   # a noisy memory's replaced links: the later one counts
     _cap = True         # the positive part of a block's evidence is capped at its largest pair value
     _skip_root = True   # the pair that chose the candidates is no evidence
     _t0 = 0             # while re-testing: a pair refutes only if both blocks have this many visits
@@ -263,43 +264,6 @@ class StatisticalFoldMerger(Engine):
         self._total[colour] += 1
         if self._pos[node] >= 0:
             self._shallow[self._pos[node]][colour] += 1
-
-    def observe(self, memory, states, actions) -> None:
-        """Record the level-1 states of experienced steps, place the new ones and count every visit.
-
-        ``states`` holds the level-1 state after each step, per episode (first
-        entry the first observation); ``actions`` the matching actions
-        (``actions[:, 0] == -1``).  New states must appear in creation order,
-        as they do in Algorithm 1.
-
-        >>> from hmmmerge.episodic import EpisodicMemory
-        >>> mem = EpisodicMemory(2, 1)
-        >>> states = [mem.observe(o, -1 if t == 0 else 0) for t, o in enumerate([0, 1, 1])]
-        >>> fold = StatisticalFoldMerger(); fold.observe(mem, [states], [[-1, 0, 0]]); fold.n_recorded
-        3
-        """
-        self._check(memory)
-        self._grow(memory.n_states)
-        emission = memory.emission
-        A = self._A
-        for e, row in enumerate(states):
-            row = np.asarray(row, dtype=np.int64).tolist()
-            acts = np.asarray(actions[e], dtype=np.int64).tolist()
-            if len(acts) < len(row):
-                raise ValueError(f"episode {e}: {len(row)} states but {len(acts)} actions")
-            prev = -1
-            for t, h in enumerate(row):
-                if not 0 <= h < memory.n_states:
-                    raise ValueError(f"episode {e}, step {t}: {h} is not a level-1 state of the memory")
-                node = h + 1
-                if self._parent[node] < 0:
-                    pnode, a = (0, A) if t == 0 else (prev + 1, acts[t])
-                    if not 0 <= a <= A or (t > 0 and a == A):
-                        raise ValueError(f"episode {e}, step {t}: action {a} out of range")
-                    self._record(node, pnode, a, int(emission[h]))
-                else:
-                    self._visit(node)
-                prev = h
 
     def _chunk_actions(self, nxt, states: list[int], first_prev: int, start: int) -> dict[int, tuple[int, int]]:
         """(parent node, action) of every new level-1 state of a chunk, from the links of level 1.
@@ -413,26 +377,6 @@ class StatisticalFoldMerger(Engine):
             roots, ids = (list(v) for v in zip(*self._cid.items()))
             np.add.at(self._cid_counts, np.asarray(ids, dtype=np.int64),
                       np.asarray([self._cnt[r] for r in roots], dtype=np.int64))
-
-    def observe_tree(self, memory) -> None:
-        """Record every unrecorded state of a prefix-tree ``memory`` from its links (one visit each).
-
-        For memories built without the step stream; a link replaced by
-        Algorithm 1 (a noisy memory) leaves a state without parent: then feed
-        the steps with :meth:`observe` or through the agent.
-
-        >>> from hmmmerge.episodic import EpisodicMemory
-        >>> mem = EpisodicMemory(2, 2)
-        >>> _ = [mem.observe(o, a) for o, a in [(0, -1), (1, 0), (0, 1)]]
-        >>> fold = StatisticalFoldMerger(); fold.observe_tree(mem); fold.n_recorded
-        3
-        """
-        self._check(memory)
-        n, start = memory.n_states, self.n_recorded
-        parent, action = tree_links(memory, start, strict=False)
-        self._grow(n)
-        for h, pnode, a in zip(range(start, n), parent.tolist(), action.tolist()):
-            self._record(h + 1, pnode, a, int(memory.emission[h]))
 
     # ------------------------------------------------------------ the test
     def _noise_model(self) -> tuple[float, list[float], float]:
