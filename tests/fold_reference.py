@@ -296,17 +296,3 @@ class FoldMerger(ExactFold):
         self._counts = stats
         self._cid = dict(arrays['cid'].tolist())
         self._prov = np.asarray(d['fold_provisional'] if 'fold_provisional' in d else [-1, 0, 0]).tolist()
-
-    def block_of(self, n_states):
-        if self._A is None:
-            return np.full(n_states, -1, dtype=np.int64)
-        uf = np.asarray(self._uf, dtype=np.int64)
-        m = min(n_states, len(uf) - 1)
-        root = uf[1:m + 1]
-        placed = root >= 0
-        root = np.where(placed, root, 0)
-        while not np.array_equal(uf[root], root):
-            root = uf[root]
-        out = np.full(n_states, -1, dtype=np.int64)
-        out[:m] = np.where(placed, root, -1)
-        return out

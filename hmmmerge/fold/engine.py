@@ -316,6 +316,44 @@ class Engine(Estimator):
         """Undo a journal row of a member's own kind."""
         raise AssertionError(f"unknown journal row {op!r}")
 
+    # ------------------------------------------------------------ sleep
+    _REPORTED = ("merges", "promotions")
+    """The counters whose change a sleep reports."""
+
+    def sleep(self, memory, clusters, rng=None) -> list[dict]:
+        """Consolidate: fold the blocks (the member's :meth:`_consolidate`) and write them to ``clusters``.
+
+        Every recorded level-1 state ends in exactly one cluster of
+        ``clusters``.  States not recorded yet are recorded first from the
+        links of ``memory`` (:meth:`observe_tree`); ``rng`` is not used
+        (folding is deterministic).  Returns one report: the change of the
+        counters (merges, promotions, undos or undone decisions) over this
+        sleep, red blocks, clusters and what the member adds.
+
+        >>> from hmmmerge.episodic import EpisodicMemory
+        >>> from hmmmerge.clusters import Clusters
+        >>> from hmmmerge.fold import FoldMerger, StatisticalFoldMerger
+        >>> mem = EpisodicMemory(2, 1)
+        >>> _ = [mem.observe(o, -1 if t == 0 else 0) for t, o in enumerate([0, 1] * 8)]
+        >>> cl = Clusters(n_states=mem.n_states)
+        >>> FoldMerger(min_evidence=1).sleep(mem, cl)[0]["clusters"]
+        2
+        >>> StatisticalFoldMerger(min_visits=1).sleep(mem, cl)[0]["clusters"]
+        2
+        """
+        self._check(memory)
+        if self.n_recorded < memory.n_states:
+            self.observe_tree(memory)
+        before = dict(self.stats)
+        extra = self._consolidate(memory, clusters)
+        report = {k: self.stats[k] - before[k] for k in self._REPORTED}
+        report.update(extra)
+        return [report]
+
+    def _consolidate(self, memory, clusters) -> dict:
+        """The member's sleep after recording; writes C and returns its own report entries."""
+        raise NotImplementedError
+
     # ------------------------------------------------------------ clusters
     def block_of(self, n_states: int) -> np.ndarray:
         """The block (root node) of each of the first ``n_states`` level-1 states; -1 if not placed.
@@ -355,4 +393,8 @@ class Engine(Estimator):
         clusters.assignment[:n_states] = roots
         clusters.compact()   # ids in order of the root nodes
         blocks = np.unique(roots)
-        self._cid = dict(zip(blocks[blocks >= 0].tolist(), range(clusters.n_clusters)))
+        self._written_blocks(blocks[blocks >= 0], clusters, n_states)
+
+    def _written_blocks(self, blocks: np.ndarray, clusters, n_states: int) -> None:
+        """Remember the blocks as written: ``blocks[c]`` is the root node of cluster ``c``."""
+        self._cid = dict(zip(blocks.tolist(), range(len(blocks))))

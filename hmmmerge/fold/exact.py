@@ -137,38 +137,19 @@ class ExactFold(Engine):
         return self._decisions_array().tolist() if self._A is not None else []
 
     # ------------------------------------------------------------ sleep
-    def sleep(self, memory, clusters, rng=None) -> list[dict]:
-        """Consolidate: place what is new, undo contradicted merges, fold the blue fringe, write C.
+    _REPORTED = ("merges", "promotions", "undos")
 
-        Every recorded level-1 state ends in exactly one cluster of
-        ``clusters``.  States not recorded yet are recorded first from the
-        links of ``memory`` (exact for deterministic worlds); ``rng`` is not
-        used (folding is deterministic).  Returns one report: merges,
-        promotions and undos of this sleep, red blocks and clusters.
-
-        >>> from hmmmerge.episodic import EpisodicMemory
-        >>> from hmmmerge.clusters import Clusters
-        >>> mem = EpisodicMemory(2, 1)
-        >>> _ = [mem.observe(o, -1 if t == 0 else 0) for t, o in enumerate([0, 1, 0, 1, 0, 1, 0])]
-        >>> cl = Clusters(n_states=mem.n_states)
-        >>> FoldMerger(min_evidence=1).sleep(mem, cl)[0]["clusters"]
-        2
-        """
-        self._check(memory)
-        if self.n_recorded < memory.n_states:
-            self.observe_tree(memory)
-        before = self.stats
+    def _consolidate(self, memory, clusters) -> dict:
+        """A sleep (:meth:`Engine.sleep`): take the last provisional pass back, place what is new, undo
+        contradicted merges, fold the blue fringe, make the provisional pass and write C."""
         self._drop_provisional()
         self._place_pending()
         rounds = self._resolve_conflicts()
         self._blue_fringe()
         self._provisional_pass()
         self.write_clusters(clusters, memory.n_states)
-        after = self.stats
-        report = {k: after[k] - before[k] for k in ("merges", "promotions", "undos")}
-        report.update(undo_rounds=rounds, red=self.n_red, clusters=clusters.n_clusters,
-                      provisional_merges=self._prov[1], provisional_promotions=self._prov[2])
-        return [report]
+        return dict(undo_rounds=rounds, red=self.n_red, clusters=clusters.n_clusters,
+                    provisional_merges=self._prov[1], provisional_promotions=self._prov[2])
 
     def _provisional_pass(self) -> None:
         """Fold what waits, provisionally: the colour fold, then blue blocks merge into the only consistent
@@ -779,21 +760,19 @@ class FoldMerger(ExactFold):
         from ._kernels import find_all, merge_rows
 
         clusters.grow(n_states)
-        if self._A is not None and self._current(clusters, n_states):
-            roots = find_all(self._st.uf, self._croot)
-            blocks = np.unique(roots)
-            new_of_old = np.searchsorted(blocks, roots)
-            clusters.relabel(new_of_old)
-            if self._tab_ok:
-                self._tab = merge_rows(self._tab[:len(roots)], new_of_old, len(blocks))
-        else:
+        if self._A is None or not self._current(clusters, n_states):
             self._tab_ok = False
-            roots = self.block_of(n_states)
-            clusters.assignment[:] = -1
-            clusters.assignment[:n_states] = roots
-            clusters.compact()
-            blocks = np.unique(roots)
-            blocks = blocks[blocks >= 0]
+            super().write_clusters(clusters, n_states)
+            return
+        roots = find_all(self._st.uf, self._croot)
+        blocks = np.unique(roots)
+        new_of_old = np.searchsorted(blocks, roots)
+        clusters.relabel(new_of_old)
+        if self._tab_ok:
+            self._tab = merge_rows(self._tab[:len(roots)], new_of_old, len(blocks))
+        self._written_blocks(blocks, clusters, n_states)
+
+    def _written_blocks(self, blocks: np.ndarray, clusters, n_states: int) -> None:
         if self._A is not None:
             self._st.cid[blocks] = np.arange(len(blocks))
             self._croot = blocks
