@@ -2,7 +2,8 @@
 colour-clash test and the exact fold's sleep (:class:`hmmmerge.fold.exact.ExactFold`), and placing, blue fringe
 and colour fold written here without the kernels.  The numba kernels of :class:`hmmmerge.fold.FoldMerger` must
 reproduce it decision for decision (``tests/test_fold_kernels.py``; ``benchmarks/bench_fold.py --sections
-speed`` times both).  Not part of the package; change it only together with the algorithm."""
+speed`` times both).  It writes agent files (:meth:`FoldMerger.state_dict`) for the kernels to resume, and
+reads none.  Not part of the package; change it only together with the algorithm."""
 from __future__ import annotations
 
 import numpy as np
@@ -12,10 +13,7 @@ from hmmmerge.fold.engine import CONFLICT, DELTA, PLACE, ROOT, Engine, link_acti
 from hmmmerge.fold.exact import ExactFold
 
 __all__ = ['FoldMerger', 'default_min_evidence']
-_OP_LEN = (2, 2, 2, 5, 2, 1)
 _STATS = ('merges', 'promotions', 'undos', 'conflicts')
-_ARRAYS = ('parent', 'action', 'colour', 'uf', 'uf_time', 'just', 'red', 'has_row', 'delta', 'dchild', 'reds',
-           'journal', 'conflicts', 'decisions', 'stats', 'cid', 'pending')
 
 
 class FoldMerger(ExactFold):
@@ -274,25 +272,3 @@ class FoldMerger(ExactFold):
                    fold_cid=np.array(sorted(self._cid.items()), dtype=np.int64).reshape(-1, 2),
                    fold_provisional=np.asarray(self._prov, dtype=np.int64))
         return out
-
-    def load_state_dict(self, d, source='<dict>'):
-        if 'fold_sizes' not in d:
-            self._A = None
-            return
-        n_obs, A, k, last, settled = (int(x) for x in d['fold_sizes'])
-        arrays = {name: np.asarray(d[f'fold_{name}']) for name in _ARRAYS}
-        self._init(n_obs, A)
-        self._k, self._last, self._settled = k, last, settled
-        for name in ('parent', 'action', 'colour', 'uf', 'uf_time', 'just', 'red', 'decisions', 'pending'):
-            setattr(self, f'_{name}', arrays[name].tolist())
-        has = arrays['has_row'].astype(bool)
-        self._delta = [row if ok else None for row, ok in zip(arrays['delta'].tolist(), has)]
-        self._dchild = [row if ok else None for row, ok in zip(arrays['dchild'].tolist(), has)]
-        self._reds = [x for _, x in arrays['reds'].tolist()]
-        self._journal = [tuple(row[:_OP_LEN[row[0]]]) for row in arrays['journal'].tolist()]
-        self._conflicts = [tuple(row) for row in arrays['conflicts'].tolist()]
-        stats = dict(zip(_STATS, arrays['stats'].tolist()))
-        self._undos = stats.pop('undos')
-        self._counts = stats
-        self._cid = dict(arrays['cid'].tolist())
-        self._prov = np.asarray(d['fold_provisional'] if 'fold_provisional' in d else [-1, 0, 0]).tolist()
