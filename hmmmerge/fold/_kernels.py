@@ -358,39 +358,19 @@ def _promote(st, b):
 
 
 @njit(cache=True)
-def _open_decision(st):
-    """A fold decision begins at the end of the journal; returns that journal index."""
+def _merge(st, r, b, stack):
+    """Fold ``b`` into ``r`` as a merge decision; True if done (rolled back on a clash)."""
     mark = st.sc[JLEN]
     st.decisions[st.sc[NDEC]] = mark
     st.sc[NDEC] += 1
-    return mark
-
-
-@njit(cache=True)
-def _keep_decision(st, mark):
-    """The merge decision begun at ``mark`` stands: count it; link counts follow its unions, in order."""
-    st.sc[MERGES] += 1
-    for j in range(mark, st.sc[JLEN]):
-        if st.journal[j, 0] == UNION:
-            y = st.journal[j, 1]
-            _add_links(st, st.uf[y], y)
-
-
-@njit(cache=True)
-def _short_of_room(st, decisions):
-    """Whether the journal could overflow in a round of folds or the decision list lacks ``decisions`` entries."""
-    room = (st.sc[NROOTS] + 1) * (2 * st.delta.shape[1] + 4) + 16
-    return st.journal.shape[0] - st.sc[JLEN] < room or st.decisions.shape[0] - st.sc[NDEC] < decisions
-
-
-@njit(cache=True)
-def _merge(st, r, b, stack):
-    """Fold ``b`` into ``r`` as a merge decision; True if done (rolled back on a clash)."""
-    mark = _open_decision(st)
     if fold(st, r, b, stack) < 0:
         rollback(st, mark, np.zeros(0, dtype=np.int64))
         return False
-    _keep_decision(st, mark)
+    st.sc[MERGES] += 1
+    for j in range(mark, st.sc[JLEN]):  # the unions of the merge, in order: link counts follow
+        if st.journal[j, 0] == UNION:
+            y = st.journal[j, 1]
+            _add_links(st, st.uf[y], y)
     return True
 
 
@@ -450,7 +430,8 @@ def blue_fringe(st, k, k_single, provisional):
     stack = np.empty((2 + A1 * (st.sc[NROOTS] + 1), 2), dtype=np.int64)
     out = np.empty(A1 * (st.sc[NRED] + st.sc[NROOTS] + 1), dtype=np.int64)
     while True:
-        if _short_of_room(st, st.sc[NROOTS] + 1):
+        room = (st.sc[NROOTS] + 1) * (2 * A1 + 4) + 16
+        if st.journal.shape[0] - st.sc[JLEN] < room or st.decisions.shape[0] - st.sc[NDEC] < st.sc[NROOTS] + 1:
             return NEED_ROOM
         n_red = st.sc[NRED]
         kk = max(min(k, n_red - 1), min(k, 2))
@@ -602,6 +583,7 @@ def fold_groups(st, k, stack, blocks, bounds):
     block (else its first block), the others in order; one fold decision per group folded, a clash
     rolls the group back.  Returns the number of groups folded, or -1 (before a group, where stopping
     changes nothing) when the journal or the decision list could overflow."""
+    A1 = st.delta.shape[1]
     empty = np.zeros(0, dtype=np.int64)
     done = 0
     for g in range(bounds.shape[0] - 1):
@@ -613,9 +595,12 @@ def fold_groups(st, k, stack, blocks, bounds):
             n_red += st.red[blocks[i]]
         if n_red > 1:  # red blocks of one colour clash (the later was promoted for clashing): it would clash
             continue
-        if _short_of_room(st, 1):
+        room = (st.sc[NROOTS] + 1) * (2 * A1 + 4) + 16
+        if st.journal.shape[0] - st.sc[JLEN] < room or st.decisions.shape[0] - st.sc[NDEC] < 1:
             return -1
-        mark = _open_decision(st)
+        mark = st.sc[JLEN]
+        st.decisions[st.sc[NDEC]] = mark
+        st.sc[NDEC] += 1
         x = blocks[lo]
         for i in range(lo, hi):
             if st.red[blocks[i]]:
@@ -633,6 +618,10 @@ def fold_groups(st, k, stack, blocks, bounds):
         if total < k:
             rollback(st, mark, empty)
         else:
-            _keep_decision(st, mark)
+            st.sc[MERGES] += 1
             done += 1
+            for j in range(mark, st.sc[JLEN]):  # link counts follow the unions, as in _merge
+                if st.journal[j, 0] == UNION:
+                    y = st.journal[j, 1]
+                    _add_links(st, st.uf[y], y)
     return done
