@@ -20,9 +20,12 @@ compatibility test is a plug:
 :class:`ExactTest` is the colour-clash test of ``merge="fold"`` (the numba
 kernels of :mod:`hmmmerge.fold._kernels` run the same test; the pure-Python
 engine with it is their reference in the tests); :class:`hmmmerge.fold.noisy.LikelihoodTest`
-is the statistical test of ``merge="fold-noisy"``.  A member of the family
-adds the blue-fringe policy (which merges it accepts, when it promotes) and
-its state file.
+is the statistical test of ``merge="fold-noisy"``.  The engine also records
+experience (:meth:`Engine.observe`, :meth:`Engine.observe_tree`: a member's
+``_record`` / ``_visit`` / ``_place_recorded``) and runs a sleep
+(:meth:`Engine.sleep`: a member's ``_consolidate``).  A member of the family
+adds placing, the blue-fringe policy (which merges it accepts, when it
+promotes) and its state file.
 """
 
 from __future__ import annotations

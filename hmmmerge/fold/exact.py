@@ -91,8 +91,8 @@ class ExactFold(Engine):
     ``_settle()``, ``_unwind(t)`` (roll the journal back to ``t``; the
     unplaced nodes), ``_jlen()``, ``_keep_counts(merges, promotions)``,
     ``_place_all(nodes)``, ``_blue_fringe(k_single, provisional, k)``,
-    ``_fold_colours_at(depth)``, ``stats``, ``n_red``, ``_record`` and
-    ``write_clusters``.
+    ``_fold_colours_at(depth)``, ``stats``, ``n_red``, the engine's recording
+    hooks (``_record``, ...) and ``write_clusters``.
     """
 
     _parameter_constraints = {"min_evidence": Int(0, none=True), "max_undo_rounds": Int(1),
