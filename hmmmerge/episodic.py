@@ -20,9 +20,16 @@ import scipy.sparse as sp
 from ._estimator import Estimator
 from ._io import atomic_savez
 from .hmm import ActionHMM
-from ._validation import as_trajectories, check_int, check_symbols
+from ._validation import Int, as_trajectories, check_int, check_symbols
 
 __all__ = ["EpisodicMemory"]
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    """A read-only view of ``a`` (``a`` itself stays writable)."""
+    view = a.view()
+    view.flags.writeable = False
+    return view
 
 
 class EpisodicMemory(Estimator):
@@ -41,6 +48,10 @@ class EpisodicMemory(Estimator):
         (-1 if the caller gave none); for analysis only, never read by learning.
     start_state : the state ``T(start, -1)`` of the first observation, or -1.
 
+    ``next_state``, ``emission``, ``labels`` and :meth:`kernel_arrays` are
+    read-only views of the memory's buffers (no copy): only the memory writes
+    level 1 (and the agent's step kernel, through :meth:`buffers`).
+
     Examples
     --------
     >>> mem = EpisodicMemory(n_obs=2, n_actions=1)
@@ -51,12 +62,19 @@ class EpisodicMemory(Estimator):
     >>> mem.reset(); _ = mem.observe(0, -1); _ = mem.observe(1, 0)   # a repeated prefix reuses states
     >>> mem.n_states
     3
+    >>> mem.emission[0] = 1
+    Traceback (most recent call last):
+    ValueError: assignment destination is read-only
     """
 
+    _parameter_constraints = {"n_obs": Int(1), "n_actions": Int(1), "capacity": Int(0)}
+
     def __init__(self, n_obs: int, n_actions: int, capacity: int = 1024):
-        self.n_obs = check_int(n_obs, "n_obs", low=1)
-        self.n_actions = check_int(n_actions, "n_actions", low=1)
-        capacity = max(check_int(capacity, "capacity", low=0), 16)
+        # checked here, not at fit: the buffers are allocated now (their sizes are these parameters)
+        check = self._parameter_constraints
+        self.n_obs = check["n_obs"](n_obs, "n_obs")
+        self.n_actions = check["n_actions"](n_actions, "n_actions")
+        capacity = max(check["capacity"](capacity, "capacity"), 16)
         self._next = np.full((self.n_actions, capacity), -1, dtype=np.int64)
         self._emission = np.full(capacity, -1, dtype=np.int64)
         self._labels = np.full(capacity, -1, dtype=np.int64)
@@ -78,15 +96,18 @@ class EpisodicMemory(Estimator):
 
     @property
     def next_state(self) -> np.ndarray:
-        return self._next[:, : self.n_states]
+        """``T(h, a)`` as an (n_actions, n_states) read-only view, -1 where unknown."""
+        return _read_only(self._next[:, : self.n_states])
 
     @property
     def emission(self) -> np.ndarray:
-        return self._emission[: self.n_states]
+        """The observation of each state, a read-only view."""
+        return _read_only(self._emission[: self.n_states])
 
     @property
     def labels(self) -> np.ndarray:
-        return self._labels[: self.n_states]
+        """The true state at each state's creation (-1 unknown), a read-only view."""
+        return _read_only(self._labels[: self.n_states])
 
     @property
     def capacity(self) -> int:
@@ -116,21 +137,24 @@ class EpisodicMemory(Estimator):
         return self
 
     def kernel_arrays(self) -> tuple[np.ndarray, np.ndarray, int]:
-        """``(next_state, emission, n_obs)`` buffers for numba kernels, without copying.
+        """``(next_state, emission, n_obs)``: read-only views of the whole buffers for numba kernels, no copy.
 
-        The buffers are longer than ``n_states`` (their capacity); entries past
-        ``n_states`` are never reached from existing states.
+        The buffers are longer than ``n_states`` (their capacity) and contiguous;
+        entries past ``n_states`` are never reached from existing states.
 
-        >>> EpisodicMemory(2, 3).kernel_arrays()[0].shape[0]
-        3
+        >>> nxt, emission, n_obs = EpisodicMemory(2, 3).kernel_arrays()
+        >>> nxt.shape[0], nxt.flags.writeable, nxt.flags.c_contiguous
+        (3, False, True)
         """
-        return self._next, self._emission, self.n_obs
+        return _read_only(self._next), _read_only(self._emission), self.n_obs
 
     def buffers(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """``(next_state, emission, labels, scalars)``: the whole state, for a kernel that runs Algorithm 1
         in place (the agent's step kernel); ``scalars`` is ``[n_states, current state, T(start, -1)]``.
 
-        Call :meth:`reserve` first for the states the kernel may create; no other code writes them.
+        These are the writable buffers themselves: call :meth:`reserve` first
+        for the states the kernel may create; no other code writes them (everyone
+        else reads the read-only views).
 
         >>> mem = EpisodicMemory(2, 1); _ = mem.observe(0, -1)
         >>> mem.buffers()[3].tolist()
@@ -139,7 +163,7 @@ class EpisodicMemory(Estimator):
         return self._next, self._emission, self._labels, self._scal
 
     def states_emitting(self, obs: int) -> np.ndarray:
-        """The states (increasing) that emit ``obs``; kept up to date as states are added.
+        """The states (increasing) that emit ``obs``, a read-only array kept up to date as states are added.
 
         >>> mem = EpisodicMemory(n_obs=2, n_actions=1)
         >>> for o, a in [(0, -1), (1, 0), (0, 0)]:
@@ -165,7 +189,7 @@ class EpisodicMemory(Estimator):
                 self._by_obs[o][have:have + len(add)] = add
                 self._by_obs_len[o] = have + len(add)
             self._by_obs_upto = n
-        return self._by_obs[obs][:self._by_obs_len[obs]] if n else np.zeros(0, dtype=np.int64)
+        return _read_only(self._by_obs[obs][:self._by_obs_len[obs]] if n else np.zeros(0, dtype=np.int64))
 
     def reserve(self, extra: int) -> None:
         """Make room for ``extra`` more states (capacity at least doubles when it grows).

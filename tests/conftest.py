@@ -3,9 +3,13 @@
 Reference implementations are written once here, as plainly as possible and
 without the package's code, so that every test compares against the same
 oracle: ``random_model`` (a random ActionHMM) and ``literal_algorithm_1``
-(the paper's Algorithm 1 with Python dicts).  ``paper_world`` is the paper's
-10x10 grid of 10 colours (colouring 0) and ``paper_walk`` 80 episodes of 50
-random moves in it (seed 1), built once per session (neither is ever changed).
+(the paper's Algorithm 1 with Python dicts).  Worlds and walks used by
+several test files are built once per session (none is ever changed):
+``paper_world`` is the paper's 10x10 grid of 10 colours (colouring 0),
+``paper_walk`` 80 episodes of 50 random moves in it (seed 1) and
+``paper_walk_1000`` the paper's 1,000 training episodes (seed 0);
+``small_world`` is a 4x4 grid of 4 colours (seed 1) and ``small_walk`` 8
+episodes of 12 moves in it (seed 2).
 """
 
 from __future__ import annotations
@@ -83,3 +87,21 @@ def paper_world():
 def paper_walk(paper_world):
     """80 episodes of 50 random moves in :func:`paper_world` (seed 1)."""
     return random_walk(paper_world, 80, seed=1)
+
+
+@pytest.fixture(scope="session")
+def paper_walk_1000(paper_world):
+    """The paper's training protocol: 1,000 episodes of 50 random moves in :func:`paper_world` (seed 0)."""
+    return random_walk(paper_world, 1000, 50, seed=0)
+
+
+@pytest.fixture(scope="session")
+def small_world():
+    """A 4x4 grid of 4 colours: ``gridworld(4, 4, n_colours=4, seed=1)``."""
+    return gridworld(4, 4, n_colours=4, seed=1)
+
+
+@pytest.fixture(scope="session")
+def small_walk(small_world):
+    """8 episodes of 12 random moves in :func:`small_world` (seed 2)."""
+    return random_walk(small_world, 8, 12, seed=2)

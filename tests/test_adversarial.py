@@ -355,12 +355,11 @@ def test_large_grid_plot_has_no_per_cell_text():
 
 # --------------------------------------------------------------------------- agent files
 @pytest.fixture(scope="module")
-def agent_file(tmp_path_factory):
-    from hmmmerge import gridworld
+def agent_file(tmp_path_factory, paper_world):
     from hmmmerge.agent import TwoLevelMemory
 
     path = tmp_path_factory.mktemp("agent") / "agent.npz"
-    TwoLevelMemory(10, 4, initial_size=5).run(gridworld(), 12, seed=0).save(path)
+    TwoLevelMemory(10, 4, initial_size=5).run(paper_world, 12, seed=0).save(path)
     return path
 
 

@@ -3,9 +3,10 @@
 import numpy as np
 import pytest
 
-from hmmmerge import Trajectories, gridworld, random_walk
+from hmmmerge import Trajectories, random_walk
 from hmmmerge.agent import PREDICTORS, TwoLevelMemory
 from hmmmerge.merging import SFMerger
+from hmmmerge.models import MERGERS
 from hmmmerge.episodic import EpisodicMemory
 
 
@@ -30,12 +31,16 @@ def test_deterministic_under_seed(world):
     assert not np.array_equal(a.clusters_.assignment[: a.memory_.n_states], c.clusters_.assignment[: c.memory_.n_states])
 
 
-def test_level1_inside_agent_is_algorithm_1(world):
+@pytest.mark.parametrize("merge", list(MERGERS))
+def test_level1_inside_agent_is_algorithm_1(world, merge):
+    """Every merger reads level 1 through read-only views and leaves it exactly as Algorithm 1 wrote it."""
     _, traj = world
-    agent = _fit(traj, merge="random")
+    agent = _fit(traj, merge=merge)
     mem = EpisodicMemory(10, 4)
     states, pred = mem.observe_trajectories(traj)
     assert np.array_equal(agent.memory_.next_state, mem.next_state)
+    assert np.array_equal(agent.memory_.emission, mem.emission)
+    assert np.array_equal(agent.memory_.labels, mem.labels)
     assert np.array_equal(agent.last_states_, states)
     l1 = (pred[:, 1:] == traj.obs[:, 1:]).mean(axis=1)
     assert np.allclose(agent.history()["l1_accuracy"], l1)
@@ -67,9 +72,8 @@ def test_size1_without_merges_is_level1(world):
     assert (agent.history()["l2_accuracy"] <= agent.history()["l1_accuracy"] + 1e-12).all()
 
 
-def test_no_prediction_counts_as_wrong():
-    env = gridworld(seed=0)
-    traj = random_walk(env, 3, seed=0)
+def test_no_prediction_counts_as_wrong(paper_world):
+    traj = random_walk(paper_world, 3, seed=0)
     agent = TwoLevelMemory(10, 4).fit(traj)  # no sleep yet: level 2 has no clusters
     h = agent.history()
     assert (h["l2_no_prediction"] == 1.0).all() and (h["l2_accuracy"] == 0.0).all()
@@ -117,7 +121,7 @@ def test_summary_keys_and_models(world):
     assert set(PREDICTORS) == {"l1", "l2", "l2_filter", "first_order"}
 
 
-def test_bad_inputs(tmp_path):
+def test_bad_inputs(tmp_path, paper_world):
     one = Trajectories([[0, 1]], [[-1, 0]])
     with pytest.raises(ValueError, match="merge"):   # checked by fit, not by the constructor
         TwoLevelMemory(10, 4, merge="kmeans").fit(one)
@@ -139,7 +143,7 @@ def test_bad_inputs(tmp_path):
     with pytest.raises(ValueError, match="no episodes"):
         agent.summary()
     with pytest.raises(ValueError, match="observations"):
-        agent.run(gridworld(), 2)
+        agent.run(paper_world, 2)
     np.savez(tmp_path / "junk.npz", x=np.zeros(3))
     with pytest.raises(ValueError, match="junk.npz"):
         TwoLevelMemory.load(tmp_path / "junk.npz")

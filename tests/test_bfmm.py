@@ -304,8 +304,8 @@ def test_an_bn_generalises_to_a_plus_b_plus():
 # ------------------------------------------------------------ estimator behaviour
 
 
-def test_same_seed_same_result_and_training_data_explained():
-    traj = random_walk(gridworld(4, 4, n_colours=4, seed=1), 8, 12, seed=2)
+def test_same_seed_same_result_and_training_data_explained(small_walk):
+    traj = small_walk
     a = BestFirstMerging(seed=7).fit(traj)
     b = BestFirstMerging(seed=7).fit(traj)
     assert np.array_equal(a.merges_, b.merges_) and np.array_equal(a.log_posterior_, b.log_posterior_)
@@ -321,8 +321,8 @@ def test_same_seed_same_result_and_training_data_explained():
     assert a.to_hmm("map").n_states == a.n_states_
 
 
-def test_candidates_restrict_merges():
-    traj = random_walk(gridworld(4, 4, n_colours=4, seed=1), 8, 12, seed=2)
+def test_candidates_restrict_merges(small_walk):
+    traj = small_walk
     for incremental in (True, False):
         none = BestFirstMerging(incremental=incremental, candidates=lambda m: np.zeros((0, 2), np.int64)).fit(traj)
         assert none.n_merges_ == 0 and none.n_states_ == none.n_initial_states_
@@ -420,8 +420,8 @@ def test_incremental_finds_the_batch_model(case, seed):
     assert not same_model(inc, fewer)
 
 
-def test_path_log_posterior_scores_any_labelling():
-    env = gridworld(4, 4, n_colours=4, seed=1)
+def test_path_log_posterior_scores_any_labelling(small_world):
+    env = small_world
     traj = random_walk(env, 6, 15, seed=3)
     for incremental in (True, False):
         bf = BestFirstMerging(incremental=incremental, structure_prior=0.5).fit(traj)
@@ -442,18 +442,18 @@ def test_path_log_posterior_scores_any_labelling():
         path_log_posterior(traj, traj.states[:, 1:])
 
 
-def test_batch_refuses_a_pair_cache_beyond_the_limit(monkeypatch):
+def test_batch_refuses_a_pair_cache_beyond_the_limit(monkeypatch, small_walk):
     import hmmmerge.baselines.bfmm as bfmm
 
-    traj = random_walk(gridworld(4, 4, n_colours=4, seed=1), 8, 12, seed=2)
+    traj = small_walk
     monkeypatch.setattr(bfmm, "MAX_PAIR_CACHE", 500)
     with pytest.raises(ValueError, match="pair scores"):
         BestFirstMerging(incremental=False).fit(traj)
     assert BestFirstMerging().fit(traj).n_states_ >= 1  # incremental keeps the working model small
 
 
-def test_estimator_conventions():
-    traj = random_walk(gridworld(4, 4, n_colours=4, seed=1), 6, 10, seed=2)
+def test_estimator_conventions(small_world):
+    traj = random_walk(small_world, 6, 10, seed=2)
     bf = BestFirstMerging(structure_prior=0.5)
     assert repr(bf) == "BestFirstMerging(structure_prior=0.5)"
     assert BestFirstMerging(**bf.get_params()).get_params() == bf.get_params()
@@ -462,7 +462,7 @@ def test_estimator_conventions():
     b = BestFirstMerging().fit((traj.obs, traj.actions))
     assert np.array_equal(a.merges_, b.merges_) and a.log_posterior_ == b.log_posterior_
     # fit starts afresh: refitting after set_params equals a new estimator's fit
-    other = random_walk(gridworld(4, 4, n_colours=4, seed=1), 4, 10, seed=9)
+    other = random_walk(small_world, 4, 10, seed=9)
     a.fit(other).set_params(incremental=False).fit(traj)
     fresh = BestFirstMerging(incremental=False).fit(traj)
     assert a.merges_per_episode_ is None

@@ -43,11 +43,11 @@ def test_env_json_matches_library(capsys):
     assert out.count("\n") == 1  # one JSON object on one line
 
 
-def test_env_defaults_are_the_paper_world(capsys):
+def test_env_defaults_are_the_paper_world(capsys, paper_world):
     code, out, _ = run_cli(["env", "--json"], capsys)
     assert code == 0
     report = json.loads(out)
-    env = gridworld()
+    env = paper_world
     assert report["n_states"] == 100 and report["n_obs"] == 10
     assert report["clones"] == {str(o): 10 for o in range(10)}
     assert report["markov_radius"] == markov_radius(env)

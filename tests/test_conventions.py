@@ -14,7 +14,7 @@ import inspect
 import numpy as np
 import pytest
 
-from hmmmerge import gridworld, random_walk
+from hmmmerge import random_walk
 from hmmmerge._estimator import Estimator
 from hmmmerge.agent import TwoLevelMemory
 from hmmmerge.hmm import ActionHMM
@@ -27,9 +27,8 @@ SMALL = {"em": {"n_clones": 2, "n_iter": 3}, "level2-sf": {"sleep_every": 100}, 
 
 
 @pytest.fixture(scope="module")
-def data():
-    env = gridworld(4, 4, n_colours=4, seed=1)
-    return env, random_walk(env, 16, 12, seed=2)
+def data(small_world):
+    return small_world, random_walk(small_world, 16, 12, seed=2)
 
 
 def _learner(name, env):
@@ -123,3 +122,12 @@ def test_mergers_as_objects_equal_mergers_by_name_and_reach_get_params(merge, da
     assert agent.merge_ == merge and agent.merger_ is not agent.merger
     assert np.array_equal(agent.history()["l2_accuracy"], by_name.history()["l2_accuracy"])
     assert _same_model(agent.to_hmm(), by_name.to_hmm())
+
+
+@pytest.mark.parametrize("cls", sorted({MODELS[n].learner_class for n in MODELS}
+                                       | {merger_class(m) for m in MERGERS}, key=lambda c: c.__name__))
+def test_every_parameter_has_a_declared_constraint(cls):
+    """Parameters are checked by one mechanism: a ``_parameter_constraints`` entry for each constructor parameter."""
+    table = getattr(cls, "_parameter_constraints", {})
+    assert set(table) == set(cls._param_names()), cls.__name__
+    assert all(callable(rule) or (isinstance(rule, tuple) and all(map(callable, rule))) for rule in table.values())

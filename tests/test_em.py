@@ -365,3 +365,13 @@ def test_bad_data_raise():
     fitted = CloneHMM(n_clones=1, n_iter=2).fit(([0, 1], [-1, 0]))
     with pytest.raises(ValueError, match="obs"):
         fitted.score([0, 2], [-1, 0])
+
+
+@pytest.mark.parametrize("bad, message", [(0, ">= 1"), (2.5, "an integer"), (True, "an integer"), ([[2]], "1-D"),
+                                          ([2, 0], ">= 1 for every"), ([1.0, 2.0], "hold integers"),
+                                          ([2, 2, 2], "3 entries but there are n_obs=2")])
+def test_bad_n_clones_refused_by_fit_naming_it(bad, message):
+    traj = random_walk(aliased_cycle(), 3, 5, seed=0)
+    m = CloneHMM(n_clones=bad, n_iter=1)   # the constructor only stores it
+    with pytest.raises(ValueError, match=f"n_clones .*{message}"):
+        m.fit(traj, n_obs=2)

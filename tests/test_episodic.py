@@ -148,3 +148,26 @@ def test_state_dict_with_links_algorithm_1_cannot_make_is_refused():
         bad["l1_next_state"][a, h] = target
         with pytest.raises(ValueError, match="Algorithm 1"):
             EpisodicMemory.from_state_dict(bad, source="x.npz")
+
+
+def test_views_are_read_only_and_not_copies():
+    mem = EpisodicMemory(2, 2, capacity=16)
+    for o, a in [(0, -1), (1, 0), (0, 1)]:
+        mem.observe(o, a)
+    nxt_buf, em_buf, lab_buf, _ = mem.buffers()
+    views = {"next_state": mem.next_state, "emission": mem.emission, "labels": mem.labels,
+             "kernel next_state": mem.kernel_arrays()[0], "kernel emission": mem.kernel_arrays()[1],
+             "states_emitting": mem.states_emitting(0)}
+    for name, view in views.items():
+        assert not view.flags.writeable, name
+        with pytest.raises(ValueError, match="read-only"):
+            view[...] = 0
+    for view, buf in [(views["next_state"], nxt_buf), (views["emission"], em_buf), (views["labels"], lab_buf),
+                      (views["kernel next_state"], nxt_buf), (views["kernel emission"], em_buf)]:
+        assert np.shares_memory(view, buf)
+    assert mem.kernel_arrays()[0].flags.c_contiguous and mem.kernel_arrays()[0].shape == nxt_buf.shape
+    # the memory itself still writes: a view taken before sees the new state (no reallocation below capacity)
+    before = mem.kernel_arrays()[1]
+    mem.observe(1, 1)
+    assert mem.emission.tolist() == [0, 1, 0, 1] and before[3] == 1
+    assert nxt_buf.flags.writeable and em_buf.flags.writeable

@@ -64,9 +64,9 @@ def test_first_order_is_the_oracle_when_colours_are_unique():
     assert r.accuracy == 1.0 and r.surprise == 0.0
 
 
-def test_first_order_is_not_enough_on_the_paper_world(paper_world):
+def test_first_order_is_not_enough_on_the_paper_world(paper_world, paper_walk_1000):
     env = paper_world
-    fo = FirstOrderModel().fit(random_walk(env, 1000, 50, seed=0), env.n_obs, env.n_actions)
+    fo = FirstOrderModel().fit(paper_walk_1000, env.n_obs, env.n_actions)
     r = evaluate_model(env, fo.to_hmm(), n_episodes=200, seed=1, smoothing=1e-3)
     oracle = evaluate_model(env, env.to_hmm(), n_episodes=200, seed=1)
     assert r.accuracy < 0.75 < oracle.accuracy

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy.stats import binomtest, norm
 
-from hmmmerge import gridworld, random_walk
+from hmmmerge import random_walk
 from hmmmerge.clusters import Clusters
 from hmmmerge.episodic import EpisodicMemory
 from hmmmerge.merging import (RandomMerger, SFMerger, cluster_sets, merge_iteration, merge_with_split,
@@ -104,13 +104,13 @@ def test_merge_iteration_deterministic(memory):
     assert np.array_equal(*results)
 
 
-def test_bad_configuration():
+def test_bad_configuration(paper_world):
     """Checked at first use (a sleep, or the agent's fit), not by the constructor; every error names its field."""
     from hmmmerge.clusters import Clusters
     from hmmmerge.merging import NoMerger, RandomMerger
 
     mem = EpisodicMemory(10, 4)
-    mem.observe_trajectories(random_walk(gridworld(), 2, seed=0))
+    mem.observe_trajectories(random_walk(paper_world, 2, seed=0))
     for bad, field in [(SFMerger(horizon=3, min_depth=5), "min_depth"), (SFMerger(gamma=0), "gamma"),
                        (SFMerger(threshold=float("nan")), "threshold"), (SFMerger(horizon=0), "horizon"),
                        (SFMerger(similarity="manhattan"), "similarity"), (RandomMerger(gamma="0.8"), "gamma"),

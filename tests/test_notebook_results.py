@@ -59,12 +59,12 @@ def test_true_sf_closed_form_equals_enumeration(which):
     np.testing.assert_allclose(tail.sum(axis=1), gamma**h / (1 - gamma))
 
 
-def test_episodic_sf_gap_is_noise_plus_purity_bias():
+def test_episodic_sf_gap_is_noise_plus_purity_bias(paper_world):
     """Notebook 03, sections 2-3 on one world: the gap closes with size and purity.
 
     Noise (to the mixture of the members' true SFs) ~ size^-1/2 at any purity; bias ~ 1 - purity, flat in size.
     """
-    env = gridworld(10, 10, n_colours=10, seed=0)
+    env = paper_world
     memory = EpisodicMemory(env.n_obs, env.n_actions)
     memory.observe_trajectories(random_walk(env, 400, 50, seed=100))
     labels, emission = memory.labels, memory.emission

@@ -68,8 +68,8 @@ def test_uniform_action_frequencies(paper_world):
     assert stats.chi2_contingency(pairs).pvalue > 1e-3
 
 
-def test_custom_policy_frequencies():
-    env = gridworld(4, 4, n_colours=4, seed=1)
+def test_custom_policy_frequencies(small_world):
+    env = small_world
     rng = np.random.default_rng(0)
     policy = rng.dirichlet(np.ones(4), size=env.n_states)
     policy[3] = [0.0, 1.0, 0.0, 0.0]  # deterministic in one state

@@ -106,11 +106,11 @@ def test_expected_form_against_enumeration_of_action_sequences():
         assert np.allclose(true_successor_features(env, [s], gamma, horizon), brute)
 
 
-def test_memory_sf_approaches_true_sf_with_cluster_size(paper_world):
+def test_memory_sf_approaches_true_sf_with_cluster_size(paper_world, paper_walk_1000):
     """The paper's Figure true_sim in miniature: bigger pure clusters, closer to the true SF."""
     env = paper_world
     mem = EpisodicMemory(env.n_obs, env.n_actions)
-    mem.observe_trajectories(random_walk(env, 1000, seed=0))
+    mem.observe_trajectories(paper_walk_1000)
     rng = np.random.default_rng(0)
     cells = [c for c in range(env.n_states) if (mem.labels == c).sum() >= 80]
     gaps = {}

@@ -1,14 +1,19 @@
 """Numba kernels of best-first model merging (see :mod:`hmmmerge.baselines.bfmm`).
 
 Imported lazily.  The model is a set of states with deterministic emissions
-and Viterbi transition counts stored as an edge pool:
+and Viterbi transition counts stored as an edge pool, a :class:`Pool`:
 
-* edge ``e``: ``src[e] -a[e]-> dst[e]`` with count ``cnt[e] > 0``;
+* edge ``e``: ``src[e] -act[e]-> dst[e]`` with count ``cnt[e] > 0``;
 * out-lists per *row* ``(s, a)`` (``row = s * A1 + a``): ``out_head[row]``,
   ``out_next[e]``; in-lists per state: ``in_head[s]``, ``in_next[e]``
   (singly linked, ``-1`` ends a list);
 * row caches ``row_n`` (distinct successors), ``row_C`` (total count) and
-  ``row_term`` (the row's log evidence, see :func:`row_term`).
+  ``row_term`` (the row's log evidence, see :func:`row_term_from`).
+
+The kernels take their arrays bundled in named tuples (:class:`Pool`,
+:class:`Prior`, :class:`Scratch`, :class:`PairCache`; :class:`FoldModel`,
+:class:`Journal`, :class:`FoldScratch` for the fold search), which numba
+passes like separate arguments.
 
 Merging ``y`` into ``x`` relabels ``y``'s edges, concatenates the lists and
 adds up edges that became equal (same row, same target): the Viterbi path of
@@ -24,11 +29,68 @@ over the ``n`` successors the structure allows, counts ``c_1..c_n``, total ``C``
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit
 
 NEG_INF = -np.inf
+
+
+class Prior(NamedTuple):
+    """The Dirichlet prior of every row: total weight ``alpha`` and its :func:`lgamma_table`."""
+    alpha: float
+    tab: np.ndarray
+
+
+class Pool(NamedTuple):
+    """The model's Viterbi counts as an edge pool with linked lists (module docstring); updated in place."""
+    A1: int                # actions per state, virtual start and end actions included
+    src: np.ndarray        # (E,) int
+    act: np.ndarray        # (E,) int
+    dst: np.ndarray        # (E,) int
+    cnt: np.ndarray        # (E,) float
+    alive: np.ndarray      # (E,) bool, False once an edge was added into another
+    out_head: np.ndarray   # (states * A1,) first edge of each row, -1 none
+    out_next: np.ndarray   # (E,)
+    in_head: np.ndarray    # (states,) first in-edge of each state, -1 none
+    in_next: np.ndarray    # (E,)
+    row_n: np.ndarray      # (states * A1,) int, distinct successors
+    row_C: np.ndarray      # (states * A1,) total count
+    row_term: np.ndarray   # (states * A1,) log evidence
+
+
+class Scratch(NamedTuple):
+    """Work arrays of :func:`pair_delta` and :func:`merge_states`, returned clean."""
+    acc: np.ndarray        # (states,) float, zeros
+    touched: np.ndarray    # (states,) int
+    mark: np.ndarray       # (states * A1,) int, -1
+    collapsed: np.ndarray  # (E + 1,) int: rows that collapsed in the last merge
+
+
+class PairCache(NamedTuple):
+    """Scores of the same-emission pairs, grouped by colour.
+
+    Colour ``c`` has ``col_n[c]`` states ``members[col_off[c]:col_off[c + 1]]``;
+    state ``s`` is at position ``pos[s]`` of its colour ``col[s]``; the pair at
+    positions ``(i, j)`` has entry ``loc_off[c] + i * col_n[c] + j`` in
+    ``allowed`` (may merge), ``local`` (change of the log evidence, ``-inf`` not
+    scored) and ``rem`` (transitions removed).  ``rowbest[s]`` bounds the best
+    score of a pair of ``s`` (``rowarg[s]`` its partner); ``alive[s]``: ``s``
+    is a state of the model (not merged away).
+    """
+    col: np.ndarray
+    col_off: np.ndarray
+    col_n: np.ndarray
+    members: np.ndarray
+    pos: np.ndarray
+    loc_off: np.ndarray
+    allowed: np.ndarray
+    local: np.ndarray
+    rem: np.ndarray
+    alive: np.ndarray
+    rowbest: np.ndarray
+    rowarg: np.ndarray
 
 
 def lgamma_table(alpha, max_count, max_n=64):
@@ -71,64 +133,71 @@ def row_term_from(n, C, S, alpha, tab):
 
 
 @njit(cache=True)
-def refresh_row(row, out_head, out_next, cnt, row_n, row_C, row_term, alpha, tab):
+def refresh_row(row, g, prior):
+    """Recompute the caches of row ``row`` of the pool ``g`` from its edges."""
+    alpha, tab = prior.alpha, prior.tab
     n = 0
     C = 0.0
-    e = out_head[row]
+    e = g.out_head[row]
     while e >= 0:
         n += 1
-        C += cnt[e]
-        e = out_next[e]
+        C += g.cnt[e]
+        e = g.out_next[e]
     S = 0.0
     if n > 0:
-        e = out_head[row]
+        e = g.out_head[row]
         while e >= 0:
-            S += lg(cnt[e], n, alpha, tab)
-            e = out_next[e]
-    row_n[row] = n
-    row_C[row] = C
-    row_term[row] = row_term_from(n, C, S, alpha, tab)
+            S += lg(g.cnt[e], n, alpha, tab)
+            e = g.out_next[e]
+    g.row_n[row] = n
+    g.row_C[row] = C
+    g.row_term[row] = row_term_from(n, C, S, alpha, tab)
 
 
 @njit(cache=True)
-def refresh_rows(rows, out_head, out_next, cnt, row_n, row_C, row_term, alpha, tab):
+def refresh_rows(rows, g, prior):
     """:func:`refresh_row` for every row in ``rows``."""
     for row in rows:
-        refresh_row(row, out_head, out_next, cnt, row_n, row_C, row_term, alpha, tab)
+        refresh_row(row, g, prior)
 
 
 @njit(cache=True)
-def build_lists(n_states, A1, src, act, dst, out_head, out_next, in_head, in_next):
-    """Link every edge into its row's out-list and its target's in-list (edge order kept)."""
+def build_lists(n_states, g):
+    """Link every edge of ``g`` into its row's out-list and its target's in-list (edge order kept)."""
+    A1 = g.A1
     out_tail = np.full(n_states * A1, -1, np.int64)
     in_tail = np.full(n_states, -1, np.int64)
-    for e in range(src.shape[0]):
-        row = src[e] * A1 + act[e]
-        out_next[e] = -1
+    for e in range(g.src.shape[0]):
+        row = g.src[e] * A1 + g.act[e]
+        g.out_next[e] = -1
         if out_tail[row] < 0:
-            out_head[row] = e
+            g.out_head[row] = e
         else:
-            out_next[out_tail[row]] = e
+            g.out_next[out_tail[row]] = e
         out_tail[row] = e
-        t = dst[e]
-        in_next[e] = -1
+        t = g.dst[e]
+        g.in_next[e] = -1
         if in_tail[t] < 0:
-            in_head[t] = e
+            g.in_head[t] = e
         else:
-            in_next[in_tail[t]] = e
+            g.in_next[in_tail[t]] = e
         in_tail[t] = e
 
 
 @njit(cache=True)
-def pair_delta(x, y, A1, alpha, tab, dst, act, src, cnt, out_head, out_next, in_head, in_next,
-               row_n, row_C, row_term, acc, touched, mark):
-    """Change of the log evidence and number of transitions removed if ``x`` and ``y`` merge.
+def pair_delta(x, y, g, prior, w):
+    """Change of the log evidence and number of transitions removed if ``x`` and ``y`` of pool ``g`` merge.
 
     Only the rows touched by the merge enter: the out-rows of ``x`` and ``y``
     (merged, with targets ``y`` relabelled ``x``) and the rows ``(k, a)`` of
     other states that lead to both ``x`` and ``y`` (their two entries add up).
-    ``acc`` (float, zeros) and ``mark`` (int, -1) are scratch arrays returned clean.
+    The scratch ``w`` (:class:`Scratch`) is returned clean.
     """
+    A1, alpha, tab = g.A1, prior.alpha, prior.tab
+    src, act, dst, cnt = g.src, g.act, g.dst, g.cnt
+    out_head, out_next, in_head, in_next = g.out_head, g.out_next, g.in_head, g.in_next
+    row_n, row_C, row_term = g.row_n, g.row_C, g.row_term
+    acc, touched, mark = w.acc, w.touched, w.mark
     dl = 0.0
     r = 0
     # merged out-rows
@@ -220,13 +289,18 @@ def _unlink_dead(list_id, head, nxt_of, alive_e):
 
 
 @njit(cache=True)
-def merge_states(x, y, A1, alpha, tab, src, act, dst, cnt, alive_e, out_head, out_next, in_head, in_next,
-                 row_n, row_C, row_term, mark, collapsed):
-    """Merge state ``y`` into ``x`` in place; return the number of rows of other states that collapsed.
+def merge_states(x, y, g, prior, w):
+    """Merge state ``y`` into ``x`` in the pool ``g``, in place.
 
-    ``collapsed[:k]`` receives those rows ``(s * A1 + a)``.  Returns ``(k, removed)``
-    with ``removed`` the number of transitions (edges) that disappeared.
+    ``w.collapsed[:k]`` receives the rows ``(s * A1 + a)`` of other states that
+    collapsed.  Returns ``(k, removed)`` with ``removed`` the number of
+    transitions (edges) that disappeared.
     """
+    A1 = g.A1
+    src, act, dst, cnt, alive_e = g.src, g.act, g.dst, g.cnt, g.alive
+    out_head, out_next, in_head, in_next = g.out_head, g.out_next, g.in_head, g.in_next
+    row_n, row_C, row_term = g.row_n, g.row_C, g.row_term
+    mark, collapsed = w.mark, w.collapsed
     removed = 0
     # relabel y's out-edges and append y's rows to x's rows
     for a in range(A1):
@@ -327,14 +401,17 @@ def merge_states(x, y, A1, alpha, tab, src, act, dst, cnt, alive_e, out_head, ou
             mark[src[e] * A1 + act[e]] = -1
         e = in_next[e]
     for a in range(A1):
-        refresh_row(x * A1 + a, out_head, out_next, cnt, row_n, row_C, row_term, alpha, tab)
+        refresh_row(x * A1 + a, g, prior)
     for i in range(n_col):
-        refresh_row(collapsed[i], out_head, out_next, cnt, row_n, row_C, row_term, alpha, tab)
+        refresh_row(collapsed[i], g, prior)
     return n_col, removed
 
 
 @njit(cache=True)
-def _row_best(u, pos, col, col_off, col_n, members, loc_off, local, rem, alive, lam_logq):
+def _row_best(u, pc, lam_logq):
+    """The best score of a pair of ``u`` in the cache ``pc`` and its partner (-1 none)."""
+    pos, col, col_off, col_n, members = pc.pos, pc.col, pc.col_off, pc.col_n, pc.members
+    loc_off, local, rem, alive = pc.loc_off, pc.local, pc.rem, pc.alive
     c = col[u]
     n = col_n[c]
     base = loc_off[c] + pos[u] * n
@@ -355,10 +432,11 @@ def _row_best(u, pos, col, col_off, col_n, members, loc_off, local, rem, alive, 
 
 
 @njit(cache=True)
-def _eval_pairs_of(u, done, pos, col, col_off, col_n, members, loc_off, local, rem, allowed, alive,
-                   rowbest, rowarg, lam_logq, A1, alpha, tab, src, act, dst, cnt, out_head, out_next,
-                   in_head, in_next, row_n, row_C, row_term, acc, touched, mark):
+def _eval_pairs_of(u, done, pc, lam_logq, g, prior, w):
     """Re-evaluate every pair (u, v) of u's colour (skipping v with ``done[v]``)."""
+    pos, col, col_off, col_n, members = pc.pos, pc.col, pc.col_off, pc.col_n, pc.members
+    loc_off, local, rem, allowed, alive = pc.loc_off, pc.local, pc.rem, pc.allowed, pc.alive
+    rowbest, rowarg = pc.rowbest, pc.rowarg
     c = col[u]
     n = col_n[c]
     iu = pos[u]
@@ -374,8 +452,7 @@ def _eval_pairs_of(u, done, pos, col, col_off, col_n, members, loc_off, local, r
             d = local[iuv]
             rr = rem[iuv]
         elif allowed[iuv]:
-            d, rr = pair_delta(u, v, A1, alpha, tab, dst, act, src, cnt, out_head, out_next, in_head,
-                               in_next, row_n, row_C, row_term, acc, touched, mark)
+            d, rr = pair_delta(u, v, g, prior, w)
             local[iuv] = d
             local[ivu] = d
             rem[iuv] = rr
@@ -397,10 +474,10 @@ def _eval_pairs_of(u, done, pos, col, col_off, col_n, members, loc_off, local, r
 
 
 @njit(cache=True)
-def _update_pair(u, v, pos, col, col_n, loc_off, local, rem, allowed, alive, rowbest, rowarg, lam_logq, A1,
-                 alpha, tab, src, act, dst, cnt, out_head, out_next, in_head, in_next, row_n, row_C, row_term,
-                 acc, touched, mark):
+def _update_pair(u, v, pc, lam_logq, g, prior, w):
     """Re-evaluate one pair if it is a live same-emission candidate; raise the rows' bounds. Returns 1 if evaluated."""
+    pos, col, col_n, loc_off = pc.pos, pc.col, pc.col_n, pc.loc_off
+    local, rem, allowed, alive, rowbest, rowarg = pc.local, pc.rem, pc.allowed, pc.alive, pc.rowbest, pc.rowarg
     if u == v or not alive[u] or not alive[v] or col[u] != col[v]:
         return 0
     c = col[u]
@@ -409,8 +486,7 @@ def _update_pair(u, v, pos, col, col_n, loc_off, local, rem, allowed, alive, row
     if not allowed[iuv]:
         return 0
     ivu = loc_off[c] + pos[v] * n + pos[u]
-    d, rr = pair_delta(u, v, A1, alpha, tab, dst, act, src, cnt, out_head, out_next, in_head, in_next,
-                       row_n, row_C, row_term, acc, touched, mark)
+    d, rr = pair_delta(u, v, g, prior, w)
     local[iuv] = d
     local[ivu] = d
     rem[iuv] = rr
@@ -426,30 +502,28 @@ def _update_pair(u, v, pos, col, col_n, loc_off, local, rem, allowed, alive, row
 
 
 @njit(cache=True)
-def run_merging(n_states, A1, alpha, tab, lam, log_o1, src, act, dst, cnt, alive_e, out_head, out_next,
-                in_head, in_next, row_n, row_C, row_term, emitting, col, col_off, col_n, members, pos,
-                loc_off, allowed, n_trans, max_merges, merges, deltas, stats):
-    """Greedy best-first merging until no merge raises the log posterior.
+def run_merging(g, prior, pc, w, emitting, lam, log_o1, n_trans, max_merges, merges, deltas, stats):
+    """Greedy best-first merging of the pool ``g`` until no merge raises the log posterior.
 
-    Returns the number of merges done; ``merges[k] = (kept, removed)`` and
-    ``deltas[k]`` (the log posterior change of merge k) are filled in;
-    ``stats`` receives (pair evaluations, row refreshes).
+    ``pc`` (:class:`PairCache`) arrives with ``local = -inf``, ``rem = 0``,
+    ``rowbest = -inf``, ``rowarg = -1`` and ``alive = emitting`` (the states
+    that may merge); ``n_trans`` is the number of edges.  Returns the number of
+    merges done; ``merges[k] = (kept, removed)`` and ``deltas[k]`` (the log
+    posterior change of merge k) are filled in; ``stats`` receives (pair
+    evaluations, row refreshes).
     """
-    H = n_states
-    alive = emitting.copy()
+    H = emitting.shape[0]
+    A1 = g.A1
+    src, act, dst = g.src, g.act, g.dst
+    in_head, in_next, out_head, out_next = g.in_head, g.in_next, g.out_head, g.out_next
+    col, col_off, col_n, members, pos = pc.col, pc.col_off, pc.col_n, pc.members, pc.pos
+    loc_off, allowed, local, rem = pc.loc_off, pc.allowed, pc.local, pc.rem
+    alive, rowbest, rowarg = pc.alive, pc.rowbest, pc.rowarg
+    collapsed = w.collapsed
     q = 0
     for s in range(H):
         if alive[s]:
             q += 1
-    total = loc_off[-1]
-    local = np.full(total, NEG_INF)
-    rem = np.zeros(total, np.int32)
-    acc = np.zeros(H, np.float64)
-    touched = np.zeros(H, np.int64)
-    mark = np.full(H * A1, -1, np.int64)
-    collapsed = np.zeros(src.shape[0] + 1, np.int64)
-    rowbest = np.full(H, NEG_INF)
-    rowarg = np.full(H, -1, np.int64)
     fresh = np.full(H, -1, np.int64)
     done = np.zeros(H, np.bool_)
     in_dirty = np.zeros(H, np.bool_)
@@ -468,8 +542,7 @@ def run_merging(n_states, A1, alpha, tab, lam, log_o1, src, act, dst, cnt, alive
                 if not allowed[k]:
                     continue
                 v = members[col_off[c] + j]
-                d, rr = pair_delta(u, v, A1, alpha, tab, dst, act, src, cnt, out_head, out_next, in_head,
-                                   in_next, row_n, row_C, row_term, acc, touched, mark)
+                d, rr = pair_delta(u, v, g, prior, w)
                 stats[0] += 1
                 local[k] = d
                 rem[k] = rr
@@ -478,7 +551,7 @@ def run_merging(n_states, A1, alpha, tab, lam, log_o1, src, act, dst, cnt, alive
                 rem[k2] = rr
     for s in range(H):
         if alive[s]:
-            b, a_ = _row_best(s, pos, col, col_off, col_n, members, loc_off, local, rem, alive, lam_logq)
+            b, a_ = _row_best(s, pc, lam_logq)
             rowbest[s] = b
             rowarg[s] = a_
             fresh[s] = 0
@@ -497,7 +570,7 @@ def run_merging(n_states, A1, alpha, tab, lam, log_o1, src, act, dst, cnt, alive
                     u = s
             if b == NEG_INF or fresh[u] == it:
                 break
-            b2, a2 = _row_best(u, pos, col, col_off, col_n, members, loc_off, local, rem, alive, lam_logq)
+            b2, a2 = _row_best(u, pc, lam_logq)
             stats[1] += 1
             rowbest[u] = b2
             rowarg[u] = a2
@@ -526,8 +599,7 @@ def run_merging(n_states, A1, alpha, tab, lam, log_o1, src, act, dst, cnt, alive
             pe_act[npy] = act[e]
             npy += 1
             e = in_next[e]
-        n_col, removed = merge_states(x, y, A1, alpha, tab, src, act, dst, cnt, alive_e, out_head, out_next,
-                                      in_head, in_next, row_n, row_C, row_term, mark, collapsed)
+        n_col, removed = merge_states(x, y, g, prior, w)
         alive[y] = False
         rowbest[y] = NEG_INF
         rowarg[y] = -1
@@ -564,9 +636,7 @@ def run_merging(n_states, A1, alpha, tab, lam, log_o1, src, act, dst, cnt, alive
             s_ = dirty[i]
             if alive[s_]:
                 stats[0] += col_n[col[s_]]
-                _eval_pairs_of(s_, done, pos, col, col_off, col_n, members, loc_off, local, rem, allowed,
-                               alive, rowbest, rowarg, lam_logq, A1, alpha, tab, src, act, dst, cnt, out_head,
-                               out_next, in_head, in_next, row_n, row_C, row_term, acc, touched, mark)
+                _eval_pairs_of(s_, done, pc, lam_logq, g, prior, w)
                 fresh[s_] = it
                 done[s_] = True
         # 2. pairs (u, v) with u -a-> x and v -a-> y before the merge (now one shared target)
@@ -577,10 +647,7 @@ def run_merging(n_states, A1, alpha, tab, lam, log_o1, src, act, dst, cnt, alive
             for j in range(npx, npy):
                 v = pe_src[j]
                 if pe_act[j] == pe_act[i] and emitting[v] and not done[v]:
-                    stats[0] += _update_pair(u, v, pos, col, col_n, loc_off, local, rem, allowed, alive,
-                                             rowbest, rowarg, lam_logq, A1, alpha, tab, src, act, dst, cnt,
-                                             out_head, out_next, in_head, in_next, row_n, row_C, row_term,
-                                             acc, touched, mark)
+                    stats[0] += _update_pair(u, v, pc, lam_logq, g, prior, w)
         # 3. pairs of successors of a changed row (x's merged rows, collapsed rows): new common predecessor
         for i in range(A1 + n_col):
             row = x * A1 + i if i < A1 else collapsed[i - A1]
@@ -592,10 +659,7 @@ def run_merging(n_states, A1, alpha, tab, lam, log_o1, src, act, dst, cnt, alive
                     while f >= 0:
                         v = dst[f]
                         if emitting[v] and not done[v]:
-                            stats[0] += _update_pair(u, v, pos, col, col_n, loc_off, local, rem, allowed,
-                                                     alive, rowbest, rowarg, lam_logq, A1, alpha, tab, src,
-                                                     act, dst, cnt, out_head, out_next, in_head, in_next,
-                                                     row_n, row_C, row_term, acc, touched, mark)
+                            stats[0] += _update_pair(u, v, pc, lam_logq, g, prior, w)
                         f = out_next[f]
                 e = out_next[e]
         for i in range(nd):
@@ -612,6 +676,31 @@ def run_merging(n_states, A1, alpha, tab, lam, log_o1, src, act, dst, cnt, alive
 # recursively, every pair of successors that now share (a, o) -- the determinising merge of RPNI /
 # EDSM state merging.  ``parent`` is a union-find forest without path compression (so that a fold can be
 # undone from its journal).
+
+
+class FoldModel(NamedTuple):
+    """The emission-deterministic model of the fold search (updated in place, journalled)."""
+    parent: np.ndarray    # (states,) union-find forest, no path compression
+    child: np.ndarray     # (states, A1, O1) the successor by (action, observation), -1 none
+    fcnt: np.ndarray      # (states, A1, O1) its count
+    row_term: np.ndarray  # (states * A1,) log evidence of each row as last committed
+
+
+class Journal(NamedTuple):
+    """Every write of the folds since the last commit, to undo them (:func:`undo`)."""
+    parent: np.ndarray     # states whose parent was set
+    child: np.ndarray      # flat ``child`` entries written ...
+    child_old: np.ndarray  # ... and their old values
+    count: np.ndarray      # flat ``fcnt`` entries written ...
+    count_old: np.ndarray  # ... and their old values
+    length: np.ndarray     # (3,) entries in use: [parent, child, count]
+
+
+class FoldScratch(NamedTuple):
+    """Work arrays of :func:`fold`."""
+    stack: np.ndarray    # (E + 1, 2) pairs still to fold
+    touched: np.ndarray  # (states * A1,) rows whose terms changed
+    mark: np.ndarray     # (states * A1,) -1
 
 
 @njit(cache=True)
@@ -641,14 +730,17 @@ def _fold_row_term(s, a, fcnt, alpha, tab):
 
 
 @njit(cache=True)
-def fold(m, u, parent, child, fcnt, row_term, alpha, tab, stack, jp, jc, jcv, jf, jfv, jlen, touched, mark):
-    """Fold state ``u`` into ``m`` (both representatives); journal every write.
+def fold(m, u, fm, prior, jr, w):
+    """Fold state ``u`` into ``m`` (both representatives) in ``fm``; journal every write in ``jr``.
 
     Returns ``(states removed, transitions removed, change of the log evidence, n touched rows)``;
-    ``row_term`` is *not* updated (see :func:`commit_rows`), ``touched[:k]`` lists the rows (s * A1 + a)
-    whose terms changed (a removed state's rows included), ``mark`` (-1) is restored.
-    ``jlen`` = [parent writes, child writes, count writes] positions in the journals.
+    ``fm.row_term`` is *not* updated (see :func:`commit_rows`), ``w.touched[:k]`` lists the rows
+    (s * A1 + a) whose terms changed (a removed state's rows included), ``w.mark`` (-1) is restored.
     """
+    parent, child, fcnt, row_term = fm.parent, fm.child, fm.fcnt, fm.row_term
+    alpha, tab = prior.alpha, prior.tab
+    jp, jc, jcv, jf, jfv, jlen = jr.parent, jr.child, jr.child_old, jr.count, jr.count_old, jr.length
+    stack, touched, mark = w.stack, w.touched, w.mark
     A1 = child.shape[1]
     O1 = child.shape[2]
     n_removed = 0
@@ -715,8 +807,10 @@ def fold(m, u, parent, child, fcnt, row_term, alpha, tab, stack, jp, jc, jcv, jf
 
 
 @njit(cache=True)
-def undo(parent, child, fcnt, jp, jc, jcv, jf, jfv, jlen, base):
-    """Roll the journals back to the positions ``base`` (as ``jlen`` was before the folds)."""
+def undo(fm, jr, base):
+    """Roll ``fm`` back to the journal positions ``base`` (as ``jr.length`` was before the folds)."""
+    parent, child, fcnt = fm.parent, fm.child, fm.fcnt
+    jp, jc, jcv, jf, jfv, jlen = jr.parent, jr.child, jr.child_old, jr.count, jr.count_old, jr.length
     A1 = child.shape[1]
     O1 = child.shape[2]
     for i in range(jlen[2] - 1, base[2] - 1, -1):
@@ -733,31 +827,36 @@ def undo(parent, child, fcnt, jp, jc, jcv, jf, jfv, jlen, base):
 
 
 @njit(cache=True)
-def init_fold_rows(fcnt, row_term, alpha, tab):
+def init_fold_rows(fm, prior):
+    """Every row's log evidence into ``fm.row_term``."""
+    fcnt, row_term = fm.fcnt, fm.row_term
     A1 = fcnt.shape[1]
     for s in range(fcnt.shape[0]):
         for a in range(A1):
-            row_term[s * A1 + a] = _fold_row_term(s, a, fcnt, alpha, tab)
+            row_term[s * A1 + a] = _fold_row_term(s, a, fcnt, prior.alpha, prior.tab)
 
 
 @njit(cache=True)
-def commit_rows(touched, nt, fcnt, row_term, alpha, tab):
+def commit_rows(touched, nt, fm, prior):
+    """The log evidence of the rows ``touched[:nt]`` into ``fm.row_term``."""
+    fcnt, row_term = fm.fcnt, fm.row_term
     A1 = fcnt.shape[1]
     for i in range(nt):
         r = touched[i]
-        row_term[r] = _fold_row_term(r // A1, r % A1, fcnt, alpha, tab)
+        row_term[r] = _fold_row_term(r // A1, r % A1, fcnt, prior.alpha, prior.tab)
 
 
 @njit(cache=True)
-def run_folds(root, emission, parent, child, fcnt, row_term, alpha, tab, lam, log_o1, q, n_trans, stack,
-              jp, jc, jcv, jf, jfv, touched, mark, merges, gains):
-    """Evidence-driven blue-fringe search with determinising folds.
+def run_folds(root, emission, fm, prior, jr, w, lam, log_o1, q, n_trans, merges, gains):
+    """Evidence-driven blue-fringe search with determinising folds of ``fm`` (``jr.length`` zeros).
 
     Red states start as {root}; blue states are the successors of red states that are not red.  The blue
     state with the largest count (the most evidence) is folded into the red state of its emission whose
     fold raises the log posterior most; if none does, it becomes red.  Returns (pair merges, folds);
     ``merges[k] = (kept, removed)``, ``gains[j]`` the log posterior change of fold j.
     """
+    parent, child, fcnt = fm.parent, fm.child, fm.fcnt
+    jp, jlen = jr.parent, jr.length
     H = parent.shape[0]
     A1 = child.shape[1]
     O1 = child.shape[2]
@@ -769,7 +868,6 @@ def run_folds(root, emission, parent, child, fcnt, row_term, alpha, tab, lam, lo
     incount = np.zeros(H)
     stamp = np.full(H, -1, np.int64)  # incount[c] counts for this step only when stamp[c] == step
     step = 0
-    jlen = np.zeros(3, np.int64)
     base = np.zeros(3, np.int64)
     n_merges = 0
     n_folds = 0
@@ -804,12 +902,11 @@ def run_folds(root, emission, parent, child, fcnt, row_term, alpha, tab, lam, lo
             if emission[r] != emission[b]:
                 continue
             base[:] = jlen
-            nrem, rrem, dl, nt = fold(r, b, parent, child, fcnt, row_term, alpha, tab, stack, jp, jc, jcv, jf,
-                                      jfv, jlen, touched, mark)
+            nrem, rrem, dl, nt = fold(r, b, fm, prior, jr, w)
             q2 = q - nrem
             t2 = n_trans - rrem
             gain = dl - lam * (t2 * math.log(q2 + 1.0) - n_trans * math.log(q + 1.0) + (q2 - q) * log_o1)
-            undo(parent, child, fcnt, jp, jc, jcv, jf, jfv, jlen, base)
+            undo(fm, jr, base)
             if gain > best_gain:
                 best_gain = gain
                 best_r = r
@@ -819,9 +916,8 @@ def run_folds(root, emission, parent, child, fcnt, row_term, alpha, tab, lam, lo
             n_red += 1
             continue
         start = jlen[0]
-        nrem, rrem, dl, nt = fold(best_r, b, parent, child, fcnt, row_term, alpha, tab, stack, jp, jc, jcv, jf,
-                                  jfv, jlen, touched, mark)
-        commit_rows(touched, nt, fcnt, row_term, alpha, tab)
+        nrem, rrem, dl, nt = fold(best_r, b, fm, prior, jr, w)
+        commit_rows(w.touched, nt, fm, prior)
         for i in range(start, jlen[0]):
             y = jp[i]
             merges[n_merges, 0] = parent[y]

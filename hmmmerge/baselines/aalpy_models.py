@@ -29,7 +29,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._estimator import Estimator
-from .._validation import alphabet_sizes, check_float
+from .._validation import Float, Options, alphabet_sizes
 from ..trajectories import Trajectories
 
 __all__ = ["RPNIModel", "AlergiaModel", "rpni_data", "alergia_data", "moore_to_hmm", "mdp_to_hmm", "RESET"]
@@ -187,6 +187,8 @@ class RPNIModel(Estimator):
     (3, 4)
     """
 
+    _parameter_constraints = {"algorithm": Options("gsm", "classic")}
+
     def __init__(self, algorithm: str = "gsm"):
         self.algorithm = algorithm
 
@@ -194,8 +196,7 @@ class RPNIModel(Estimator):
         """Learn a Moore machine from the labelled prefixes of ``traj`` (ValueError if they conflict)."""
         from aalpy.learning_algs import run_RPNI
 
-        if self.algorithm not in ("gsm", "classic"):
-            raise ValueError(f"algorithm must be 'gsm' or 'classic', got {self.algorithm!r}")
+        self._validate_params()
         self.n_obs_, self.n_actions_ = _check_fit_args(traj, n_obs, n_actions)
         problem = _rpni_consistent(traj)
         if problem:
@@ -205,8 +206,7 @@ class RPNIModel(Estimator):
 
     def to_hmm(self):
         """The learned machine as an ``ActionHMM`` (see :func:`moore_to_hmm`)."""
-        if not hasattr(self, "automaton_"):
-            raise ValueError("RPNIModel is not fitted: call fit(traj) first")
+        self._check_fitted("automaton_")
         return moore_to_hmm(self.automaton_, self.n_obs_, self.n_actions_)
 
 
@@ -225,6 +225,8 @@ class AlergiaModel(Estimator):
     (3, 4)
     """
 
+    _parameter_constraints = {"eps": Float(0, 1, low_open=True)}
+
     def __init__(self, eps: float = 0.05):
         self.eps = eps
 
@@ -232,13 +234,12 @@ class AlergiaModel(Estimator):
         """Learn an MDP from the episodes of ``traj``."""
         from aalpy.learning_algs import run_Alergia
 
-        eps = check_float(self.eps, "eps", low=0.0, low_open=True, high=1.0)
+        self._validate_params()
         self.n_obs_, self.n_actions_ = _check_fit_args(traj, n_obs, n_actions)
-        self.automaton_ = run_Alergia(alergia_data(traj), "mdp", eps=eps, print_info=False)
+        self.automaton_ = run_Alergia(alergia_data(traj), "mdp", eps=float(self.eps), print_info=False)
         return self
 
     def to_hmm(self):
         """The learned MDP as an ``ActionHMM`` (see :func:`mdp_to_hmm`)."""
-        if not hasattr(self, "automaton_"):
-            raise ValueError("AlergiaModel is not fitted: call fit(traj) first")
+        self._check_fitted("automaton_")
         return mdp_to_hmm(self.automaton_, self.n_obs_, self.n_actions_)

@@ -677,19 +677,8 @@ def _search(emission, src, act, dst, cnt, n_obs, n_actions, alpha, lam, tab, pai
 
     H, O = len(emission), n_obs
     A1, Hs = n_actions + 2, H + 2
-    src, act, dst = (np.array(v, dtype=np.int64) for v in (src, act, dst))
-    cnt = np.array(cnt, dtype=np.float64)
-    E0 = len(src)
-    alive_e = np.ones(E0, dtype=np.bool_)
-    out_head = np.full(Hs * A1, -1, np.int64)
-    out_next = np.full(E0, -1, np.int64)
-    in_head = np.full(Hs, -1, np.int64)
-    in_next = np.full(E0, -1, np.int64)
-    K.build_lists(Hs, A1, src, act, dst, out_head, out_next, in_head, in_next)
-    row_n = np.zeros(Hs * A1, np.int64)
-    row_C = np.zeros(Hs * A1)
-    row_term = np.zeros(Hs * A1)
-    K.refresh_rows(np.unique(src * A1 + act), out_head, out_next, cnt, row_n, row_C, row_term, alpha, tab)
+    g, prior = _pool(Hs, A1, src, act, dst, cnt, alpha, tab)
+    E0 = len(g.src)
     emitting = np.zeros(Hs, dtype=np.bool_)
     emitting[:H] = True
     col = np.concatenate([emission, [0, 0]]).astype(np.int64)
@@ -710,16 +699,40 @@ def _search(emission, src, act, dst, cnt, n_obs, n_actions, alpha, lam, tab, pai
         c = emission[a]
         allowed[loc_off[c] + pos[a] * col_n[c] + pos[b]] = True
         allowed[loc_off[c] + pos[b] * col_n[c] + pos[a]] = True
+    pc = K.PairCache(col=col, col_off=col_off, col_n=col_n, members=order.astype(np.int64), pos=pos,
+                     loc_off=loc_off, allowed=allowed, local=np.full(loc_off[-1], -np.inf),
+                     rem=np.zeros(loc_off[-1], np.int32), alive=emitting.copy(), rowbest=np.full(Hs, -np.inf),
+                     rowarg=np.full(Hs, -1, np.int64))
     merges = np.zeros((max(min(max_merges, H), 1), 2), np.int64)
     gains = np.zeros(len(merges))
     stats = np.zeros(2, np.int64)
-    n_done = K.run_merging(
-        Hs, A1, alpha, tab, lam, float(np.log(O + 1)), src, act, dst, cnt, alive_e, out_head, out_next,
-        in_head, in_next, row_n, row_C, row_term, emitting, col, col_off, col_n, order.astype(np.int64), pos,
-        loc_off, allowed, E0, max_merges, merges, gains, stats,
-    )
-    k = alive_e
-    return merges[:n_done].copy(), gains[:n_done].copy(), (src[k], act[k], dst[k], cnt[k]), stats
+    n_done = K.run_merging(g, prior, pc, _scratch(Hs, A1, E0), emitting, lam, float(np.log(O + 1)), E0, max_merges,
+                           merges, gains, stats)
+    k = g.alive
+    return merges[:n_done].copy(), gains[:n_done].copy(), (g.src[k], g.act[k], g.dst[k], g.cnt[k]), stats
+
+
+def _pool(n_states, A1, src, act, dst, cnt, alpha, tab):
+    """The kernels' edge :class:`~._bfmm_kernels.Pool` (edges copied, lists and row caches built) and prior."""
+    from . import _bfmm_kernels as K
+
+    src, act, dst = (np.array(v, dtype=np.int64) for v in (src, act, dst))
+    E0, R = len(src), n_states * A1
+    g = K.Pool(A1=A1, src=src, act=act, dst=dst, cnt=np.array(cnt, dtype=np.float64),
+               alive=np.ones(E0, dtype=np.bool_), out_head=np.full(R, -1, np.int64), out_next=np.full(E0, -1, np.int64),
+               in_head=np.full(n_states, -1, np.int64), in_next=np.full(E0, -1, np.int64),
+               row_n=np.zeros(R, np.int64), row_C=np.zeros(R), row_term=np.zeros(R))
+    prior = K.Prior(float(alpha), tab)
+    K.build_lists(n_states, g)
+    K.refresh_rows(np.unique(src * A1 + act), g, prior)
+    return g, prior
+
+
+def _scratch(n_states, A1, n_edges):
+    from . import _bfmm_kernels as K
+
+    return K.Scratch(acc=np.zeros(n_states), touched=np.zeros(n_states, np.int64),
+                     mark=np.full(n_states * A1, -1, np.int64), collapsed=np.zeros(n_edges + 1, np.int64))
 
 
 #: Entries of the fold search's dense successor table (states x actions x observations) above which it is refused.
@@ -744,19 +757,20 @@ def _fold_search(model: InitialModel, alpha: float, lam: float):
     fcnt = np.zeros((H + 2, A1, O1))
     child[model.src, model.act, obs_of[model.dst]] = model.dst
     fcnt[model.src, model.act, obs_of[model.dst]] = model.count
-    tab = _lgamma_table(alpha, model.count.sum())
-    row_term = np.zeros((H + 2) * A1)
-    K.init_fold_rows(fcnt, row_term, alpha, tab)
+    prior = K.Prior(float(alpha), _lgamma_table(alpha, model.count.sum()))
+    R = (H + 2) * A1
+    fm = K.FoldModel(parent=np.arange(H + 2, dtype=np.int64), child=child, fcnt=fcnt, row_term=np.zeros(R))
+    K.init_fold_rows(fm, prior)
     E = len(model.src)
-    parent = np.arange(H + 2, dtype=np.int64)
+    journal = K.Journal(parent=np.zeros(H + 2, np.int64), child=np.zeros(E + 1, np.int64),
+                        child_old=np.zeros(E + 1, np.int64), count=np.zeros(2 * E + 2, np.int64),
+                        count_old=np.zeros(2 * E + 2), length=np.zeros(3, np.int64))
+    scratch = K.FoldScratch(stack=np.zeros((E + 1, 2), np.int64), touched=np.zeros(R, np.int64),
+                            mark=np.full(R, -1, np.int64))
     merges = np.zeros((H, 2), np.int64)
     gains = np.zeros(H)
-    n_merges, n_folds = K.run_folds(
-        H, emission, parent, child, fcnt, row_term, alpha, tab, lam, float(np.log(O + 1)), H, E,
-        np.zeros((E + 1, 2), np.int64), np.zeros(H + 2, np.int64), np.zeros(E + 1, np.int64),
-        np.zeros(E + 1, np.int64), np.zeros(2 * E + 2, np.int64), np.zeros(2 * E + 2), np.zeros((H + 2) * A1, np.int64),
-        np.full((H + 2) * A1, -1, np.int64), merges, gains,
-    )
+    n_merges, n_folds = K.run_folds(H, emission, fm, prior, journal, scratch, lam, float(np.log(O + 1)), H, E,
+                                    merges, gains)
     return merges[:n_merges].copy(), gains[:n_folds].copy(), np.array([n_folds, 0])
 
 
@@ -792,61 +806,38 @@ def _representatives(H: int, merges: np.ndarray) -> np.ndarray:
 
 
 class _Workspace:
-    """The kernels' count bookkeeping for one initial model, driven from Python (tests, inspection)."""
+    """The kernels' edge :class:`~._bfmm_kernels.Pool` (edges copied, lists and row caches built) and prior."""
 
     def __init__(self, model: InitialModel, prior_weight: float = 1.0):
         from . import _bfmm_kernels as K
 
         self.K = K
         self.model = model
-        self.alpha = float(prior_weight)
         H, A1 = model.n_states, model.n_actions + 2
         self.H, self.A1 = H, A1
-        Hs = H + 2
-        self.src, self.act, self.dst = model.src.copy(), model.act.copy(), model.dst.copy()
-        self.cnt = model.count.astype(np.float64).copy()
-        E0 = len(self.src)
-        self.alive_e = np.ones(E0, dtype=np.bool_)
-        self.out_head = np.full(Hs * A1, -1, np.int64)
-        self.out_next = np.full(E0, -1, np.int64)
-        self.in_head = np.full(Hs, -1, np.int64)
-        self.in_next = np.full(E0, -1, np.int64)
-        K.build_lists(Hs, A1, self.src, self.act, self.dst, self.out_head, self.out_next, self.in_head,
-                      self.in_next)
-        self.row_n = np.zeros(Hs * A1, np.int64)
-        self.row_C = np.zeros(Hs * A1)
-        self.row_term = np.zeros(Hs * A1)
-        self.tab = K.lgamma_table(self.alpha, self.cnt.sum())
-        K.refresh_rows(np.unique(self.src * A1 + self.act), self.out_head, self.out_next, self.cnt, self.row_n,
-                       self.row_C, self.row_term, self.alpha, self.tab)
-        self.acc = np.zeros(Hs)
-        self.touched = np.zeros(Hs, np.int64)
-        self.mark = np.full(Hs * A1, -1, np.int64)
-        self.collapsed = np.zeros(E0 + 1, np.int64)
+        tab = K.lgamma_table(float(prior_weight), model.count.sum())
+        self.pool, self.prior = _pool(H + 2, A1, model.src, model.act, model.dst, model.count, prior_weight, tab)
+        self.scratch = _scratch(H + 2, A1, len(model.src))
         self.alive = np.ones(H, dtype=bool)
 
     def delta(self, x: int, y: int):
         """(change of the log evidence, transitions removed) if x and y merge."""
-        return self.K.pair_delta(x, y, self.A1, self.alpha, self.tab, self.dst, self.act, self.src, self.cnt,
-                                 self.out_head, self.out_next, self.in_head, self.in_next, self.row_n,
-                                 self.row_C, self.row_term, self.acc, self.touched, self.mark)
+        return self.K.pair_delta(x, y, self.pool, self.prior, self.scratch)
 
     def merge(self, x: int, y: int) -> int:
         """Merge y into x; returns the number of transitions removed."""
-        _, removed = self.K.merge_states(x, y, self.A1, self.alpha, self.tab, self.src, self.act, self.dst, self.cnt,
-                                         self.alive_e, self.out_head, self.out_next, self.in_head,
-                                         self.in_next, self.row_n, self.row_C, self.row_term, self.mark,
-                                         self.collapsed)
+        _, removed = self.K.merge_states(x, y, self.pool, self.prior, self.scratch)
         self.alive[y] = False
         return removed
 
     def edges(self):
         """Alive edges (src, act, dst, count), sorted."""
-        k = self.alive_e
-        s, a, d, c = self.src[k], self.act[k], self.dst[k], self.cnt[k]
+        g = self.pool
+        k = g.alive
+        s, a, d, c = g.src[k], g.act[k], g.dst[k], g.cnt[k]
         o = np.lexsort((d, a, s))
         return s[o], a[o], d[o], c[o]
 
     def evidence(self) -> float:
         """Sum of the cached row terms."""
-        return float(self.row_term.sum())
+        return float(self.pool.row_term.sum())

@@ -31,7 +31,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._estimator import Estimator
-from .._validation import alphabet_sizes, check_float, check_int
+from .._validation import Float, Int, alphabet_sizes
 from ..trajectories import Trajectories
 
 __all__ = ["ContextModel"]
@@ -63,6 +63,8 @@ class ContextModel(Estimator):
     (True, 4, 5)
     """
 
+    _parameter_constraints = {"order": Int(1), "pseudocount": Float(0)}
+
     def __init__(self, order: int = 4, pseudocount: float = 0.0):
         self.order = order
         self.pseudocount = pseudocount
@@ -78,12 +80,13 @@ class ContextModel(Estimator):
         >>> m.n_contexts_, m.context_lengths_.tolist()   # all 4 single pairs + (-1,0)(0,1) + (0,1)(0,0)
         (6, [1, 1, 1, 1, 2, 2])
         """
+        self._validate_params()
         if not isinstance(traj, Trajectories):
             raise TypeError(f"traj must be a Trajectories, got {type(traj).__name__}")
         if traj.n_episodes == 0:
             raise ValueError("traj holds no episodes: nothing to fit")
-        k = check_int(self.order, "order", low=1)
-        self._pseudocount = check_float(self.pseudocount, "pseudocount", low=0.0)
+        k = int(self.order)
+        self._pseudocount = float(self.pseudocount)
         obs, act = traj.obs, traj.actions
         n_obs, n_actions = alphabet_sizes(obs, act, n_obs, n_actions)
         O, A = int(n_obs), int(n_actions)
@@ -138,10 +141,6 @@ class ContextModel(Estimator):
         self._hmm = None
         return self
 
-    def _check_fitted(self) -> None:
-        if not hasattr(self, "contexts_"):
-            raise ValueError("ContextModel is not fitted: call fit(traj) first")
-
     def _lookup(self, codes: np.ndarray) -> np.ndarray:
         """Index of each code among the contexts, -1 where it is not one."""
         ctx = self.contexts_
@@ -160,7 +159,7 @@ class ContextModel(Estimator):
         """
         from ..hmm import ActionHMM
 
-        self._check_fitted()
+        self._check_fitted("contexts_")
         if self._hmm is not None:
             return self._hmm
         O, A, k, R, pc = self.n_obs_, self.n_actions_, self._order, self._base, self._pseudocount

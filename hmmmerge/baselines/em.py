@@ -30,6 +30,21 @@ from ..trajectories import Trajectories
 __all__ = ["CloneHMM"]
 
 
+def _check_n_clones(value, name: str) -> None:
+    """An integer >= 1, or a 1-D integer array (one count per observation) of values >= 1."""
+    nc = np.asarray(value)
+    if nc.ndim == 0:
+        if not np.issubdtype(nc.dtype, np.integer) or isinstance(value, bool):
+            raise ValueError(f"{name} must be an integer or an int array, got {value!r}")
+    elif nc.ndim == 1:
+        if nc.size and not np.issubdtype(nc.dtype, np.integer):
+            raise ValueError(f"{name} must hold integers, got dtype {nc.dtype}")
+    else:
+        raise ValueError(f"{name} must be an integer or a 1-D array, got shape {nc.shape}")
+    if (nc < 1).any():
+        raise ValueError(f"{name} must be >= 1 for every observation, got {int(nc.min())}")
+
+
 class CloneHMM(ModelLearner):
     """Action-conditioned clone-structured HMM learned by EM (Baum-Welch).
 
@@ -113,27 +128,19 @@ class CloneHMM(ModelLearner):
         self.n_init = n_init
 
     # ------------------------------------------------------------ validation
-    # n_clones (an int or one count per observation) is checked against the data by _clone_counts
+    # n_clones' length is checked against the data's alphabet by _clone_counts
     _parameter_constraints = {
-        "n_iter": Int(0), "n_viterbi_iter": Int(0), "n_init": Int(1), "pseudocount": Float(0), "tol": Float(0),
-        "viterbi_pseudocount": Float(0, none=True), "viterbi_refine": Bool(), "seed": check_seed,
+        "n_clones": _check_n_clones, "n_iter": Int(0), "n_viterbi_iter": Int(0), "n_init": Int(1),
+        "pseudocount": Float(0), "tol": Float(0), "viterbi_pseudocount": Float(0, none=True),
+        "viterbi_refine": Bool(), "seed": check_seed,
     }
 
     def _clone_counts(self, n_obs: int) -> np.ndarray:
         nc = np.asarray(self.n_clones)
         if nc.ndim == 0:
-            if not np.issubdtype(nc.dtype, np.integer) or isinstance(self.n_clones, bool):
-                raise ValueError(f"n_clones must be an integer or an int array, got {self.n_clones!r}")
-            nc = np.full(n_obs, int(nc), dtype=np.int64)
-        elif nc.ndim == 1:
-            if nc.size and not np.issubdtype(nc.dtype, np.integer):
-                raise ValueError(f"n_clones must hold integers, got dtype {nc.dtype}")
-            if nc.shape[0] != n_obs:
-                raise ValueError(f"n_clones has {nc.shape[0]} entries but there are n_obs={n_obs} observations")
-        else:
-            raise ValueError(f"n_clones must be an integer or a 1-D array, got shape {nc.shape}")
-        if (nc < 1).any():
-            raise ValueError(f"n_clones must be >= 1 for every observation, got {int(nc.min())}")
+            return np.full(n_obs, int(nc), dtype=np.int64)
+        if nc.shape[0] != n_obs:
+            raise ValueError(f"n_clones has {nc.shape[0]} entries but there are n_obs={n_obs} observations")
         return nc.astype(np.int64)
 
     def _sequence(self, traj, n_obs=None, n_actions=None):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._estimator import ModelLearner
-from .._validation import alphabet_sizes, as_trajectories, check_float
+from .._validation import Float, alphabet_sizes, as_trajectories
 from ..hmm import ActionHMM
 
 __all__ = ["FirstOrderModel"]
@@ -45,6 +45,8 @@ class FirstOrderModel(ModelLearner):
     (5, 4, 5)
     """
 
+    _parameter_constraints = {"pseudocount": Float(0)}
+
     def __init__(self, pseudocount: float = 0.0):
         self.pseudocount = pseudocount
 
@@ -63,7 +65,7 @@ class FirstOrderModel(ModelLearner):
         >>> fo.counts_[0].tolist()
         [[0.0, 1.0], [1.0, 0.0]]
         """
-        check_float(self.pseudocount, "pseudocount", low=0)
+        self._validate_params()
         traj = as_trajectories(traj)
         obs, act = traj.obs, traj.actions
         O, A = alphabet_sizes(obs, act, n_obs, n_actions)

@@ -8,6 +8,13 @@ from .._validation import as_trajectories, check_symbols
 __all__ = ["Oracle"]
 
 
+def _check_env(env, name: str) -> None:
+    if env is None:
+        raise ValueError(f"the oracle is the true world: pass {name}=")
+    if not hasattr(env, "to_hmm") or not hasattr(env, "n_obs"):
+        raise TypeError(f"{name} must be an Environment, got {type(env).__name__}")
+
+
 class Oracle(Estimator):
     """The true world's :class:`~hmmmerge.hmm.ActionHMM` (``env.to_hmm()``); ``fit`` learns nothing.
 
@@ -21,14 +28,10 @@ class Oracle(Estimator):
     9
     """
 
+    _parameter_constraints = {"env": _check_env}
+
     def __init__(self, env):
         self.env = env
-
-    def _validate_params(self) -> None:
-        if self.env is None:
-            raise ValueError("the oracle is the true world: pass env=")
-        if not hasattr(self.env, "to_hmm") or not hasattr(self.env, "n_obs"):
-            raise TypeError(f"env must be an Environment, got {type(self.env).__name__}")
 
     def fit(self, traj=None, n_obs: int | None = None, n_actions: int | None = None) -> "Oracle":
         """Check that ``traj`` (optional) is in the world's alphabet; the model is the world itself."""
