@@ -145,9 +145,7 @@ class FoldMerger(ExactFold):
         for r in [r for r in self._reds if self._colour[r] == self._colour[b]]:
             if (b, r) in clashes:
                 continue
-            mark = len(self._journal)
-            ev = self._fold(r, b)
-            self._rollback(mark)
+            ev = self._try(r, b)
             if ev is None:
                 clashes.add((b, r))
                 continue

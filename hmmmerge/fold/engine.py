@@ -287,6 +287,13 @@ class Engine(Estimator):
     def _joined(self, x: int, y: int) -> None:
         """Bookkeeping of a member when ``y`` joins ``x`` in a fold (before the journal row is written)."""
 
+    def _try(self, r: int, b: int):
+        """The evidence of folding ``b`` into ``r`` (None: refuted), the fold taken back."""
+        mark = len(self._journal)
+        evidence = self._fold(r, b)
+        self._rollback(mark)
+        return evidence
+
     def _promote(self, b: int) -> None:
         self._red[b] = True
         self._reds.append(b)

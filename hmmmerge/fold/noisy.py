@@ -408,12 +408,6 @@ class StatisticalFoldMerger(Engine):
                 F[c] = _log_marginal(c, self._log_pi, self._L)
         return F[xy] - F[x] - F[y]
 
-    def _try(self, r: int, b: int) -> float | None:
-        mark = len(self._journal)
-        s = self._fold(r, b)
-        self._rollback(mark)
-        return s
-
     def _blues(self) -> list[int]:
         """Non-red blocks that a red block leads to, most visits first."""
         out = set()
@@ -524,9 +518,7 @@ class StatisticalFoldMerger(Engine):
                 stale = {b: stale.get(b, 0) + 1 for b in waiting}
                 promote = [b for b in waiting if stale[b] > self.patience or not changed]
                 for b in promote:
-                    self._red[b] = True
-                    self._reds.append(b)
-                    self._journal.append((RED, b))
+                    self._promote(b)
                 changed = changed or bool(promote)
                 decisions += len(promote)
             if not changed:
