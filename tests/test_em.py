@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from hmmmerge import Environment, Trajectories, random_walk
 from hmmmerge.baselines import _em_kernels as K
-from hmmmerge.baselines.em import CloneHMM, _Data, em_step
+from hmmmerge.baselines.em import CloneHMM, _Data, clone_surprise, em_step, split_clone
 
 
 # ----------------------------------------------------------------- helpers
@@ -336,6 +336,8 @@ def test_recovers_aliased_cycle():
         ({"n_init": 0}, "n_init"),
         ({"viterbi_pseudocount": -1.0}, "viterbi_pseudocount"),
         ({"seed": [1, -2]}, "seed"),
+        ({"split_rounds": -1}, "split_rounds"),
+        ({"split_surprise": -1.0}, "split_surprise"),
     ],
 )
 def test_bad_parameters_raise(kwargs, field):
@@ -375,3 +377,62 @@ def test_bad_n_clones_refused_by_fit_naming_it(bad, message):
     m = CloneHMM(n_clones=bad, n_iter=1)   # the constructor only stores it
     with pytest.raises(ValueError, match=f"n_clones .*{message}"):
         m.fit(traj, n_obs=2)
+
+
+# ----------------------------------------------------------------- clone splitting
+@pytest.mark.parametrize("seed", range(4))
+def test_splitting_an_unused_clone_keeps_the_likelihood(seed):
+    """Brute force over every hidden path: a split clone and its copy explain the data exactly as the one
+    clone did (the copy had no incoming transition and no start mass)."""
+    rng = np.random.default_rng(seed)
+    n_clones, n_actions = [3, 2], 2
+    T, B = random_clone_parameters(rng, n_clones, n_actions)
+    E = emission(n_clones, 2)
+    T[:, :, 2] = 0.0  # clone 2 (of view 0) is unreachable
+    T /= T.sum(axis=2, keepdims=True)
+    B[2] = 0.0
+    B /= B.sum()
+    obs, acts = random_episodes(rng, 2, n_actions, [5])
+    before = brute_force(T, B, E, obs[0], acts[0])[0]
+    T2, B2 = T.copy(), B.copy()
+    split_clone(T2, B2, 0, 2, rng.random((n_actions, 5)), 0.3)
+    assert np.allclose(T2.sum(axis=2), 1.0) and B2.sum() == pytest.approx(1.0)
+    assert T2[:, :, 2].sum() > 0 and B2[2] > 0  # the copy is used
+    assert brute_force(T2, B2, E, obs[0], acts[0])[0] == pytest.approx(before, rel=1e-12)
+
+
+def _grid_walks():
+    from hmmmerge import gridworld
+
+    env = gridworld(6, 6, n_colours=6, seed=1)
+    return env, random_walk(env, 150, 30, seed=1)
+
+
+def test_clone_surprise_flags_a_clone_standing_for_two_places():
+    env, walks = _grid_walks()
+    em = CloneHMM(n_clones=12, n_iter=60, seed=1).fit(walks)
+    data = _Data(K, *em._sequence(walks, em.n_obs_, em.n_actions_)[:2], em.n_clones_)
+    surprise, occupancy = clone_surprise(data, em.T_, em.B_)
+    assert occupancy.sum() == pytest.approx(walks.obs.size)
+    h = int(surprise.argmax())
+    assert surprise[h] > 20
+    places = np.bincount(walks.states.ravel()[em.decode(walks)[1].ravel() == h], minlength=env.n_states)
+    assert (places > 0).sum() >= 2 and np.sort(places)[-2] >= 5  # the most surprising clone is two places
+
+
+def test_split_rounds_separate_the_places_and_raise_the_likelihood():
+    env, walks = _grid_walks()
+    plain = CloneHMM(n_clones=12, n_iter=60, seed=1).fit(walks)
+    split = CloneHMM(n_clones=12, n_iter=60, seed=1, split_rounds=2).fit(walks)
+    assert plain.split_log_.shape == (0, 2) and split.split_log_.shape[0] >= 1
+    assert split.log_likelihood_ > plain.log_likelihood_ + 40  # was -111 nats, -58 after one split
+
+    def mixed(model):  # decoded steps not on their clone's most frequent place
+        states, path = walks.states.ravel(), model.decode(walks)[1].ravel()
+        counts = np.zeros((model.n_states_, env.n_states))
+        np.add.at(counts, (path, states), 1)
+        return int((counts.sum(axis=1) - counts.max(axis=1)).sum())
+
+    assert mixed(plain) >= 60 and mixed(split) < 0.6 * mixed(plain)  # 90 -> 48: a clone of 3 places split
+    unsplit = CloneHMM(n_clones=12, n_iter=60, seed=1, split_rounds=2, split_surprise=1e9).fit(walks)
+    assert np.array_equal(unsplit.T_, plain.T_) and unsplit.split_log_.shape == (0, 2)

@@ -378,3 +378,44 @@ def test_a_tiny_probability_of_arriving_is_not_lost_to_convergence():
     model = ActionHMM(T, np.array([[0, 1, 0], [1, 0, 0]]), [1.0, 0.0])
     p = plan(model, [1.0, 0.0], 0, horizon=1)
     assert p.probability == 1e-300 and p.actions.tolist() == [0]
+
+
+# --------------------------------------------------------------------------- tolerance
+def _leaky_forward_ring():
+    """A ring of 6 (action 0 forward, 1 back), goal colour 2 two moves forward and four back; the map's forward
+    moves from states 0 and 1 fail (stay) with probability 0.02, so going back (4 sure moves) is the most
+    probable way to arrive within 4 moves: forward misses when fewer than 2 of 4 tries succeed,
+    0.02**4 + 4 * 0.98 * 0.02**3 = 3.15e-5."""
+    env = cycle_world(6, n_colours=6)
+    T = env.to_hmm().to_dense().T.copy()
+    for s in (0, 1):
+        T[0, s] = 0.0
+        T[0, s, s + 1], T[0, s, s] = 0.98, 0.02
+    return env, ActionHMM(T, np.eye(6), np.full(6, 1 / 6))
+
+
+def test_tolerance_trades_a_hair_of_probability_for_the_shorter_route():
+    env, leaky = _leaky_forward_ring()
+    miss = 0.02 ** 4 + 4 * 0.98 * 0.02 ** 3
+    forward = plan(without_transitions(leaky, [(0, 1)]), _onehot(6, 0), 2, horizon=4)  # back made impossible
+    assert forward.actions.tolist() == [0, 0] and forward.probability == pytest.approx(1 - miss, abs=1e-12)
+    assert plan(leaky, _onehot(6, 0), 2, horizon=4).actions.tolist() == [1, 1, 1, 1]
+    strict = navigate(env, leaky, pairs=[(0, 2)], warmup=0, tolerance=0.0, keep_paths=True)
+    assert strict.steps[0] == 4 and strict.paths[0] == [0, 5, 4, 3, 2]  # the sure detour
+    loose = navigate(env, leaky, pairs=[(0, 2)], warmup=0, tolerance=0.01, keep_paths=True)
+    assert loose.steps[0] == 2 and loose.paths[0] == [0, 1, 2] and loose.path_ratio == 1.0
+    assert navigate(env, leaky, pairs=[(0, 2)], warmup=0, tolerance=1e-5).steps[0] == 4  # 3.15e-5 is no tie
+
+
+def test_tolerance_changes_nothing_on_a_deterministic_map():
+    env = gridworld(5, 5, n_colours=5, seed=1)
+    runs = [navigate(env, env.to_hmm(), 60, seed=2, tolerance=t) for t in (0.0, 0.01, 0.5)]
+    for r in runs[1:]:
+        assert np.array_equal(r.steps, runs[0].steps) and np.array_equal(r.success, runs[0].success)
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.5, float("nan")])
+def test_bad_tolerance_is_refused(bad):
+    env = cycle_world(4, n_colours=4)
+    with pytest.raises(ValueError, match="tolerance"):
+        navigate(env, env.to_hmm(), 3, tolerance=bad)

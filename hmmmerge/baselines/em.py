@@ -72,6 +72,19 @@ class CloneHMM(ModelLearner):
     n_init : int
         Random restarts; the restart with the highest final training
         log-likelihood is kept.
+    split_rounds : int >= 0
+        After EM (before any Viterbi refinement), rounds of clone splitting
+        (the split move of split-and-merge EM, Ueda et al. 2000): every clone
+        whose expected surprise at the next view on the training data
+        (:func:`clone_surprise`) is at least ``split_surprise`` nats is split
+        into itself and an unused clone of its observation (outgoing
+        transitions copied, incoming ones shared at random), then EM resumes.
+        EM can stop with one clone standing for two places that show the same
+        view (their next views then mix); splitting lets it separate them.
+        0 (the default) changes nothing.
+    split_surprise : float >= 0
+        The threshold of ``split_rounds`` in nats (20: well above the
+        ~10 nats the pseudocount alone gives a clone on the paper's world).
 
     Attributes (after :meth:`fit`)
     ------------------------------
@@ -83,6 +96,7 @@ class CloneHMM(ModelLearner):
     train_objective_ : (n_iter_,) the same plus the log-prior
         ``pseudocount * (sum log T + sum log B)``; EM never decreases it.
     viterbi_log_likelihood_ : (k,) ``log P(best path, X)`` per hard-EM iteration.
+    split_log_ : (rounds, 2) per splitting round: clones split, training log-likelihood after EM resumed.
     log_likelihood_ : training log-likelihood of the final model.
     fit_time_ : wall seconds of :meth:`fit`.
 
@@ -116,6 +130,8 @@ class CloneHMM(ModelLearner):
         n_viterbi_iter: int = 50,
         viterbi_pseudocount=None,
         n_init: int = 1,
+        split_rounds: int = 0,
+        split_surprise: float = 20.0,
     ):
         self.n_clones = n_clones
         self.n_iter = n_iter
@@ -126,13 +142,15 @@ class CloneHMM(ModelLearner):
         self.n_viterbi_iter = n_viterbi_iter
         self.viterbi_pseudocount = viterbi_pseudocount
         self.n_init = n_init
+        self.split_rounds = split_rounds
+        self.split_surprise = split_surprise
 
     # ------------------------------------------------------------ validation
     # n_clones' length is checked against the data's alphabet by _clone_counts
     _parameter_constraints = {
         "n_clones": _check_n_clones, "n_iter": Int(0), "n_viterbi_iter": Int(0), "n_init": Int(1),
         "pseudocount": Float(0), "tol": Float(0), "viterbi_pseudocount": Float(0, none=True),
-        "viterbi_refine": Bool(), "seed": check_seed,
+        "viterbi_refine": Bool(), "seed": check_seed, "split_rounds": Int(0), "split_surprise": Float(0),
     }
 
     def _clone_counts(self, n_obs: int) -> np.ndarray:
@@ -193,6 +211,9 @@ class CloneHMM(ModelLearner):
             if best is None or run["log_likelihood"] > best["log_likelihood"]:
                 best = run
         T, B = best["T"], best["B"]
+        split_log = []
+        if self.split_rounds:
+            T, B, split_log = _run_splits(K, data, T, B, self, rng)
         vit_ll = []
         if self.viterbi_refine:
             vp = self.pseudocount if self.viterbi_pseudocount is None else self.viterbi_pseudocount
@@ -208,6 +229,7 @@ class CloneHMM(ModelLearner):
         self.train_log_likelihood_ = np.asarray(best["lls"])
         self.train_objective_ = np.asarray(best["objectives"])
         self.viterbi_log_likelihood_ = np.asarray(vit_ll)
+        self.split_log_ = np.asarray(split_log, dtype=np.float64).reshape(-1, 2)
         self.log_likelihood_ = data.log_likelihood(T, B)
         self.fit_time_ = time.perf_counter() - t0
         return self
@@ -461,6 +483,83 @@ def _run_em(K, data, T, B, n_iter, pseudocount, tol):
         "converged": converged,
         "log_likelihood": data.log_likelihood(T, B),
     }
+
+
+def clone_surprise(data: _Data, T, B) -> tuple[np.ndarray, np.ndarray]:
+    """``(surprise, occupancy)``, (H,) each: a clone's expected surprise at the next view on the training
+    data, in nats, and its occupancy.
+
+    The clone's occupancy (smoothed posterior mass summed over the training
+    steps) times the entropy of the view after it, averaged over the actions.
+    A clone that stands for one place of a deterministic world is followed by
+    one view per action (surprise ~0, up to the pseudocount); one that stands
+    for two places is not.
+
+    >>> from hmmmerge.baselines import _em_kernels
+    >>> data = _Data(_em_kernels, [0, 1, 0, 2], [-1, 0, 0, 0], [1, 1, 1])
+    >>> T = np.zeros((1, 3, 3)); T[0, 0, 1:] = 0.5; T[0, 1:, 0] = 1.0
+    >>> surprise, occupancy = clone_surprise(data, T, np.array([1.0, 0, 0]))
+    >>> np.round(surprise, 3).tolist(), occupancy.tolist()  # clone 0: 2 visits x log 2
+    ([1.386, 0.0, 0.0], [2.0, 1.0, 1.0])
+    """
+    flat = data.posteriors(T, B)
+    rows = np.repeat(np.arange(data.obs.shape[0]), data.sizes[data.obs])
+    cols = data.starts[data.obs][rows] + (np.arange(flat.shape[0]) - data.off[:-1][rows])
+    occupancy = np.bincount(cols, weights=flat, minlength=data.H)
+    nxt = np.add.reduceat(T, data.starts, axis=2)  # (A, H, O): P(next view | clone, action)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        entropy = np.where(nxt > 0, -nxt * np.log(nxt), 0.0).sum(axis=2).mean(axis=0)
+    return occupancy * entropy, occupancy
+
+
+def split_clone(T, B, h: int, j: int, share, b_share: float) -> None:
+    """Split clone ``h`` into ``h`` and the clone ``j`` of the same view, in place.
+
+    ``j`` gets ``h``'s outgoing transitions; every transition into ``h`` is
+    shared, ``share`` (A, H) of it staying on ``h`` and the rest moving to
+    ``j`` (``b_share`` likewise for ``B``).  When ``j`` was unreachable (no
+    transition into it, ``B[j] = 0``) the model's distribution over
+    observation sequences is unchanged.
+
+    >>> T = np.array([[[0.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 1.0]]]); B = np.array([1.0, 0, 0])
+    >>> split_clone(T, B, 1, 2, np.full((1, 3), 0.25), 0.5)
+    >>> T[0].tolist()
+    [[0.0, 0.25, 0.75], [1.0, 0.0, 0.0], [1.0, 0.0, 0.0]]
+    """
+    T[:, j, :] = T[:, h, :]
+    into = T[:, :, h].copy()
+    T[:, :, h] = into * share
+    T[:, :, j] += into * (1.0 - share)
+    B[j] += B[h] * (1.0 - b_share)
+    B[h] *= b_share
+
+
+def _run_splits(K, data, T, B, params, rng):
+    """``params.split_rounds`` rounds of splitting and resumed EM; ``(T, B, [(clones split, log-lik), ...])``."""
+    T, B = T.copy(), B.copy()
+    state_obs = np.repeat(np.arange(data.sizes.shape[0]), data.sizes)
+    log = []
+    for _ in range(params.split_rounds):
+        surprise, occupancy = clone_surprise(data, T, B)
+        spare = occupancy < 0.5  # clones the data hardly use
+        n_split = 0
+        for h in np.argsort(-surprise, kind="stable"):
+            if surprise[h] < params.split_surprise:
+                break
+            free = np.flatnonzero(spare & (state_obs == state_obs[h]))
+            free = free[free != h]
+            if not free.size:
+                continue
+            j = int(free[0])
+            split_clone(T, B, int(h), j, rng.random(T.shape[:2]), float(rng.random()))
+            spare[j] = False
+            n_split += 1
+        if not n_split:
+            break
+        run = _run_em(K, data, T, B, params.n_iter, float(params.pseudocount), float(params.tol))
+        T, B = run["T"], run["B"]
+        log.append((n_split, run["log_likelihood"]))
+    return T, B, log
 
 
 def _run_hard_em(K, data, T, B, n_iter, pseudocount, tol):
