@@ -450,7 +450,7 @@ def targets(records, target: str, conditions) -> list[str]:
     return lines
 
 
-def report(records, learners, conditions, target: str, per_world=()) -> list[str]:
+def report(records, learners, conditions, target: str, per_world=(), every_world=True) -> list[str]:
     """The markdown report of ``records``: the 50-move worlds, MiniGrid, the per-world breakdowns, the targets."""
     flat = [r for r in records if r["config"]["world"] not in MINIGRID_VIEWS]
     grid = [r for r in records if r["config"]["world"] in MINIGRID_VIEWS]
@@ -475,7 +475,7 @@ def report(records, learners, conditions, target: str, per_world=()) -> list[str
     if any(r["config"]["learner"] == target for r in records):
         md += ["", f"### Targets of issue 22 for `{target}` (every run against EM and the oracle on the same data)", ""]
         md += targets(records, target, conditions)
-    for world in worlds if len(worlds) > 1 else ():
+    for world in worlds if len(worlds) > 1 and every_world else ():
         sub = [r for r in records if r["config"]["world"] == world]
         conds = [c for c in conditions if any(r["config"]["condition"] == c for r in sub)]
         md += ["", f"### {world}: held-out accuracy, mean ± sd", ""] + heldout_table(sub, learners, conds)
@@ -513,6 +513,31 @@ def _csv_list(kind, known=None):
     return parse
 
 
+DOC_BEGIN = "<!-- bench_world_as_it_is.py tables: begin -->"
+DOC_END = "<!-- bench_world_as_it_is.py tables: end -->"
+
+
+def doc_parts(path: str) -> tuple[str, str]:
+    """The text of ``path`` before :data:`DOC_BEGIN` and after :data:`DOC_END` (a clear error without them)."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    if text.count(DOC_BEGIN) != 1 or text.count(DOC_END) != 1 or text.index(DOC_BEGIN) > text.index(DOC_END):
+        raise ValueError(f"{path}: needs exactly one line {DOC_BEGIN!r} followed by one line {DOC_END!r}")
+    head, rest = text.split(DOC_BEGIN)
+    return head, rest.split(DOC_END)[1]
+
+
+def update_doc(path: str, lines: list[str]) -> None:
+    """Replace the text between :data:`DOC_BEGIN` and :data:`DOC_END` in ``path`` by ``lines`` (atomically)."""
+    head, tail = doc_parts(path)
+    atomic_write_text(path, head + DOC_BEGIN + "\n" + "\n".join(lines) + "\n" + DOC_END + tail)
+
+
+def doc_tables(md: list[str]) -> list[str]:
+    """The report for a section of BENCHMARKS.md: its title a plain line, every heading one level down."""
+    return [md[0].lstrip("# ") + "."] + ["#" + line if line.startswith("#") else line for line in md[1:]]
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run-one", help=argparse.SUPPRESS)
@@ -543,6 +568,9 @@ def main(argv=None) -> int:
                                                         "(default: the last online learner listed)")
     parser.add_argument("--per-world", type=_csv_list(str), default=[],
                         help="learners with a per-world table besides the target (default: the target only)")
+    parser.add_argument("--doc", default=None,
+                        help="also write the tables into this markdown file, between its two marker lines "
+                             f"({DOC_BEGIN} ... {DOC_END})")
     parser.add_argument("--table-only", action="store_true", help="write the tables from finished runs only")
     args = parser.parse_args(argv)
     if args.run_one:
@@ -571,6 +599,11 @@ def main(argv=None) -> int:
     if unknown:
         parser.error(f"unknown learners {unknown}; merge modes: {', '.join(MERGE_MODES)}; "
                      f"catalogue: {', '.join(MODELS)}")
+    if args.doc:
+        try:
+            doc_parts(args.doc)
+        except (OSError, ValueError) as e:
+            parser.error(f"--doc: {e}")
     target = args.target or next((lr for lr in reversed(args.learners) if lr in MERGE_MODES), args.learners[-1])
 
     runs_dir = os.path.join(args.out, "runs")
@@ -604,6 +637,9 @@ def main(argv=None) -> int:
                f"{args.capped_runs} run(s) of a world under the other conditions" if args.capped else "") + ".", ""]
     md = head + report(records, args.learners, args.conditions, target, args.per_world)
     atomic_write_text(os.path.join(args.out, "bench_world_as_it_is.md"), "\n".join(md) + "\n")
+    if args.doc:
+        short = report(records, args.learners, args.conditions, target, args.per_world, every_world=False)
+        update_doc(args.doc, doc_tables(head + short))
     print("\n".join(md))
     return 0
 

@@ -177,3 +177,22 @@ def test_minigrid_large_view_world(bench):
     assert small.n_states == large.n_states and large.n_obs > 10 * small.n_obs and large.is_deterministic
     assert bench._em_params(large)["n_clones"] * large.n_obs >= large.n_states
     assert bench._em_params(small) == {"n_clones": 20, "n_iter": 100}  # the reduced run's EM, unchanged
+
+
+def test_doc_tables_replace_only_the_marked_text(bench, tmp_path, capsys):
+    doc = tmp_path / "BENCHMARKS.md"
+    doc.write_text(f"# B\n\nbefore\n{bench.DOC_BEGIN}\nold table\n{bench.DOC_END}\nafter\n")
+    bench.update_doc(str(doc), ["| a |", "| 1 |"])
+    assert doc.read_text() == f"# B\n\nbefore\n{bench.DOC_BEGIN}\n| a |\n| 1 |\n{bench.DOC_END}\nafter\n"
+    bench.update_doc(str(doc), ["| a |", "| 1 |"])  # again: the same file
+    assert doc.read_text().count("| a |") == 1
+    assert bench.doc_tables(["# T: 3 runs", "", "## S", "### s", "x"]) == ["T: 3 runs.", "", "### S", "#### s", "x"]
+    for text in ("no markers\n", f"{bench.DOC_END}\n{bench.DOC_BEGIN}\n", f"{bench.DOC_BEGIN}\n{bench.DOC_BEGIN}\n"
+                 f"{bench.DOC_END}\n"):
+        doc.write_text(text)
+        with pytest.raises(ValueError, match="needs exactly one"):
+            bench.update_doc(str(doc), ["x"])
+        assert doc.read_text() == text
+        with pytest.raises(SystemExit):  # refused before any run
+            bench.main(["--out", str(tmp_path / "o"), "--doc", str(doc), "--worlds", "maze"])
+        assert "--doc" in capsys.readouterr().err and not (tmp_path / "o").exists()
