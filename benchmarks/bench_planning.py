@@ -115,11 +115,13 @@ def score_maps(env, train, maps, seed: int, pairs: int, tag: str, budget: float 
     return rows
 
 
-def print_rows(rows, budget: str = "2x") -> None:
-    print(f"| world | seed | learner | states | success ({budget}) | moves / shortest | moves / oracle's | "
-          "localisation from move 10, random start | localisation from move 10, world's start | "
-          f"success ({budget}), world's start | shortcuts | fit CPU s | navigate CPU s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+def print_rows(rows, budget: str = "2x", header: bool = True) -> None:
+    if header:
+        print()
+        print(f"| world | seed | learner | states | success ({budget}) | moves / shortest | moves / oracle's | "
+              "localisation from move 10, random start | localisation from move 10, world's start | "
+              f"success ({budget}), world's start | shortcuts | fit CPU s | navigate CPU s |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['world']} | {r['seed']} | {r['learner']} | {r['states']} | {r['success']:.3f} | "
               f"{r['ratio']:.3f} | "
@@ -181,11 +183,12 @@ def detour(paper_rows, pairs: int, n_walls: int = 6) -> None:
 def gallery(seeds, pairs: int, quick: bool) -> None:
     from hmmmerge.gallery import WORLDS, world
 
-    rows = []
+    first = True
     for name in WORLDS:
         if name == "paper-grid":
             continue
         for seed in seeds:
+            rows = []
             env = world(name, seed=seed)
             train = random_walk(env, 250 if quick else 1000, 50, seed=seed)
             maps = fit_maps(env, train, ("oracle", "level2-fold", "em", "em-split", "first-order"), seed)
@@ -195,8 +198,8 @@ def gallery(seeds, pairs: int, quick: bool) -> None:
                 well = np.flatnonzero(visits >= 20)
                 rows += score_maps(env, train, maps, seed, pairs,
                                    f"{name}, starts visited >= 20 times ({len(well)} of {env.n_states})", start=well)
-    print()
-    print_rows(rows)
+            print_rows(rows, header=first)  # world by world (the section is long)
+            first = False
 
 
 def stochastic(pairs: int, quick: bool, slips=(0.05, 0.1)) -> None:
