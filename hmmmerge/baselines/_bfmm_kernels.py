@@ -11,9 +11,9 @@ and Viterbi transition counts stored as an edge pool, a :class:`Pool`:
   ``row_term`` (the row's log evidence, see :func:`row_term_from`).
 
 The kernels take their arrays bundled in named tuples (:class:`Pool`,
-:class:`Prior`, :class:`Scratch`, :class:`PairCache`; :class:`FoldModel`,
-:class:`Journal`, :class:`FoldScratch` for the fold search), which numba
-passes like separate arguments.
+:class:`Prior`, :class:`Scratch`, :class:`Colours`, :class:`PairCache`;
+:class:`FoldModel`, :class:`Journal`, :class:`FoldScratch` for the fold
+search), which numba passes like separate arguments.
 
 Merging ``y`` into ``x`` relabels ``y``'s edges, concatenates the lists and
 adds up edges that became equal (same row, same target): the Viterbi path of
@@ -68,16 +68,30 @@ class Scratch(NamedTuple):
     collapsed: np.ndarray  # (E + 1,) int: rows that collapsed in the last merge
 
 
-class PairCache(NamedTuple):
-    """Scores of the same-emission pairs, grouped by colour.
+class Colours(NamedTuple):
+    """The same-emission pairs, grouped by colour.
 
     Colour ``c`` has ``col_n[c]`` states ``members[col_off[c]:col_off[c + 1]]``;
     state ``s`` is at position ``pos[s]`` of its colour ``col[s]``; the pair at
     positions ``(i, j)`` has entry ``loc_off[c] + i * col_n[c] + j`` in
-    ``allowed`` (may merge), ``local`` (change of the log evidence, ``-inf`` not
-    scored) and ``rem`` (transitions removed).  ``rowbest[s]`` bounds the best
-    score of a pair of ``s`` (``rowarg[s]`` its partner); ``alive[s]``: ``s``
-    is a state of the model (not merged away).
+    ``allowed`` (may merge) and in the scores of :class:`PairCache`.
+    """
+    col: np.ndarray
+    col_off: np.ndarray
+    col_n: np.ndarray
+    members: np.ndarray
+    pos: np.ndarray
+    loc_off: np.ndarray
+    allowed: np.ndarray
+
+
+class PairCache(NamedTuple):
+    """:class:`Colours` and the scores of its pairs (built by :func:`run_merging`).
+
+    ``local``: change of the log evidence (``-inf`` not scored) and ``rem``:
+    transitions removed, per pair entry; ``rowbest[s]`` bounds the best score
+    of a pair of ``s`` (``rowarg[s]`` its partner); ``alive[s]``: ``s`` is a
+    state of the model (not merged away).
     """
     col: np.ndarray
     col_off: np.ndarray
@@ -155,15 +169,9 @@ def refresh_row(row, g, prior):
 
 
 @njit(cache=True)
-def refresh_rows(rows, g, prior):
-    """:func:`refresh_row` for every row in ``rows``."""
-    for row in rows:
-        refresh_row(row, g, prior)
-
-
-@njit(cache=True)
-def build_lists(n_states, g):
-    """Link every edge of ``g`` into its row's out-list and its target's in-list (edge order kept)."""
+def build_lists(n_states, g, prior):
+    """Link every edge of ``g`` into its row's out-list and its target's in-list (edge order kept), then
+    compute the caches of every row that has an edge."""
     A1 = g.A1
     out_tail = np.full(n_states * A1, -1, np.int64)
     in_tail = np.full(n_states, -1, np.int64)
@@ -182,6 +190,9 @@ def build_lists(n_states, g):
         else:
             g.in_next[in_tail[t]] = e
         in_tail[t] = e
+    for row in range(n_states * A1):
+        if g.out_head[row] >= 0:
+            refresh_row(row, g, prior)
 
 
 @njit(cache=True)
@@ -502,18 +513,22 @@ def _update_pair(u, v, pc, lam_logq, g, prior, w):
 
 
 @njit(cache=True)
-def run_merging(g, prior, pc, w, emitting, lam, log_o1, n_trans, max_merges, merges, deltas, stats):
+def run_merging(g, prior, cl, emitting, lam, log_o1, n_trans, max_merges, merges, deltas, stats):
     """Greedy best-first merging of the pool ``g`` until no merge raises the log posterior.
 
-    ``pc`` (:class:`PairCache`) arrives with ``local = -inf``, ``rem = 0``,
-    ``rowbest = -inf``, ``rowarg = -1`` and ``alive = emitting`` (the states
-    that may merge); ``n_trans`` is the number of edges.  Returns the number of
-    merges done; ``merges[k] = (kept, removed)`` and ``deltas[k]`` (the log
-    posterior change of merge k) are filled in; ``stats`` receives (pair
-    evaluations, row refreshes).
+    ``cl`` (:class:`Colours`): the pairs that may merge; ``emitting``: the
+    states that may merge; ``n_trans``: the number of edges.  Returns the
+    number of merges done; ``merges[k] = (kept, removed)`` and ``deltas[k]``
+    (the log posterior change of merge k) are filled in; ``stats`` receives
+    (pair evaluations, row refreshes).
     """
     H = emitting.shape[0]
     A1 = g.A1
+    total = cl.loc_off[-1]
+    pc = PairCache(cl.col, cl.col_off, cl.col_n, cl.members, cl.pos, cl.loc_off, cl.allowed, np.full(total, NEG_INF),
+                   np.zeros(total, np.int32), emitting.copy(), np.full(H, NEG_INF), np.full(H, -1, np.int64))
+    w = Scratch(np.zeros(H, np.float64), np.zeros(H, np.int64), np.full(H * A1, -1, np.int64),
+                np.zeros(g.src.shape[0] + 1, np.int64))
     src, act, dst = g.src, g.act, g.dst
     in_head, in_next, out_head, out_next = g.in_head, g.in_next, g.out_head, g.out_next
     col, col_off, col_n, members, pos = pc.col, pc.col_off, pc.col_n, pc.members, pc.pos

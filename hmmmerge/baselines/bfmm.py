@@ -677,7 +677,7 @@ def _search(emission, src, act, dst, cnt, n_obs, n_actions, alpha, lam, tab, pai
 
     H, O = len(emission), n_obs
     A1, Hs = n_actions + 2, H + 2
-    g, prior = _pool(Hs, A1, src, act, dst, cnt, alpha, tab)
+    g, prior = _pool(K, Hs, A1, src, act, dst, cnt, alpha, tab)
     E0 = len(g.src)
     emitting = np.zeros(Hs, dtype=np.bool_)
     emitting[:H] = True
@@ -699,23 +699,19 @@ def _search(emission, src, act, dst, cnt, n_obs, n_actions, alpha, lam, tab, pai
         c = emission[a]
         allowed[loc_off[c] + pos[a] * col_n[c] + pos[b]] = True
         allowed[loc_off[c] + pos[b] * col_n[c] + pos[a]] = True
-    pc = K.PairCache(col=col, col_off=col_off, col_n=col_n, members=order.astype(np.int64), pos=pos,
-                     loc_off=loc_off, allowed=allowed, local=np.full(loc_off[-1], -np.inf),
-                     rem=np.zeros(loc_off[-1], np.int32), alive=emitting.copy(), rowbest=np.full(Hs, -np.inf),
-                     rowarg=np.full(Hs, -1, np.int64))
+    cl = K.Colours(col=col, col_off=col_off, col_n=col_n, members=order.astype(np.int64), pos=pos, loc_off=loc_off,
+                   allowed=allowed)
     merges = np.zeros((max(min(max_merges, H), 1), 2), np.int64)
     gains = np.zeros(len(merges))
     stats = np.zeros(2, np.int64)
-    n_done = K.run_merging(g, prior, pc, _scratch(Hs, A1, E0), emitting, lam, float(np.log(O + 1)), E0, max_merges,
-                           merges, gains, stats)
+    n_done = K.run_merging(g, prior, cl, emitting, lam, float(np.log(O + 1)), E0, max_merges, merges, gains, stats)
     k = g.alive
     return merges[:n_done].copy(), gains[:n_done].copy(), (g.src[k], g.act[k], g.dst[k], g.cnt[k]), stats
 
 
-def _pool(n_states, A1, src, act, dst, cnt, alpha, tab):
-    """The kernels' edge :class:`~._bfmm_kernels.Pool` (edges copied, lists and row caches built) and prior."""
-    from . import _bfmm_kernels as K
-
+def _pool(K, n_states, A1, src, act, dst, cnt, alpha, tab):
+    """The edge :class:`~._bfmm_kernels.Pool` (edges copied, lists and row caches built) and the prior; ``K``
+    is the kernels' module (imported by the caller: numba is slow to import)."""
     src, act, dst = (np.array(v, dtype=np.int64) for v in (src, act, dst))
     E0, R = len(src), n_states * A1
     g = K.Pool(A1=A1, src=src, act=act, dst=dst, cnt=np.array(cnt, dtype=np.float64),
@@ -723,16 +719,9 @@ def _pool(n_states, A1, src, act, dst, cnt, alpha, tab):
                in_head=np.full(n_states, -1, np.int64), in_next=np.full(E0, -1, np.int64),
                row_n=np.zeros(R, np.int64), row_C=np.zeros(R), row_term=np.zeros(R))
     prior = K.Prior(float(alpha), tab)
-    K.build_lists(n_states, g)
-    K.refresh_rows(np.unique(src * A1 + act), g, prior)
+    K.build_lists(n_states, g, prior)
     return g, prior
 
-
-def _scratch(n_states, A1, n_edges):
-    from . import _bfmm_kernels as K
-
-    return K.Scratch(acc=np.zeros(n_states), touched=np.zeros(n_states, np.int64),
-                     mark=np.full(n_states * A1, -1, np.int64), collapsed=np.zeros(n_edges + 1, np.int64))
 
 
 #: Entries of the fold search's dense successor table (states x actions x observations) above which it is refused.
@@ -816,8 +805,10 @@ class _Workspace:
         H, A1 = model.n_states, model.n_actions + 2
         self.H, self.A1 = H, A1
         tab = K.lgamma_table(float(prior_weight), model.count.sum())
-        self.pool, self.prior = _pool(H + 2, A1, model.src, model.act, model.dst, model.count, prior_weight, tab)
-        self.scratch = _scratch(H + 2, A1, len(model.src))
+        self.pool, self.prior = _pool(K, H + 2, A1, model.src, model.act, model.dst, model.count, prior_weight, tab)
+        Hs, E0 = H + 2, len(model.src)
+        self.scratch = K.Scratch(acc=np.zeros(Hs), touched=np.zeros(Hs, np.int64), mark=np.full(Hs * A1, -1, np.int64),
+                                 collapsed=np.zeros(E0 + 1, np.int64))
         self.alive = np.ones(H, dtype=bool)
 
     def delta(self, x: int, y: int):
