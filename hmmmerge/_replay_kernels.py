@@ -42,13 +42,28 @@ def lump_clones(counts, colour, bound, floor, max_rounds):
     are left out.  Returns ``block`` (H,).
     """
     A, H, _ = counts.shape
+    pairs = np.empty((1, 2), dtype=np.int64)
+    pairs[0, 0] = 0
+    pairs[0, 1] = 0
+    starts = np.zeros(1, dtype=np.int64)
+    sizes = np.full(1, H, dtype=np.int64)
+    return lump_clones_pairs(counts, 1.0, pairs, starts, sizes, colour, bound, floor, max_rounds)
+
+
+@njit(cache=True)
+def lump_clones_pairs(counts, factor, pairs, starts, sizes, colour, bound, floor, max_rounds):
+    """:func:`lump_clones` of ``factor * counts`` read on the blocks of the observation pairs ``pairs``
+    only (the rest of ``counts`` is zero)."""
+    A, H, _ = counts.shape
     # the entries worth a thousandth of a transition or more, as a list (refinement rounds then cost O(entries))
     m = 0
-    for a in range(A):
-        for i in range(H):
-            for j in range(H):
-                if counts[a, i, j] >= 1e-3:
-                    m += 1
+    for p in range(pairs.shape[0]):
+        s0, n0, s1, n1 = starts[pairs[p, 0]], sizes[pairs[p, 0]], starts[pairs[p, 1]], sizes[pairs[p, 1]]
+        for a in range(A):
+            for i in range(s0, s0 + n0):
+                for j in range(s1, s1 + n1):
+                    if factor * counts[a, i, j] >= 1e-3:
+                        m += 1
     e_a = np.empty(m, dtype=np.int64)
     e_i = np.empty(m, dtype=np.int64)
     e_j = np.empty(m, dtype=np.int64)
@@ -56,15 +71,17 @@ def lump_clones(counts, colour, bound, floor, max_rounds):
     n_out = np.zeros((H, A))
     occ = np.zeros(H)
     m = 0
-    for a in range(A):
-        for i in range(H):
-            for j in range(H):
-                c = counts[a, i, j]
-                if c >= 1e-3:
-                    e_a[m], e_i[m], e_j[m], e_c[m] = a, i, j, c
-                    n_out[i, a] += c
-                    occ[i] += c
-                    m += 1
+    for p in range(pairs.shape[0]):
+        s0, n0, s1, n1 = starts[pairs[p, 0]], sizes[pairs[p, 0]], starts[pairs[p, 1]], sizes[pairs[p, 1]]
+        for a in range(A):
+            for i in range(s0, s0 + n0):
+                for j in range(s1, s1 + n1):
+                    c = factor * counts[a, i, j]
+                    if c >= 1e-3:
+                        e_a[m], e_i[m], e_j[m], e_c[m] = a, i, j, c
+                        n_out[i, a] += c
+                        occ[i] += c
+                        m += 1
     order = np.argsort(-occ, kind="mergesort")
     # colours renumbered 0..nb-1 in order of first appearance by clone index
     block = np.full(H, -1, dtype=np.int64)
@@ -124,9 +141,10 @@ def lump_clones(counts, colour, bound, floor, max_rounds):
 
 
 @njit(cache=True)
-def lumped_model(T, B, weight, block, nb):
+def lumped_model(T, B, weight, block, nb, pairs, starts, sizes):
     """The clone HMM lumped by ``block``: ``T_L[a, X, Y] = sum_{i in X} w_i sum_{j in Y} T[a, i, j] / sum_{i in X} w_i``
-    and ``B_L[X] = sum_{i in X} B[i]``; a block of zero weight takes its clones' plain mean."""
+    and ``B_L[X] = sum_{i in X} B[i]``; a block of zero weight takes its clones' plain mean.  ``T`` is read
+    on the blocks of the observation pairs ``pairs`` only (zero elsewhere)."""
     A, H, _ = T.shape
     TL = np.zeros((A, nb, nb))
     w = np.zeros(nb)
@@ -134,16 +152,116 @@ def lumped_model(T, B, weight, block, nb):
     for i in range(H):
         w[block[i]] += weight[i]
         cnt[block[i]] += 1.0
-    for a in range(A):
-        for i in range(H):
-            x = block[i]
-            wi = weight[i] / w[x] if w[x] > 0.0 else 1.0 / cnt[x]
-            for j in range(H):
-                TL[a, x, block[j]] += wi * T[a, i, j]
+    for p in range(pairs.shape[0]):
+        s0, n0, s1, n1 = starts[pairs[p, 0]], sizes[pairs[p, 0]], starts[pairs[p, 1]], sizes[pairs[p, 1]]
+        for a in range(A):
+            for i in range(s0, s0 + n0):
+                x = block[i]
+                wi = weight[i] / w[x] if w[x] > 0.0 else 1.0 / cnt[x]
+                for j in range(s1, s1 + n1):
+                    TL[a, x, block[j]] += wi * T[a, i, j]
     BL = np.zeros(nb)
     for i in range(H):
         BL[block[i]] += B[i]
     return TL, BL
+
+
+@njit(cache=True)
+def m_step_pairs(S, Q, T, pairs, starts, sizes, scale, pc, slip, redo):
+    """The M-step on the blocks of the observation pairs (``T``, ``Q`` zero elsewhere), rows of the
+    observations with ``redo`` only: ``Q[a, i, :] ~ scale * S[a, i, :] + pc`` over the pairs' blocks, and
+    ``T_a = (1 - slip) Q_a + slip mean_b Q_b``."""
+    A, H, _ = S.shape
+    Z = np.zeros((A, H))
+    width = np.zeros(sizes.shape[0])
+    for p in range(pairs.shape[0]):
+        o, o2 = pairs[p, 0], pairs[p, 1]
+        if not redo[o]:
+            continue
+        width[o] += sizes[o2]
+        s0, n0, s1, n1 = starts[o], sizes[o], starts[o2], sizes[o2]
+        for a in range(A):
+            for i in range(s0, s0 + n0):
+                acc = 0.0
+                for j in range(s1, s1 + n1):
+                    acc += S[a, i, j]
+                Z[a, i] += acc
+    mean = np.empty(H)
+    for p in range(pairs.shape[0]):
+        o, o2 = pairs[p, 0], pairs[p, 1]
+        if not redo[o]:
+            continue
+        s0, n0, s1, n1 = starts[o], sizes[o], starts[o2], sizes[o2]
+        for i in range(s0, s0 + n0):
+            for j in range(s1, s1 + n1):
+                mean[j] = 0.0
+            for a in range(A):
+                z = scale * Z[a, i] + pc * width[o]
+                for j in range(s1, s1 + n1):
+                    q = (scale * S[a, i, j] + pc) / z
+                    Q[a, i, j] = q
+                    mean[j] += q
+            for a in range(A):
+                for j in range(s1, s1 + n1):
+                    T[a, i, j] = (1.0 - slip) * Q[a, i, j] + slip / A * mean[j]
+
+
+@njit(cache=True)
+def absorb_counts(S, C, Q, T, pairs, starts, sizes, slip, keep, add):
+    """Fold the E-step's counts ``C`` of the recorded action into the kept counts ``S`` of the executed
+    action, on the pairs' blocks: a move ``i -> j`` recorded as ``a`` was made by ``a`` with weight
+    ``(1 - slip) Q_a[i, j]`` and by each ``b`` with ``slip / A Q_b[i, j]`` (over their sum ``T_a[i, j]``);
+    ``S <- keep * S + add * executed``; ``C`` is zeroed there (the buffer is reused).
+    Returns ``(slipped, S.sum(axis=(0, 2)), S.sum())``: the expected slipped moves of ``C``."""
+    A, H, _ = C.shape
+    rsum = np.empty(H)
+    w = np.zeros(H)
+    slipped = 0.0
+    for p in range(pairs.shape[0]):
+        s0, n0, s1, n1 = starts[pairs[p, 0]], sizes[pairs[p, 0]], starts[pairs[p, 1]], sizes[pairs[p, 1]]
+        for i in range(s0, s0 + n0):
+            for j in range(s1, s1 + n1):
+                rsum[j] = 0.0
+            if slip > 0.0:
+                for a in range(A):
+                    for j in range(s1, s1 + n1):
+                        t = T[a, i, j]
+                        r = C[a, i, j] / t if t > 0.0 else 0.0
+                        C[a, i, j] = r
+                        rsum[j] += r
+                for j in range(s1, s1 + n1):
+                    qsum = 0.0
+                    for a in range(A):
+                        qsum += Q[a, i, j]
+                    slipped += slip / A * rsum[j] * qsum
+            for a in range(A):
+                acc = 0.0
+                for j in range(s1, s1 + n1):
+                    c = C[a, i, j]
+                    if slip > 0.0:
+                        c = Q[a, i, j] * ((1.0 - slip) * c + slip / A * rsum[j])
+                    x = keep * S[a, i, j] + add * c
+                    S[a, i, j] = x
+                    acc += x
+                    C[a, i, j] = 0.0
+                w[i] += acc
+    return slipped, w, w.sum()
+
+
+@njit(cache=True)
+def pair_sums(S, pairs, starts, sizes):
+    """``(S.sum(axis=(0, 2)), S.sum())`` read on the pairs' blocks."""
+    A, H, _ = S.shape
+    w = np.zeros(H)
+    for p in range(pairs.shape[0]):
+        s0, n0, s1, n1 = starts[pairs[p, 0]], sizes[pairs[p, 0]], starts[pairs[p, 1]], sizes[pairs[p, 1]]
+        for a in range(A):
+            for i in range(s0, s0 + n0):
+                acc = 0.0
+                for j in range(s1, s1 + n1):
+                    acc += S[a, i, j]
+                w[i] += acc
+    return w, w.sum()
 
 
 @njit(cache=True)
@@ -179,7 +297,7 @@ def write_assignment(assignment, clone_state, n, cluster_of_clone):
 
 
 @njit(cache=True)
-def noise_odds(T, starts, sizes, obs, acts, off, alpha, scale, horizon, n_obs, expected_above):
+def noise_odds(T, starts, sizes, obs, acts, off, alpha, scale, horizon, n_obs, expected_above, succ_ptr, succ_col):
     """Evidence that each view was a random one, from the views that follow it.
 
     For every step ``t`` that is not an episode start, with ``e`` the last step
@@ -187,7 +305,8 @@ def noise_odds(T, starts, sizes, obs, acts, off, alpha, scale, horizon, n_obs, e
     - log(P(o_t .. o_e | o_<t))``, where *skip* is the belief after the move of
     step ``t`` without its view (``alpha_{t-1} T[a_t]``) and the second term is the
     forward pass's own (``scale``).  Also the view the skip belief expects most.
-    ``alpha``, ``scale``: a forward pass of :mod:`hmmmerge.baselines._em_kernels`.
+    ``alpha``, ``scale``: a forward pass of :mod:`hmmmerge.baselines._em_kernels`; ``succ_ptr``,
+    ``succ_col``: the observations that may follow each one (CSR; ``T`` is zero elsewhere).
     A view predicted with probability ``scale[t] >= expected_above`` is not weighed against the
     future (the skip and the taken belief then agree on it): ``log_odds = -log(n_obs * scale[t])``,
     ``expected = obs[t]``.  Returns ``(log_odds, expected)``; ``-inf`` / -1 at episode starts.
@@ -227,8 +346,10 @@ def noise_odds(T, starts, sizes, obs, acts, off, alpha, scale, horizon, n_obs, e
         for i in range(sizes[po]):
             w = alpha[pb + i]
             if w > 0.0:
-                for j in range(H):
-                    m[j] += w * Ta[p0 + i, j]
+                for q in range(succ_ptr[po], succ_ptr[po + 1]):   # T is zero outside the observed pairs
+                    s2 = starts[succ_col[q]]
+                    for j in range(s2, s2 + sizes[succ_col[q]]):
+                        m[j] += w * Ta[p0 + i, j]
         for o in range(K):
             mass[o] = 0.0
             for k in range(sizes[o]):

@@ -18,21 +18,26 @@ What a sleep does (:meth:`ReplayMerger.sleep`):
   ``S <- (1 - eta) S + eta s`` with ``eta = (u + 2) ** -step_exponent`` at the
   ``u``-th update (stepwise EM, Liang & Klein 2009; old evidence is forgotten
   geometrically); the M-step normalises ``window * S + pseudocount``;
+* slipping moves: ``T_a = (1 - e) Q_a + e mean_b Q_b`` (the recorded action
+  made the move with ``1 - e``, a uniformly random one with ``e``); the E-step's
+  counts of the recorded action are split by Bayes' rule between the actions
+  that could have made each move, ``S`` keeps counts of the action made, and
+  ``e`` is the kept share of slipped moves (:func:`~hmmmerge._replay_kernels.absorb_counts`);
 * the level-1 states of the batch are connected to their most probable clone.
 
-A sleep's work is ``n_iter`` passes over at most ``sleep_every`` steps of new
-episodes plus ``replay`` replayed ones: it does not grow with the life.
+A sleep's work is ``n_iter`` passes over the new and the ``replay`` replayed
+steps and over the clone blocks of the pairs of views ever seen in sequence
+(``T`` is zero between views never seen one after the other): it does not grow
+with the life.  A sleep with fewer than ``min_new`` new episodes is postponed.
 Between sleeps, :meth:`ReplayMerger.place` records each chunk of steps and
 connects its level-1 states to their filtered clone, so level 2 follows the
 current episode.  The agent's online predictors use ``T`` restricted to the
 clusters with transitions below ``prune`` dropped (:meth:`level2_transitions`);
 :meth:`level2_hmm` is the unpruned model on the clusters.
 
-Why this learner (measured on the paper's 10x10 world, 1,000 x 50 moves, 2
-colourings; batch EM with 20 clones per colour and 100 iterations beside it):
-with slipping moves (p = 0.05) EM 0.941 / 0.942 held-out, this learner 0.939 /
-0.940; with random starts EM 0.980 / 0.979, this 0.972 / 0.980; at 0.4-0.5 s
-of CPU against EM's 2.5-4.7 s (BENCHMARKS.md).
+Why this learner: EM on clone HMMs is robust to slips, noise and random
+starts; replayed at sleeps it is online and its cost per sleep is bounded
+(measurements: BENCHMARKS.md, "The world as it is: sleep replay").
 
 >>> from hmmmerge import gridworld, random_walk
 >>> from hmmmerge.agent import TwoLevelMemory
@@ -53,6 +58,11 @@ __all__ = ["ReplayMerger"]
 _PREFIX = "replay_"
 #: views after a step that weigh whether its view was a random one (see ReplayMerger._views_read_as_noise)
 NOISE_HORIZON = 3
+#: the largest rate of random views the estimate may reach (above it the evidence is the model's own
+#: ignorance: on an unlearned model the fixed point runs away towards 1, every view read as noise)
+NOISE_MAX = 0.2
+#: clones in all above which the default ``n_clones`` shrinks (to at least 20 per observation, 5 beyond 100)
+CLONE_BUDGET = 600
 
 
 class ReplayMerger(Estimator):
@@ -60,7 +70,9 @@ class ReplayMerger(Estimator):
 
     Parameters
     ----------
-    n_clones : clones (level-2 capacity) per observation.
+    n_clones : clones (level-2 capacity) per observation; None: 30, or fewer when that makes more than
+        :data:`CLONE_BUDGET` clones in all (many views: a sleep's work grows with pairs of views x clones^2),
+        but at least 20 (5 with more than 100 observations, as the benchmark's EM).
     replay : episodes replayed per sleep besides the new ones.
     window : replayed episodes are drawn from the last ``window`` episodes (the buffer).
     n_iter : EM iterations per sleep.
@@ -69,21 +81,25 @@ class ReplayMerger(Estimator):
     prune : transitions below it are dropped from the agent's online level 2.
     risk : the Hoeffding test's risk when clones are lumped into clusters (ALERGIA's alpha).
     tolerance : next-cluster frequencies closer than it always pass that test (EM's own imprecision).
+    min_new : a sleep with fewer new episodes than this is postponed to the next one (long episodes:
+        fewer, larger sleeps); the first sleep is never postponed.
+    slip : the initial estimate of the share of moves made by a uniformly random action instead of the
+        recorded one (``T_a = (1 - e) Q_a + e mean_b Q_b``, ``e`` then estimated by EM); 0 turns it off.
 
     >>> ReplayMerger(n_clones=5).n_clones
     5
     """
 
     _parameter_constraints = {
-        "n_clones": Int(1, 4096), "replay": Int(0, 10**6), "window": Int(1, 10**6), "n_iter": Int(1, 1000),
+        "n_clones": Int(1, 4096, none=True), "replay": Int(0, 10**6), "window": Int(1, 10**6), "n_iter": Int(1, 1000),
         "step_exponent": Float(0.5, 1.0, low_open=True), "pseudocount": Float(0.0, 1e6, low_open=True),
         "prune": Float(0.0, 1.0), "risk": Float(0.0, 1.0, low_open=True),
-        "tolerance": Float(0.0, 1.0),
+        "tolerance": Float(0.0, 1.0), "slip": Float(0.0, 0.99), "min_new": Int(1, 10**6),
     }
 
-    def __init__(self, n_clones: int = 30, replay: int = 20, window: int = 200, n_iter: int = 2,
-                 step_exponent: float = 0.6, pseudocount: float = 1e-3, prune: float = 1e-3, risk: float = 0.05,
-                 tolerance: float = 0.2):
+    def __init__(self, n_clones: int | None = None, replay: int = 20, window: int = 200, n_iter: int = 2,
+                 step_exponent: float = 0.51, pseudocount: float = 1e-3, prune: float = 1e-3, risk: float = 0.05,
+                 tolerance: float = 0.2, slip: float = 0.05, min_new: int = 10):
         self.n_clones = n_clones
         self.replay = replay
         self.window = window
@@ -93,13 +109,15 @@ class ReplayMerger(Estimator):
         self.prune = prune
         self.risk = risk
         self.tolerance = tolerance
+        self.slip = slip
+        self.min_new = min_new
         self._A = None
 
     # ------------------------------------------------------------ set-up
     def _init(self, n_obs: int, n_actions: int) -> None:
         self._validate_params()
         self._K, self._A = int(n_obs), int(n_actions)
-        self._sizes = np.full(self._K, int(self.n_clones), dtype=np.int64)
+        self._sizes = np.full(self._K, self._clones_per_observation(self._K), dtype=np.int64)
         self._starts = np.concatenate([[0], np.cumsum(self._sizes)[:-1]]).astype(np.int64)
         self._H = int(self._sizes.sum())
         from ._limits import check_memory
@@ -110,6 +128,16 @@ class ReplayMerger(Estimator):
         self._B = None
         self._S = None          # kept expected counts per episode (stepwise EM)
         self._Sb = None
+        self._Q = None          # (A, H, H) transitions of the executed action (T mixes them with the slip)
+        self._slip = float(self.slip)   # estimated share of moves made by a random action
+        self._Sslip = 0.0       # kept expected slipped moves per episode
+        # observation pairs (o, o') seen in sequence: T, Q, S are zero outside their clone blocks, and every
+        # pass over them reads those blocks only (a sleep's work grows with the pairs, not with clones^2)
+        self._pairs = np.zeros((0, 2), dtype=np.int64)
+        self._has_pair = np.zeros((self._K, self._K), dtype=bool)
+        self._succ = None        # CSR of the pairs by first observation (cached)
+        self._C = None           # the E-step's count buffer, zero outside a pass
+        self._sums = None        # (S.sum(axis=(0, 2)), S.sum()) (cached)
         self._updates = 0
         self._noise = 0.0        # estimated share of views replaced by a random one (emissions of level 2)
         self._var = 0.0          # variance factor of the kept statistics: 1 / (effective number of episodes)
@@ -131,6 +159,16 @@ class ReplayMerger(Estimator):
         elif (memory.n_obs, memory.n_actions) != (self._K, self._A):
             raise ValueError(f"the merger was built for {self._K} observations / {self._A} actions, "
                              f"level 1 has {memory.n_obs} / {memory.n_actions}")
+
+    def _clones_per_observation(self, n_obs: int) -> int:
+        """``n_clones``, or its default for ``n_obs`` observations (see the class docstring).
+
+        >>> ReplayMerger()._clones_per_observation(10), ReplayMerger()._clones_per_observation(30)
+        (30, 20)
+        """
+        if self.n_clones is not None:
+            return int(self.n_clones)
+        return 30 if 30 * n_obs <= CLONE_BUDGET else max(20 if n_obs <= 100 else 5, CLONE_BUDGET // n_obs)
 
     @property
     def n_clones_total(self) -> int:
@@ -181,7 +219,9 @@ class ReplayMerger(Estimator):
         self._n_seen = memory.n_states
         if self._T is not None and fresh.any():
             n = len(self._cur[0])
-            clones = self._filtered_clones(np.array(self._cur[0]), np.array(self._cur[1]))[n - len(states):]
+            cur_obs, cur_acts = np.array(self._cur[0]), np.array(self._cur[1])
+            self._add_pairs(cur_obs, cur_acts)
+            clones = self._filtered_clones(cur_obs, cur_acts)[n - len(states):]
             self._connect(clusters, states[fresh], clones[fresh])
         return True
 
@@ -265,10 +305,61 @@ class ReplayMerger(Estimator):
             self._clone_state = grown
 
     def _init_model(self, rng) -> None:
+        """Random transitions on the observed pairs' blocks (rows normalised there), mixed by the slip."""
+        from ._replay_kernels import m_step_pairs
+
         H, A = self._H, self._A
-        T = rng.random((A, H, H))
-        T /= T.sum(axis=2, keepdims=True)
-        self._T, self._B = T, np.full(H, 1.0 / H)
+        R = rng.random((A, H, H))
+        self._Q, self._T = np.zeros((A, H, H)), np.zeros((A, H, H))
+        m_step_pairs(R, self._Q, self._T, self._pairs, self._starts, self._sizes, 1.0, 0.0, self._slip,
+                     np.ones(self._K, dtype=np.bool_))
+        self._B = np.full(H, 1.0 / H)
+        self._C = np.zeros((A, H, H))
+
+    def _add_pairs(self, obs, acts) -> None:
+        """Add the observation pairs of the moves of ``(obs, acts)`` that are new; once the model exists,
+        redo the M-step of the rows they start from (their blocks get the pseudocount)."""
+        moves = np.flatnonzero(acts >= 0)
+        if not len(moves):
+            return
+        seen = np.zeros((self._K, self._K), dtype=bool)
+        seen[obs[moves - 1], obs[moves]] = True
+        seen &= ~self._has_pair
+        if not seen.any():
+            return
+        new = np.argwhere(seen).astype(np.int64)
+        self._pairs = np.concatenate([self._pairs, new])
+        self._has_pair |= seen
+        self._succ = None
+        if self._S is not None:
+            redo = np.zeros(self._K, dtype=np.bool_)
+            redo[new[:, 0]] = True
+            self._m_step(redo)
+            self._lumped = None
+            self._t2 = None
+
+    def _successors(self):
+        if self._succ is None:
+            order = np.lexsort((self._pairs[:, 1], self._pairs[:, 0]))
+            ptr = np.zeros(self._K + 1, dtype=np.int64)
+            ptr[1:] = np.cumsum(np.bincount(self._pairs[:, 0], minlength=self._K))
+            self._succ = (ptr, np.ascontiguousarray(self._pairs[order, 1]))
+        return self._succ
+
+    def _expected_counts(self, d):
+        """E-step into the kept buffer: ``(log P(X), C, Bc)`` (``C`` nonzero on the batch's blocks only)."""
+        ll = d.log_likelihood(self._T, self._B)
+        Bc = np.zeros(self._H)
+        if not np.isfinite(ll):
+            return ll, self._C, Bc
+        d._backward(self._T)
+        order, bounds = d.groups()
+        d.K.transition_counts(self._T, d.starts, d.sizes, d.obs, d.acts, d.off, d.alpha, d.bk, order, bounds,
+                              self._C)
+        flat, states = d._first_blocks()
+        c = np.repeat(d.scale[d.first], d._first_len)
+        np.add.at(Bc, states, d.alpha[flat] * d.bk[flat] * c)
+        return ll, self._C, Bc
 
     def sleep(self, memory, clusters, rng=None) -> list[dict]:
         """Stepwise EM over the new and ``replay`` replayed episodes; reconnect their level-1 states.
@@ -285,38 +376,44 @@ class ReplayMerger(Estimator):
         (9, 0, True)
         """
         from ._random import as_generator
+        from ._replay_kernels import absorb_counts
 
         self._check(memory)
         rng = as_generator(0 if rng is None else rng)
         clusters.grow(memory.n_states)
         n_new = self._n_new
         report = {"new": n_new, "replayed": 0, "log_likelihood_per_step": float("nan"), "clusters": clusters.n_clusters}
-        if n_new == 0:
-            return [report]
-        if self._T is None:
-            self._init_model(rng)
+        if n_new == 0 or (n_new < int(self.min_new) and self._T is not None):
+            return [dict(report, postponed=n_new > 0)]
         n_old = len(self._episodes) - n_new
         picks = rng.integers(0, n_old, size=min(int(self.replay), n_old)) if n_old else np.zeros(0, dtype=np.int64)
         batch = [self._episodes[i] for i in np.concatenate([np.arange(n_old, len(self._episodes)), picks]).tolist()]
         obs = np.concatenate([b[0] for b in batch])
         acts = np.concatenate([b[1] for b in batch])
+        self._add_pairs(obs, acts)
+        if self._T is None:
+            self._init_model(rng)
         d = self._data(obs, acts)
         noise, repaired = self._views_read_as_noise(d, obs, acts) if self._updates else (None, 0)
         if repaired:
+            self._add_pairs(noise, acts)
             d = self._data(noise, acts)
         ll = np.nan
         for _ in range(int(self.n_iter)):
-            ll, C, Bc = d.expected_counts(self._T, self._B)
+            ll, C, Bc = self._expected_counts(d)
             if not np.isfinite(ll):
                 raise ValueError("replayed episodes have probability 0 under level 2 (pseudocount too small?)")
             eta = (self._updates + 2.0) ** -float(self.step_exponent)
-            if self._S is None:
-                self._S, self._Sb = C / len(batch), Bc / len(batch)
-            else:
-                self._S *= 1.0 - eta
-                self._S += (eta / len(batch)) * C
-                self._Sb *= 1.0 - eta
-                self._Sb += (eta / len(batch)) * Bc
+            first = self._S is None
+            if first:
+                self._S, self._Sb, self._Sslip = np.zeros_like(C), np.zeros(self._H), 0.0
+            keep, add = (0.0, 1.0 / len(batch)) if first else (1.0 - eta, eta / len(batch))
+            slipped, *sums = absorb_counts(self._S, C, self._Q, self._T, self._pairs, self._starts, self._sizes,
+                                           self._slip, keep, add)
+            self._sums = tuple(sums)
+            self._Sb *= keep
+            self._Sb += add * Bc
+            self._Sslip = keep * self._Sslip + add * slipped
             self._var = (1.0 - eta) ** 2 * self._var + eta ** 2 / len(batch) if self._updates else 1.0 / len(batch)
             self._updates += 1
             self._m_step()
@@ -349,16 +446,18 @@ class ReplayMerger(Estimator):
         if not np.isfinite(d.log_likelihood(self._T, self._B)):
             return None, 0
         log_odds, expected = noise_odds(self._T, d.starts, d.sizes, d.obs, d.acts, d.off, d.alpha, d.scale,
-                                        NOISE_HORIZON, self._K, 0.5)
+                                        NOISE_HORIZON, self._K, 0.5, *self._successors())
         moves = np.isfinite(log_odds)
         lo = np.clip(log_odds[moves], -700.0, 700.0)
         q = 0.05
         for _ in range(50):
-            q = float(np.mean(1.0 / (1.0 + (1.0 - q) / q * np.exp(-lo)))) if len(lo) else 0.0
+            q = min(float(np.mean(1.0 / (1.0 + (1.0 - q) / q * np.exp(-lo)))), NOISE_MAX) if len(lo) else 0.0
             if q <= 1e-12:
                 q = 0.0
                 break
-        eta = (self._updates + 2.0) ** -float(self.step_exponent)
+        # one sleep's estimate rests on thousands of views: a short average (half from this sleep) is
+        # enough, and forgets the early sleeps, whose unlearned model reads surprises as noise
+        eta = max((self._updates + 2.0) ** -float(self.step_exponent), 0.5)
         self._noise = (1.0 - eta) * self._noise + eta * q
         post = np.zeros(len(obs))
         if q > 0.0:
@@ -370,16 +469,33 @@ class ReplayMerger(Estimator):
         views[swap] = expected[swap]
         return views, int(swap.sum())
 
-    def _m_step(self) -> None:
+    def _m_step(self, redo=None) -> None:
+        """``Q`` from the kept counts (pseudocount on the observed pairs' blocks), the slip share
+        ``e = slipped / all`` kept moves, ``T = (1 - e) Q + e mean_b Q_b``; rows of the observations in
+        ``redo`` only (default all)."""
+        from ._replay_kernels import m_step_pairs
+
         scale, pc = float(self.window), float(self.pseudocount)
-        T = self._S * scale + pc
-        T /= T.sum(axis=2, keepdims=True)
-        B = self._Sb * scale + pc
-        self._T, self._B = T, B / B.sum()
+        if self._slip > 0.0:
+            total = self._kept_sums()[1]
+            self._slip = min(self._Sslip / total, 0.99) if total > 0 else self._slip
+        m_step_pairs(self._S, self._Q, self._T, self._pairs, self._starts, self._sizes, scale, pc, self._slip,
+                     np.ones(self._K, dtype=np.bool_) if redo is None else redo)
+        if redo is None:
+            B = self._Sb * scale + pc
+            self._B = B / B.sum()
 
     def _weights(self) -> np.ndarray:
         """Expected visits of each clone per episode (from the kept statistics)."""
-        return self._S.sum(axis=(0, 2)) if self._S is not None else np.ones(self._H)
+        return self._kept_sums()[0] if self._S is not None else np.ones(self._H)
+
+    def _kept_sums(self):
+        """``(S.sum(axis=(0, 2)), S.sum())``, kept from the last update of ``S``."""
+        from ._replay_kernels import pair_sums
+
+        if self._sums is None:
+            self._sums = pair_sums(self._S, self._pairs, self._starts, self._sizes)
+        return self._sums
 
     def _lump(self) -> None:
         """Blocks of clones that the Hoeffding test does not tell apart (:func:`~hmmmerge._replay_kernels.lump_clones`).
@@ -387,11 +503,11 @@ class ReplayMerger(Estimator):
         The kept statistics are a weighted mean of per-episode counts; as counts they stand for their
         effective number of episodes, ``1 / sum_u w_u**2 / n_u`` over the batches (weights ``w_u``, ``n_u``
         episodes each), the sample size with the same variance."""
-        from ._replay_kernels import lump_clones
+        from ._replay_kernels import lump_clones_pairs
 
         bound = float(np.sqrt(0.5 * np.log(2.0 / float(self.risk))))
-        self._block = lump_clones(np.ascontiguousarray(self._S / self._var), self._colour, bound,
-                                  float(self.tolerance), 50)
+        self._block = lump_clones_pairs(self._S, 1.0 / self._var, self._pairs, self._starts, self._sizes,
+                                        self._colour, bound, float(self.tolerance), 50)
         self._lumped = None
 
     def _fold_unheld(self, n: int) -> None:
@@ -419,7 +535,8 @@ class ReplayMerger(Estimator):
 
         if self._lumped is None:
             nb = int(self._block.max()) + 1
-            self._lumped = lumped_model(self._T, self._B, self._weights(), self._block, nb)
+            self._lumped = lumped_model(self._T, self._B, self._weights(), self._block, nb, self._pairs,
+                                        self._starts, self._sizes)
         return self._lumped
 
     # ------------------------------------------------------------ level 2 for the agent
@@ -429,7 +546,7 @@ class ReplayMerger(Estimator):
         TL, BL = self._blocks_model()
         T = TL[:, ids][:, :, ids]
         s = T.sum(axis=2, keepdims=True)
-        T = np.divide(T, s, out=np.zeros_like(T), where=s > 0)
+        T = np.divide(T, s, out=np.full_like(T, 1.0 / max(len(ids), 1)), where=s > 0)  # no move seen: uniform
         B = BL[ids]
         B = B / B.sum() if B.sum() > 0 else np.full(len(ids), 1.0 / max(len(ids), 1))
         return T, B
@@ -534,6 +651,7 @@ class ReplayMerger(Estimator):
             "clone_of_state": self._clone_state[:self._n_seen].copy() if len(self._clone_state) >= self._n_seen
             else np.concatenate([self._clone_state, np.full(self._n_seen - len(self._clone_state), -1)]),
             "block_of_clone": self._block.copy(), "block_of_cluster": self._block_of.copy(),
+            "pairs": self._pairs.copy(), "slip": np.array([self._slip, self._Sslip]),
         }
         return {_PREFIX + k: v for k, v in out.items()}
 
@@ -560,9 +678,9 @@ class ReplayMerger(Estimator):
         K, A, H, updates, n_new, last, has, n_seen = get.ints("sizes", shape=(8,), low=-1).tolist()
         if K < 1 or A < 1 or H < 1 or updates < 0 or n_new < 0 or has not in (0, 1) or n_seen < 0:
             raise ValueError(f"{source}: replay_sizes holds out-of-range values")
-        if H % K or H // K != int(self.n_clones):
+        if H % K or H // K != self._clones_per_observation(K):
             raise ValueError(f"{source}: replay_sizes says {H} clones for {K} observations; this merger has "
-                             f"n_clones={self.n_clones}")
+                             f"{self._clones_per_observation(K)} clones per observation (n_clones={self.n_clones})")
         self._init(K, A)
         n_states = len(d["assignment"]) if "assignment" in d else None
         T = get.floats("T", shape=(A, H, H), low=0.0, high=1.0)
@@ -573,8 +691,25 @@ class ReplayMerger(Estimator):
         noise = float(get.floats("noise", shape=(1,), low=0.0, high=1.0)[0])
         if updates and var <= 0.0:
             raise ValueError(f"{source}: replay_variance must be positive after an update")
-        if has and (not np.allclose(T.sum(axis=2), 1.0, atol=1e-6) or not np.isclose(B.sum(), 1.0, atol=1e-6)):
-            raise ValueError(f"{source}: replay_T or replay_B rows do not sum to 1")
+        # files before the observation pairs: every pair, no slip (their T is the same model)
+        pairs = get.ints("pairs", ndim=2, low=0, high=K - 1) if _PREFIX + "pairs" in d else \
+            np.argwhere(np.ones((K, K), dtype=bool)).astype(np.int64)
+        slip, slipped = get.floats("slip", shape=(2,), low=0.0).tolist() if _PREFIX + "slip" in d else (0.0, 0.0)
+        if pairs.shape[1] != 2 or len(np.unique(pairs[:, 0] * K + pairs[:, 1])) != len(pairs) or slip > 0.99:
+            raise ValueError(f"{source}: replay_pairs must be distinct (observation, observation) rows and "
+                             f"replay_slip[0] at most 0.99")
+        has_pair = np.zeros((K, K), dtype=bool)
+        has_pair[pairs[:, 0], pairs[:, 1]] = True
+        if has:
+            # rows sum to 1 on the pairs' blocks (0 for an observation never followed by another), nothing
+            # outside them
+            colour = np.repeat(np.arange(K), H // K)
+            inside = has_pair[colour][:, colour]
+            rows = np.where(inside[None], T, 0.0).sum(axis=2)
+            want = has_pair.any(axis=1)[colour][None, :].astype(float)
+            if not np.allclose(rows, want, atol=1e-6) or not np.allclose(T.sum(axis=2), want, atol=1e-6) \
+                    or not np.isclose(B.sum(), 1.0, atol=1e-6):
+                raise ValueError(f"{source}: replay_T or replay_B rows do not sum to 1 on replay_pairs")
         lens = get.ints("episode_lengths", ndim=1, low=1)
         total = int(lens.sum())
         obs = get.ints("obs", shape=(total,), low=0, high=K - 1)
@@ -604,8 +739,19 @@ class ReplayMerger(Estimator):
             a = np.asarray(d["assignment"])
             if len(np.unique(a[a >= 0])) != len(block_of):
                 raise ValueError(f"{source}: the clusters of assignment do not match replay_block_of_cluster")
+        self._pairs, self._has_pair, self._slip, self._Sslip = pairs, has_pair, slip, slipped
         self._T, self._B = (T, B) if has else (None, None)
         self._S, self._Sb = (S, Sb) if updates else (None, None)
+        if has:
+            from ._replay_kernels import m_step_pairs
+
+            self._C = np.zeros_like(T)
+            self._Q = np.zeros_like(T)
+            if updates:   # Q is the M-step of the kept counts (T mixes it with the slip)
+                m_step_pairs(S, self._Q, np.zeros_like(T), pairs, self._starts, self._sizes,
+                             float(self.window), float(self.pseudocount), slip, np.ones(K, dtype=np.bool_))
+            else:
+                self._Q[:] = T
         self._var = var
         self._noise = noise
         self._updates, self._n_new, self._last, self._n_seen = updates, n_new, last, n_seen
