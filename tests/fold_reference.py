@@ -2,20 +2,18 @@
 colour-clash test and the exact fold's sleep (:class:`hmmmerge.fold.exact.ExactFold`), and placing, blue fringe
 and colour fold written here without the kernels.  The numba kernels of :class:`hmmmerge.fold.FoldMerger` must
 reproduce it decision for decision (``tests/test_fold_kernels.py``; ``benchmarks/bench_fold.py --sections
-speed`` times both).  Not part of the package; change it only together with the algorithm."""
+speed`` times both).  It writes agent files (:meth:`FoldMerger.state_dict`) for the kernels to resume, and
+reads none.  Not part of the package; change it only together with the algorithm."""
 from __future__ import annotations
 
 import numpy as np
 
 from hmmmerge.fold import default_min_evidence
-from hmmmerge.fold.engine import CONFLICT, DELTA, PLACE, ROOT, Engine, tree_links
-from hmmmerge.fold.exact import ExactFold, _link_action
+from hmmmerge.fold.engine import CONFLICT, DELTA, PLACE, ROOT, Engine, link_action
+from hmmmerge.fold.exact import ExactFold
 
 __all__ = ['FoldMerger', 'default_min_evidence']
-_OP_LEN = (2, 2, 2, 5, 2, 1)
 _STATS = ('merges', 'promotions', 'undos', 'conflicts')
-_ARRAYS = ('parent', 'action', 'colour', 'uf', 'uf_time', 'just', 'red', 'has_row', 'delta', 'dchild', 'reds',
-           'journal', 'conflicts', 'decisions', 'stats', 'cid', 'pending')
 
 
 class FoldMerger(ExactFold):
@@ -110,30 +108,6 @@ class FoldMerger(ExactFold):
         self._parent[node], self._action[node], self._colour[node] = pnode, a, colour
         self._place(node)
 
-    def observe(self, memory, states, actions=None):
-        self._check(memory)
-        self._grow(memory.n_states)
-        for e, row in enumerate(states):
-            acts = None if actions is None else np.asarray(actions[e], dtype=np.int64).tolist()
-            prev = -1
-            for t, h in enumerate(np.asarray(row, dtype=np.int64).tolist()):
-                if h >= 0 and self._parent[h + 1] < 0:
-                    if t == 0:
-                        pnode, a = 0, self._A
-                    else:
-                        pnode = prev + 1
-                        a = acts[t] if acts is not None else _link_action(memory.next_state, prev, h)
-                    self._record(h + 1, pnode, a, int(memory.emission[h]))
-                prev = h
-
-    def observe_tree(self, memory):
-        self._check(memory)
-        start = self.n_recorded
-        parent, action = tree_links(memory, start)
-        self._grow(memory.n_states)
-        for h, pnode, a in zip(range(start, memory.n_states), parent.tolist(), action.tolist()):
-            self._record(h + 1, pnode, a, int(memory.emission[h]))
-
     def place(self, memory, clusters, states, rng=None):
         self._check(memory)
         self._grow(memory.n_states)
@@ -145,7 +119,7 @@ class FoldMerger(ExactFold):
                 if h == memory.start_state:
                     self._record(node, 0, self._A, int(memory.emission[h]))
                 else:
-                    self._record(node, prev + 1, _link_action(memory.next_state, prev, h), int(memory.emission[h]))
+                    self._record(node, prev + 1, link_action(memory.next_state, prev, h), int(memory.emission[h]))
                 root = self._find(node)
                 if root == node:
                     clusters.assignment[h] = -1
@@ -171,9 +145,7 @@ class FoldMerger(ExactFold):
         for r in [r for r in self._reds if self._colour[r] == self._colour[b]]:
             if (b, r) in clashes:
                 continue
-            mark = len(self._journal)
-            ev = self._fold(r, b)
-            self._rollback(mark)
+            ev = self._try(r, b)
             if ev is None:
                 clashes.add((b, r))
                 continue
@@ -297,40 +269,4 @@ class FoldMerger(ExactFold):
                    fold_stats=np.array([stats[k] for k in _STATS], dtype=np.int64),
                    fold_cid=np.array(sorted(self._cid.items()), dtype=np.int64).reshape(-1, 2),
                    fold_provisional=np.asarray(self._prov, dtype=np.int64))
-        return out
-
-    def load_state_dict(self, d, source='<dict>'):
-        if 'fold_sizes' not in d:
-            self._A = None
-            return
-        n_obs, A, k, last, settled = (int(x) for x in d['fold_sizes'])
-        arrays = {name: np.asarray(d[f'fold_{name}']) for name in _ARRAYS}
-        self._init(n_obs, A)
-        self._k, self._last, self._settled = k, last, settled
-        for name in ('parent', 'action', 'colour', 'uf', 'uf_time', 'just', 'red', 'decisions', 'pending'):
-            setattr(self, f'_{name}', arrays[name].tolist())
-        has = arrays['has_row'].astype(bool)
-        self._delta = [row if ok else None for row, ok in zip(arrays['delta'].tolist(), has)]
-        self._dchild = [row if ok else None for row, ok in zip(arrays['dchild'].tolist(), has)]
-        self._reds = [x for _, x in arrays['reds'].tolist()]
-        self._journal = [tuple(row[:_OP_LEN[row[0]]]) for row in arrays['journal'].tolist()]
-        self._conflicts = [tuple(row) for row in arrays['conflicts'].tolist()]
-        stats = dict(zip(_STATS, arrays['stats'].tolist()))
-        self._undos = stats.pop('undos')
-        self._counts = stats
-        self._cid = dict(arrays['cid'].tolist())
-        self._prov = np.asarray(d['fold_provisional'] if 'fold_provisional' in d else [-1, 0, 0]).tolist()
-
-    def block_of(self, n_states):
-        if self._A is None:
-            return np.full(n_states, -1, dtype=np.int64)
-        uf = np.asarray(self._uf, dtype=np.int64)
-        m = min(n_states, len(uf) - 1)
-        root = uf[1:m + 1]
-        placed = root >= 0
-        root = np.where(placed, root, 0)
-        while not np.array_equal(uf[root], root):
-            root = uf[root]
-        out = np.full(n_states, -1, dtype=np.int64)
-        out[:m] = np.where(placed, root, -1)
         return out

@@ -20,9 +20,12 @@ compatibility test is a plug:
 :class:`ExactTest` is the colour-clash test of ``merge="fold"`` (the numba
 kernels of :mod:`hmmmerge.fold._kernels` run the same test; the pure-Python
 engine with it is their reference in the tests); :class:`hmmmerge.fold.noisy.LikelihoodTest`
-is the statistical test of ``merge="fold-noisy"``.  A member of the family
-adds the blue-fringe policy (which merges it accepts, when it promotes) and
-its state file.
+is the statistical test of ``merge="fold-noisy"``.  The engine also records
+experience (:meth:`Engine.observe`, :meth:`Engine.observe_tree`: a member's
+``_record`` / ``_visit`` / ``_place_recorded``) and runs a sleep
+(:meth:`Engine.sleep`: a member's ``_consolidate``).  A member of the family
+adds placing, the blue-fringe policy (which merges it accepts, when it
+promotes) and its state file.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import numpy as np
 
 from .._estimator import Estimator
 
-__all__ = ["Engine", "ExactTest", "tree_links"]
+__all__ = ["Engine", "ExactTest", "link_action", "tree_links"]
 
 PLACE, ROOT, UNION, DELTA, RED, CONFLICT = range(6)   # journal rows, as the kernels write them
 
@@ -63,6 +66,18 @@ def tree_links(memory, start: int, strict: bool = True) -> tuple[np.ndarray, np.
     return np.where(top, 0, parent[start:] + 1), np.where(top, A, action[start:])
 
 
+def link_action(next_state: np.ndarray, prev: int, h: int) -> int:
+    """The action of the level-1 link ``prev -> h``.
+
+    >>> link_action(np.array([[1, -1], [-1, -1]]), 0, 1)
+    0
+    """
+    column = next_state[:, prev].tolist()
+    if h not in column:
+        raise ValueError(f"no level-1 link {prev} -> {h}: pass the actions of the steps")
+    return column.index(h)
+
+
 class ExactTest:
     """The exact test: blocks of two colours clash; the evidence is the number of distinct blocks
     (other than the one folded into) that the other side was compared with and agreed."""
@@ -92,6 +107,8 @@ class Engine(Estimator):
     ``_init_params`` and its blue-fringe policy."""
 
     _A = None
+    _STRICT_TREE = True
+    """:meth:`observe_tree` refuses a state with two incoming links."""
     _NODES = (("_parent", -1), ("_action", -1), ("_colour", -1), ("_uf", -1), ("_red", False), ("_delta", None),
               ("_dchild", None))
     """Per-node lists and the value of a new node (a member adds its own)."""
@@ -134,6 +151,87 @@ class Engine(Estimator):
         if grow > 0:
             for name, fill in self._NODES:
                 getattr(self, name).extend([fill] * grow)
+
+    # ------------------------------------------------------------ experience
+    def observe(self, memory, states, actions=None) -> None:
+        """Record the level-1 states of experienced steps, place the new ones and count every visit.
+
+        ``states`` holds the level-1 state after each step, as episodes (one
+        row or list per episode, first entry the first observation, -1 after
+        its end); ``actions`` the matching actions (``actions[:, 0] == -1``).
+        Without ``actions`` they are read from the links of ``memory`` (exact
+        when no link was ever replaced, i.e. in a deterministic world).  New
+        states must appear in creation order, as they do in Algorithm 1.
+
+        >>> from hmmmerge.episodic import EpisodicMemory
+        >>> from hmmmerge.fold import StatisticalFoldMerger
+        >>> mem = EpisodicMemory(2, 1)
+        >>> states = [mem.observe(o, -1 if t == 0 else 0) for t, o in enumerate([0, 1, 1])]
+        >>> fold = StatisticalFoldMerger(); fold.observe(mem, [states], [[-1, 0, 0]]); fold.n_recorded
+        3
+        """
+        self._check(memory)
+        self._grow(memory.n_states)
+        A, n = self._A, memory.n_states
+        for e, row in enumerate(states):
+            row = np.asarray(row, dtype=np.int64).tolist()
+            acts = None if actions is None else np.asarray(actions[e], dtype=np.int64).tolist()
+            if acts is not None and len(acts) < len(row):
+                raise ValueError(f"episode {e}: {len(row)} states but {len(acts)} actions")
+            prev = -1
+            for t, h in enumerate(row):
+                if h == -1 and max(row[t:]) == -1:   # the padding after a shorter episode
+                    break
+                if not 0 <= h < n:
+                    raise ValueError(f"episode {e}, step {t}: {h} is not a level-1 state of the memory")
+                if self._parent[h + 1] >= 0:
+                    self._visit(h + 1)
+                elif t == 0:
+                    self._record(h + 1, 0, A, int(memory.emission[h]))
+                else:
+                    a = acts[t] if acts is not None else link_action(memory.next_state, prev, h)
+                    if not 0 <= a < A:
+                        raise ValueError(f"episode {e}, step {t}: action {a} out of range")
+                    self._record(h + 1, prev + 1, a, int(memory.emission[h]))
+                prev = h
+        self._place_recorded()
+
+    def observe_tree(self, memory) -> None:
+        """Record every unrecorded state of a prefix-tree ``memory`` from its links and place it.
+
+        For memories built without the step stream; a link replaced by
+        Algorithm 1 (a noisy memory) leaves a state without parent: then feed
+        the steps with :meth:`observe` or through the agent.
+
+        >>> from hmmmerge.episodic import EpisodicMemory
+        >>> from hmmmerge.fold import StatisticalFoldMerger
+        >>> mem = EpisodicMemory(2, 2)
+        >>> _ = [mem.observe(o, a) for o, a in [(0, -1), (1, 0), (0, 1)]]
+        >>> fold = StatisticalFoldMerger(); fold.observe_tree(mem); fold.n_recorded
+        3
+        """
+        self._check(memory)
+        n, start = memory.n_states, self.n_recorded
+        parent, action = tree_links(memory, start, strict=self._STRICT_TREE)
+        self._grow(n)
+        self._record_tree(np.arange(start, n) + 1, parent, action, memory.emission[start:n])
+
+    def _record_tree(self, nodes, parent, action, colour) -> None:
+        """Record and place new nodes, parents first."""
+        for args in zip(nodes.tolist(), parent.tolist(), action.tolist(), colour.tolist()):
+            self._record(*args)
+        self._place_recorded()
+
+    def _record(self, node: int, pnode: int, a: int, colour: int):
+        """Record a new node: parent node, action, colour (a member places it here or in
+        :meth:`_place_recorded`)."""
+        raise NotImplementedError
+
+    def _visit(self, node: int) -> None:
+        """Another step on a recorded node."""
+
+    def _place_recorded(self) -> None:
+        """Place the nodes :meth:`_record` left unplaced."""
 
     # ------------------------------------------------------------ blocks
     def _find(self, x: int) -> int:
@@ -189,6 +287,13 @@ class Engine(Estimator):
     def _joined(self, x: int, y: int) -> None:
         """Bookkeeping of a member when ``y`` joins ``x`` in a fold (before the journal row is written)."""
 
+    def _try(self, r: int, b: int):
+        """The evidence of folding ``b`` into ``r`` (None: refuted), the fold taken back."""
+        mark = len(self._journal)
+        evidence = self._fold(r, b)
+        self._rollback(mark)
+        return evidence
+
     def _promote(self, b: int) -> None:
         self._red[b] = True
         self._reds.append(b)
@@ -220,6 +325,44 @@ class Engine(Estimator):
     def _undo(self, op: tuple) -> None:
         """Undo a journal row of a member's own kind."""
         raise AssertionError(f"unknown journal row {op!r}")
+
+    # ------------------------------------------------------------ sleep
+    _REPORTED = ("merges", "promotions")
+    """The counters whose change a sleep reports."""
+
+    def sleep(self, memory, clusters, rng=None) -> list[dict]:
+        """Consolidate: fold the blocks (the member's :meth:`_consolidate`) and write them to ``clusters``.
+
+        Every recorded level-1 state ends in exactly one cluster of
+        ``clusters``.  States not recorded yet are recorded first from the
+        links of ``memory`` (:meth:`observe_tree`); ``rng`` is not used
+        (folding is deterministic).  Returns one report: the change of the
+        counters (merges, promotions, undos or undone decisions) over this
+        sleep, red blocks, clusters and what the member adds.
+
+        >>> from hmmmerge.episodic import EpisodicMemory
+        >>> from hmmmerge.clusters import Clusters
+        >>> from hmmmerge.fold import FoldMerger, StatisticalFoldMerger
+        >>> mem = EpisodicMemory(2, 1)
+        >>> _ = [mem.observe(o, -1 if t == 0 else 0) for t, o in enumerate([0, 1] * 8)]
+        >>> cl = Clusters(n_states=mem.n_states)
+        >>> FoldMerger(min_evidence=1).sleep(mem, cl)[0]["clusters"]
+        2
+        >>> StatisticalFoldMerger(min_visits=1).sleep(mem, cl)[0]["clusters"]
+        2
+        """
+        self._check(memory)
+        if self.n_recorded < memory.n_states:
+            self.observe_tree(memory)
+        before = dict(self.stats)
+        extra = self._consolidate(memory, clusters)
+        report = {k: self.stats[k] - before[k] for k in self._REPORTED}
+        report.update(extra)
+        return [report]
+
+    def _consolidate(self, memory, clusters) -> dict:
+        """The member's sleep after recording; writes C and returns its own report entries."""
+        raise NotImplementedError
 
     # ------------------------------------------------------------ clusters
     def block_of(self, n_states: int) -> np.ndarray:
@@ -260,4 +403,8 @@ class Engine(Estimator):
         clusters.assignment[:n_states] = roots
         clusters.compact()   # ids in order of the root nodes
         blocks = np.unique(roots)
-        self._cid = dict(zip(blocks[blocks >= 0].tolist(), range(clusters.n_clusters)))
+        self._written_blocks(blocks[blocks >= 0], clusters, n_states)
+
+    def _written_blocks(self, blocks: np.ndarray, clusters, n_states: int) -> None:
+        """Remember the blocks as written: ``blocks[c]`` is the root node of cluster ``c``."""
+        self._cid = dict(zip(blocks.tolist(), range(len(blocks))))

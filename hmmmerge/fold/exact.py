@@ -39,7 +39,7 @@ import numpy as np
 
 from .._validation import Int, check_int
 from ._state import StateError, checked_state, exact_state, no_state, sizes_of_level1
-from .engine import Engine, tree_links
+from .engine import Engine
 
 __all__ = ["FoldMerger", "default_min_evidence"]
 
@@ -91,8 +91,8 @@ class ExactFold(Engine):
     ``_settle()``, ``_unwind(t)`` (roll the journal back to ``t``; the
     unplaced nodes), ``_jlen()``, ``_keep_counts(merges, promotions)``,
     ``_place_all(nodes)``, ``_blue_fringe(k_single, provisional, k)``,
-    ``_fold_colours_at(depth)``, ``stats``, ``n_red``, ``observe_tree`` and
-    ``write_clusters``.
+    ``_fold_colours_at(depth)``, ``stats``, ``n_red``, the engine's recording
+    hooks (``_record``, ...) and ``write_clusters``.
     """
 
     _parameter_constraints = {"min_evidence": Int(0, none=True), "max_undo_rounds": Int(1),
@@ -137,38 +137,19 @@ class ExactFold(Engine):
         return self._decisions_array().tolist() if self._A is not None else []
 
     # ------------------------------------------------------------ sleep
-    def sleep(self, memory, clusters, rng=None) -> list[dict]:
-        """Consolidate: place what is new, undo contradicted merges, fold the blue fringe, write C.
+    _REPORTED = ("merges", "promotions", "undos")
 
-        Every recorded level-1 state ends in exactly one cluster of
-        ``clusters``.  States not recorded yet are recorded first from the
-        links of ``memory`` (exact for deterministic worlds); ``rng`` is not
-        used (folding is deterministic).  Returns one report: merges,
-        promotions and undos of this sleep, red blocks and clusters.
-
-        >>> from hmmmerge.episodic import EpisodicMemory
-        >>> from hmmmerge.clusters import Clusters
-        >>> mem = EpisodicMemory(2, 1)
-        >>> _ = [mem.observe(o, -1 if t == 0 else 0) for t, o in enumerate([0, 1, 0, 1, 0, 1, 0])]
-        >>> cl = Clusters(n_states=mem.n_states)
-        >>> FoldMerger(min_evidence=1).sleep(mem, cl)[0]["clusters"]
-        2
-        """
-        self._check(memory)
-        if self.n_recorded < memory.n_states:
-            self.observe_tree(memory)
-        before = self.stats
+    def _consolidate(self, memory, clusters) -> dict:
+        """A sleep (:meth:`Engine.sleep`): take the last provisional pass back, place what is new, undo
+        contradicted merges, fold the blue fringe, make the provisional pass and write C."""
         self._drop_provisional()
         self._place_pending()
         rounds = self._resolve_conflicts()
         self._blue_fringe()
         self._provisional_pass()
         self.write_clusters(clusters, memory.n_states)
-        after = self.stats
-        report = {k: after[k] - before[k] for k in ("merges", "promotions", "undos")}
-        report.update(undo_rounds=rounds, red=self.n_red, clusters=clusters.n_clusters,
-                      provisional_merges=self._prov[1], provisional_promotions=self._prov[2])
-        return [report]
+        return dict(undo_rounds=rounds, red=self.n_red, clusters=clusters.n_clusters,
+                    provisional_merges=self._prov[1], provisional_promotions=self._prov[2])
 
     def _provisional_pass(self) -> None:
         """Fold what waits, provisionally: the colour fold, then blue blocks merge into the only consistent
@@ -358,6 +339,7 @@ class FoldMerger(ExactFold):
         st.parent[0], st.uf[0], st.red[0], st.row[0] = -1, 0, True, 0
         st.sc[NROWS], st.sc[LINKS_OK] = 1, 1
         self._n = 1                       # nodes recorded or reserved (level-1 states + 1)
+        self._recorded: list[int] = []    # recorded by observe(), placed at its end
         # cluster ids: _croot[c] is a node of cluster c's block as last written (ids grow with place());
         # _written identifies the Clusters object written to; _dirty: blocks changed in another way
         self._croot = np.zeros(0, dtype=np.int64)
@@ -429,63 +411,25 @@ class FoldMerger(ExactFold):
         if place_nodes(self._st, nodes) >= 0:
             raise ValueError("level-1 states must be placed after their parents")
 
-    def observe(self, memory, states, actions=None) -> None:
-        """Record the level-1 states of experienced steps and place the new ones.
+    @property
+    def _parent(self) -> np.ndarray:
+        return self._st.parent
 
-        ``states`` holds the level-1 state after each step, as episodes (one
-        row or list per episode, first entry the first observation);
-        ``actions`` the matching actions (``actions[:, 0] == -1``).  Without
-        ``actions`` they are read from the links of ``memory`` (exact when no
-        link was ever replaced, i.e. in a deterministic world).  Only states not
-        recorded before are new; they must appear in creation order, as they do
-        in Algorithm 1.
-
-        >>> from hmmmerge.episodic import EpisodicMemory
-        >>> mem = EpisodicMemory(2, 1)
-        >>> states = [mem.observe(o, -1 if t == 0 else 0) for t, o in enumerate([0, 1, 1])]
-        >>> fold = FoldMerger(); fold.observe(mem, [states]); fold.n_recorded
-        3
-        """
-        self._check(memory)
-        A = self._A
-        nxt = memory.next_state
-        emission = memory.emission
-        self._room(nodes=memory.n_states + 1)
-        st = self._st
-        new = []
-        for e, row in enumerate(states):
-            row = np.asarray(row, dtype=np.int64).tolist()
-            acts = None if actions is None else np.asarray(actions[e], dtype=np.int64).tolist()
-            prev = -1
-            for t, h in enumerate(row):
-                node = h + 1
-                if st.parent[node] < 0 and node > 0 and h >= 0:
-                    if t == 0:
-                        pnode, a = 0, A
-                    else:
-                        a = acts[t] if acts is not None else _link_action(nxt, prev, h)
-                        pnode = prev + 1
-                    st.parent[node], st.action[node], st.colour[node] = pnode, a, int(emission[h])
-                    new.append(node)
-                prev = h
-        self._place_all(new)
-
-    def observe_tree(self, memory) -> None:
-        """Record every state of a deterministic ``memory`` from its links (a prefix tree) and place it.
-
-        >>> from hmmmerge.episodic import EpisodicMemory
-        >>> mem = EpisodicMemory(2, 2)
-        >>> _ = [mem.observe(o, a) for o, a in [(0, -1), (1, 0), (0, 1)]]
-        >>> fold = FoldMerger(); fold.observe_tree(mem); fold.n_recorded
-        3
-        """
-        self._check(memory)
-        n, start = memory.n_states, self.n_recorded
-        parent, action = tree_links(memory, start)
+    def _grow(self, n: int) -> None:
         self._room(nodes=n + 1)
-        h = np.arange(start, n) + 1
-        self._st.parent[h], self._st.action[h], self._st.colour[h] = parent, action, memory.emission[start:n]
-        self._place_all(h)
+
+    def _record(self, node: int, pnode: int, a: int, colour: int) -> None:
+        st = self._st
+        st.parent[node], st.action[node], st.colour[node] = pnode, a, colour
+        self._recorded.append(node)
+
+    def _place_recorded(self) -> None:
+        self._place_all(self._recorded)
+        self._recorded = []
+
+    def _record_tree(self, nodes, parent, action, colour) -> None:
+        self._st.parent[nodes], self._st.action[nodes], self._st.colour[nodes] = parent, action, colour
+        self._place_all(nodes)
 
     # ------------------------------------------------------------ folding
     def _blue_fringe(self, k_single: int | None = None, provisional: bool = False, k: int | None = None) -> None:
@@ -816,30 +760,21 @@ class FoldMerger(ExactFold):
         from ._kernels import find_all, merge_rows
 
         clusters.grow(n_states)
-        if self._A is not None and self._current(clusters, n_states):
-            roots = find_all(self._st.uf, self._croot)
-            blocks = np.unique(roots)
-            new_of_old = np.searchsorted(blocks, roots)
-            clusters.relabel(new_of_old)
-            if self._tab_ok:
-                self._tab = merge_rows(self._tab[:len(roots)], new_of_old, len(blocks))
-        else:
+        if self._A is None or not self._current(clusters, n_states):
             self._tab_ok = False
-            roots = self.block_of(n_states)
-            clusters.assignment[:] = -1
-            clusters.assignment[:n_states] = roots
-            clusters.compact()
-            blocks = np.unique(roots)
-            blocks = blocks[blocks >= 0]
+            super().write_clusters(clusters, n_states)
+            return
+        roots = find_all(self._st.uf, self._croot)
+        blocks = np.unique(roots)
+        new_of_old = np.searchsorted(blocks, roots)
+        clusters.relabel(new_of_old)
+        if self._tab_ok:
+            self._tab = merge_rows(self._tab[:len(roots)], new_of_old, len(blocks))
+        self._written_blocks(blocks, clusters, n_states)
+
+    def _written_blocks(self, blocks: np.ndarray, clusters, n_states: int) -> None:
         if self._A is not None:
             self._st.cid[blocks] = np.arange(len(blocks))
             self._croot = blocks
             self._written = weakref.ref(clusters)
             self._dirty = self._n - 1 != n_states
-
-
-def _link_action(next_state: np.ndarray, prev: int, h: int) -> int:
-    column = next_state[:, prev].tolist()
-    if h not in column:
-        raise ValueError(f"no level-1 link {prev} -> {h}: pass the actions of the steps")
-    return column.index(h)

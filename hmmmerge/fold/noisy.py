@@ -37,7 +37,7 @@ import numpy as np
 
 from .._validation import Float, Int, check_float
 from ._state import checked_state, no_state, noisy_state
-from .engine import RED, UNION, Engine, tree_links
+from .engine import RED, UNION, Engine
 
 __all__ = ["LikelihoodTest", "StatisticalFoldMerger", "pair_llr"]
 
@@ -109,17 +109,17 @@ class LikelihoodTest:
         llr = m._llr(cnt[x], cnt[y])
         if llr < -tau and (not m._t0 or min(sum(cnt[x]), sum(cnt[y])) >= m._t0):
             return False
-        if not groups and m._skip_root:     # the candidates were chosen by this colour: no evidence
+        if not groups:     # the candidates were chosen by this colour: no evidence
             llr = min(llr, 0.0)
         g = groups.get(x)
         if g is None:
             groups[x] = g = [0.0, -math.inf]
             old = 0.0
         else:
-            old = min(g[0], g[1]) if m._cap else g[0]
+            old = min(g[0], g[1])
         g[0] += llr
         g[1] = max(g[1], llr)
-        acc[1] += (min(g[0], g[1]) if m._cap else g[0]) - old
+        acc[1] += min(g[0], g[1]) - old
         return acc[1] >= -3 * tau   # else refuted beyond what agreements could plausibly repay
 
     def joined(self, x, y) -> None:
@@ -184,8 +184,7 @@ class StatisticalFoldMerger(Engine):
                               "provisional_lead": Float(0, none=True), "patience": Int(1),
                               "retest_growth": Float(1, low_open=True, none=True)}
     _NODES = Engine._NODES + (("_cnt", None), ("_pos", -1), ("_nvis", 0))
-    _cap = True         # the positive part of a block's evidence is capped at its largest pair value
-    _skip_root = True   # the pair that chose the candidates is no evidence
+    _STRICT_TREE = False   # a noisy memory's replaced links: the later one counts
     _t0 = 0             # while re-testing: a pair refutes only if both blocks have this many visits
     noise_ = None
 
@@ -242,19 +241,24 @@ class StatisticalFoldMerger(Engine):
             self._shallow[pos][colour] += 1
         if self._uf[pnode] < 0:
             raise ValueError("level-1 states must be placed after their parents")
-        p = self._find_compress(pnode)
+        return self._place(node, 1, self._find_compress)
+
+    def _place(self, node: int, visits: int, find) -> bool:
+        """Put a recorded node into the block its parent's block leads to under its action (else a block of
+        its own, made that block's successor) and count ``visits`` of its colour; whether it started a block."""
+        p = find(self._parent[node])
+        a = self._action[node]
         q = self._delta[p][a]
         if q >= 0:
-            root = self._find_compress(q)
+            root = find(q)
             self._uf[node] = root
-            self._cnt[root][colour] += 1
-            return False
-        self._make_root(node)
-        cnt = [0] * self._K
-        cnt[colour] = 1
-        self._cnt[node] = cnt
-        self._delta[p][a] = node
-        return True
+        else:
+            root = node
+            self._make_root(node)
+            self._cnt[node] = [0] * self._K
+            self._delta[p][a] = node
+        self._cnt[root][self._colour[node]] += visits
+        return root == node
 
     def _visit(self, node: int) -> None:
         colour = self._colour[node]
@@ -263,43 +267,6 @@ class StatisticalFoldMerger(Engine):
         self._total[colour] += 1
         if self._pos[node] >= 0:
             self._shallow[self._pos[node]][colour] += 1
-
-    def observe(self, memory, states, actions) -> None:
-        """Record the level-1 states of experienced steps, place the new ones and count every visit.
-
-        ``states`` holds the level-1 state after each step, per episode (first
-        entry the first observation); ``actions`` the matching actions
-        (``actions[:, 0] == -1``).  New states must appear in creation order,
-        as they do in Algorithm 1.
-
-        >>> from hmmmerge.episodic import EpisodicMemory
-        >>> mem = EpisodicMemory(2, 1)
-        >>> states = [mem.observe(o, -1 if t == 0 else 0) for t, o in enumerate([0, 1, 1])]
-        >>> fold = StatisticalFoldMerger(); fold.observe(mem, [states], [[-1, 0, 0]]); fold.n_recorded
-        3
-        """
-        self._check(memory)
-        self._grow(memory.n_states)
-        emission = memory.emission
-        A = self._A
-        for e, row in enumerate(states):
-            row = np.asarray(row, dtype=np.int64).tolist()
-            acts = np.asarray(actions[e], dtype=np.int64).tolist()
-            if len(acts) < len(row):
-                raise ValueError(f"episode {e}: {len(row)} states but {len(acts)} actions")
-            prev = -1
-            for t, h in enumerate(row):
-                if not 0 <= h < memory.n_states:
-                    raise ValueError(f"episode {e}, step {t}: {h} is not a level-1 state of the memory")
-                node = h + 1
-                if self._parent[node] < 0:
-                    pnode, a = (0, A) if t == 0 else (prev + 1, acts[t])
-                    if not 0 <= a <= A or (t > 0 and a == A):
-                        raise ValueError(f"episode {e}, step {t}: action {a} out of range")
-                    self._record(node, pnode, a, int(emission[h]))
-                else:
-                    self._visit(node)
-                prev = h
 
     def _chunk_actions(self, nxt, states: list[int], first_prev: int, start: int) -> dict[int, tuple[int, int]]:
         """(parent node, action) of every new level-1 state of a chunk, from the links of level 1.
@@ -414,26 +381,6 @@ class StatisticalFoldMerger(Engine):
             np.add.at(self._cid_counts, np.asarray(ids, dtype=np.int64),
                       np.asarray([self._cnt[r] for r in roots], dtype=np.int64))
 
-    def observe_tree(self, memory) -> None:
-        """Record every unrecorded state of a prefix-tree ``memory`` from its links (one visit each).
-
-        For memories built without the step stream; a link replaced by
-        Algorithm 1 (a noisy memory) leaves a state without parent: then feed
-        the steps with :meth:`observe` or through the agent.
-
-        >>> from hmmmerge.episodic import EpisodicMemory
-        >>> mem = EpisodicMemory(2, 2)
-        >>> _ = [mem.observe(o, a) for o, a in [(0, -1), (1, 0), (0, 1)]]
-        >>> fold = StatisticalFoldMerger(); fold.observe_tree(mem); fold.n_recorded
-        3
-        """
-        self._check(memory)
-        n, start = memory.n_states, self.n_recorded
-        parent, action = tree_links(memory, start, strict=False)
-        self._grow(n)
-        for h, pnode, a in zip(range(start, n), parent.tolist(), action.tolist()):
-            self._record(h + 1, pnode, a, int(memory.emission[h]))
-
     # ------------------------------------------------------------ the test
     def _noise_model(self) -> tuple[float, list[float], float]:
         """``(eps, log pi, L)`` from the counts so far (see the module docstring; a function of the saved state)."""
@@ -460,12 +407,6 @@ class StatisticalFoldMerger(Engine):
             if c not in F:
                 F[c] = _log_marginal(c, self._log_pi, self._L)
         return F[xy] - F[x] - F[y]
-
-    def _try(self, r: int, b: int) -> float | None:
-        mark = len(self._journal)
-        s = self._fold(r, b)
-        self._rollback(mark)
-        return s
 
     def _blues(self) -> list[int]:
         """Non-red blocks that a red block leads to, most visits first."""
@@ -577,9 +518,7 @@ class StatisticalFoldMerger(Engine):
                 stale = {b: stale.get(b, 0) + 1 for b in waiting}
                 promote = [b for b in waiting if stale[b] > self.patience or not changed]
                 for b in promote:
-                    self._red[b] = True
-                    self._reds.append(b)
-                    self._journal.append((RED, b))
+                    self._promote(b)
                 changed = changed or bool(promote)
                 decisions += len(promote)
             if not changed:
@@ -605,30 +544,13 @@ class StatisticalFoldMerger(Engine):
         n = len(self._parent)
         names = ("_uf", "_cnt", "_delta", "_dchild", "_red", "_reds")
         saved = [getattr(self, name) for name in names]
-        K = self._K
-        self._uf = uf = [-1] * n
-        self._cnt = cnt = [None] * n
-        self._delta = delta = [None] * n
-        self._dchild = [None] * n
-        self._red = [False] * n
-        self._reds = []
+        self._uf, self._cnt, self._red = [-1] * n, [None] * n, [False] * n
+        self._delta, self._dchild, self._reds = [None] * n, [None] * n, []
         self._make_root(0)
-        cnt[0], self._red[0] = [0] * K, True
-        parent, action, colour, nvis, placed = self._parent, self._action, self._colour, self._nvis, saved[0]
+        self._cnt[0], self._red[0] = [0] * self._K, True
         for u in range(1, n):
-            if placed[u] < 0:
-                continue
-            p = self._find(parent[u])
-            q = delta[p][action[u]]
-            if q >= 0:
-                root = self._find(q)
-                uf[u] = root
-            else:
-                root = u
-                self._make_root(u)
-                cnt[u] = [0] * K
-                delta[p][action[u]] = u
-            cnt[root][colour[u]] += nvis[u]
+            if saved[0][u] >= 0:
+                self._place(u, self._nvis[u], self._find)
         kept, undone = [], 0
         self._t0 = self.min_visits
         for kind, x, y in self._log:
@@ -696,27 +618,11 @@ class StatisticalFoldMerger(Engine):
         self._cid.update(cid)
 
     # ------------------------------------------------------------ sleep
-    def sleep(self, memory, clusters, rng=None) -> list[dict]:
-        """Consolidate: estimate the noise, re-test the committed decisions (on schedule), fold the blue fringe, write C.
+    _REPORTED = ("merges", "promotions", "undone")
 
-        Every recorded level-1 state ends in exactly one cluster of
-        ``clusters``.  States not recorded yet are recorded from the links of
-        ``memory`` (:meth:`observe_tree`; one visit each); ``rng`` is not used.
-        Returns one report: merges and promotions of this sleep, the noise
-        rate used, red blocks and clusters.
-
-        >>> from hmmmerge.episodic import EpisodicMemory
-        >>> from hmmmerge.clusters import Clusters
-        >>> mem = EpisodicMemory(2, 1)
-        >>> _ = [mem.observe(o, -1 if t == 0 else 0) for t, o in enumerate([0, 1] * 8)]
-        >>> cl = Clusters(n_states=mem.n_states)
-        >>> StatisticalFoldMerger(min_visits=1).sleep(mem, cl)[0]["clusters"]
-        2
-        """
-        self._check(memory)
-        if self.n_recorded < memory.n_states:
-            self.observe_tree(memory)
-        before = dict(self.stats)
+    def _consolidate(self, memory, clusters) -> dict:
+        """A sleep (:meth:`Engine.sleep`): estimate the noise, re-test the committed decisions (on
+        schedule), fold the blue fringe, write C with the provisional folds, then roll those back."""
         self._set_noise()
         n = self.n_recorded
         if self.retest_growth is not None and self._log and n >= self.retest_growth * max(self._retested, 1):
@@ -729,9 +635,7 @@ class StatisticalFoldMerger(Engine):
         self.write_clusters(clusters, memory.n_states)
         self._write_next_cids()
         self._end_provisional()
-        report = {k: self.stats[k] - before[k] for k in ("merges", "promotions", "undone")}
-        report.update(provisional=self._provisional, noise=self.noise_, red=self.n_red, clusters=clusters.n_clusters)
-        return [report]
+        return dict(provisional=self._provisional, noise=self.noise_, red=self.n_red, clusters=clusters.n_clusters)
 
     # ------------------------------------------------------------ clusters
     def write_clusters(self, clusters, n_states: int) -> None:
