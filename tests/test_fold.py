@@ -5,7 +5,7 @@ import os
 import networkx as nx
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from hmmmerge import Environment, gridworld, random_walk
@@ -344,9 +344,18 @@ def test_after_any_sleep_every_state_is_in_one_cluster_and_level2_is_determinist
     check_invariants(agent.memory_, agent.clusters_)
 
 
+def _two_reds_world():
+    # hypothesis found it: a later fold reaches two red blocks through a loop and unites them, so a red
+    # node need not be a block's root (the saved state once failed its own check on load)
+    nxt = np.zeros((3, 6), int)
+    nxt[2, 0], nxt[0, 2] = 2, 1
+    return Environment.from_arrays(nxt, np.array([0, 0, 1, 0, 0, 0]), start=0)
+
+
 @settings(max_examples=25, deadline=None)
 @given(env=small_worlds(), seed=st.integers(0, 1000), k=st.integers(1, 4), sleep_every=st.integers(5, 60),
        colour_evidence=st.sampled_from([0, 3, 20]))
+@example(env=_two_reds_world(), seed=0, k=1, sleep_every=5, colour_evidence=0)
 def test_the_provisional_pass_never_changes_the_consolidated_automaton(env, seed, k, sleep_every, colour_evidence):
     # after every sleep, taking the provisional pass (colour fold included) back leaves exactly the
     # clusters of a merger without it

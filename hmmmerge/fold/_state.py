@@ -154,9 +154,10 @@ def exact_state(d) -> dict:
             "places a node that is not recorded or whose parent is not placed")
     is_root = placed & (uf == nodes)
     red, has = array(d, "fold_red", "b", (n,)), array(d, "fold_has_row", "b", (n,))
-    checked(bool(red[0] and not (red & ~is_root).any()), "fold_red", "marks a node that is not a block")
+    # a red block may later be folded into another red one (a fold reaching two reds through a loop)
     checked(bool(has[0] and (has >= is_root).all() and not (has & ~placed).any()), "fold_has_row",
             "does not cover the blocks or covers an unplaced node")
+    checked(bool(red[0] and not (red & ~has).any()), "fold_red", "marks a node that never was a block")
     delta, dchild = (array(d, f"fold_{x}", "i", (n, A + 1)) for x in ("delta", "dchild"))
     in_range("fold_delta", delta, -1, n)
     in_range("fold_dchild", dchild, -1, n)
