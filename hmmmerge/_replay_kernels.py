@@ -405,3 +405,123 @@ def noise_odds(T, starts, sizes, obs, acts, off, alpha, scale, horizon, n_obs, e
                 prev = o2
         log_odds[t] = skip - cond
     return log_odds, expected
+
+
+@njit(cache=True)
+def split_tests(seg, key, fut, cnt, n_fut, min_visits):
+    """Whether each clone's visits fall into two groups by the way they came in, with different futures.
+
+    The visits of one clone are the rows ``seg[c]:seg[c+1]`` of the sorted unique
+    (clone, key, future) triples ``key``, ``fut`` with counts ``cnt``: ``key`` names
+    how a visit came in (action and previous clone, or the episode's start),
+    ``fut`` what followed (action and next view, ``0..n_fut-1``).  The keys are
+    parted into two groups by 2-means on their future counts (a key joins the
+    group whose smoothed future distribution gives its counts the larger
+    likelihood), started from the key farthest from all the others.  Returns
+    ``(G, group)``: the likelihood-ratio statistic ``2 (log L(two groups) -
+    log L(one))`` per clone (0 below ``min_visits`` visits or with one key), and
+    each triple's group (0 or 1).
+    """
+    nc = seg.shape[0] - 1
+    G = np.zeros(nc)
+    group = np.zeros(key.shape[0], dtype=np.int64)
+    loc = np.full(n_fut, -1, dtype=np.int64)
+    for c in range(nc):
+        a, b = seg[c], seg[c + 1]
+        n = 0.0
+        for r in range(a, b):
+            n += cnt[r]
+        if n < min_visits:
+            continue
+        # local ids of the keys (sorted: consecutive runs) and of the futures
+        nk = 0
+        for r in range(a, b):
+            if r == a or key[r] != key[r - 1]:
+                nk += 1
+        if nk < 2:
+            continue
+        nf = 0
+        for r in range(a, b):
+            if loc[fut[r]] < 0:
+                loc[fut[r]] = nf
+                nf += 1
+        M = np.zeros((nk, nf))
+        kid = np.empty(b - a, dtype=np.int64)
+        k = -1
+        for r in range(a, b):
+            if r == a or key[r] != key[r - 1]:
+                k += 1
+            kid[r - a] = k
+            M[k, loc[fut[r]]] += cnt[r]
+        for r in range(a, b):
+            loc[fut[r]] = -1
+        tot = np.zeros(nf)
+        nkey = np.zeros(nk)
+        for k in range(nk):
+            for f in range(nf):
+                tot[f] += M[k, f]
+                nkey[k] += M[k, f]
+        # start: the key whose futures differ most from the rest's (its likelihood-ratio statistic)
+        best, seed = -1.0, 0
+        for k in range(nk):
+            g = 0.0
+            rest = n - nkey[k]
+            if rest <= 0.0:
+                continue
+            for f in range(nf):
+                x, y = M[k, f], tot[f] - M[k, f]
+                if x > 0.0:
+                    g += x * np.log(x / nkey[k] / (tot[f] / n))
+                if y > 0.0:
+                    g += y * np.log(y / rest / (tot[f] / n))
+            if g > best:
+                best, seed = g, k
+        side = np.zeros(nk, dtype=np.int64)
+        side[seed] = 1
+        P = np.empty((2, nf))
+        for _ in range(20):
+            for s in range(2):
+                z = 0.0
+                for f in range(nf):
+                    P[s, f] = 0.5
+                for k in range(nk):
+                    if side[k] == s:
+                        for f in range(nf):
+                            P[s, f] += M[k, f]
+                for f in range(nf):
+                    z += P[s, f]
+                for f in range(nf):
+                    P[s, f] = np.log(P[s, f] / z)
+            moved = False
+            for k in range(nk):
+                l0, l1 = 0.0, 0.0
+                for f in range(nf):
+                    l0 += M[k, f] * P[0, f]
+                    l1 += M[k, f] * P[1, f]
+                s = 1 if l1 > l0 else 0
+                if s != side[k]:
+                    side[k] = s
+                    moved = True
+            if not moved:
+                break
+        # G with maximum-likelihood distributions (0 when one group is empty)
+        g = 0.0
+        for s in range(2):
+            ns = 0.0
+            for f in range(nf):
+                P[s, f] = 0.0
+            for k in range(nk):
+                if side[k] == s:
+                    ns += nkey[k]
+                    for f in range(nf):
+                        P[s, f] += M[k, f]
+            if ns <= 0.0 or ns >= n:
+                g = -1.0
+                break
+            for f in range(nf):
+                if P[s, f] > 0.0:
+                    g += P[s, f] * np.log(P[s, f] / ns / (tot[f] / n))
+        G[c] = 2.0 * g if g > 0.0 else 0.0
+        for r in range(a, b):
+            group[r] = side[kid[r - a]]
+    return G, group

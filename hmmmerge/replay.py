@@ -394,7 +394,8 @@ class ReplayMerger(Estimator):
         if self._T is None:
             self._init_model(rng)
         d = self._data(obs, acts)
-        noise, repaired = self._views_read_as_noise(d, obs, acts) if self._updates else (None, 0)
+        import os as _os
+        noise, repaired = self._views_read_as_noise(d, obs, acts) if self._updates and not _os.environ.get('L3_NONOISE') else (None, 0)
         if repaired:
             self._add_pairs(noise, acts)
             d = self._data(noise, acts)
@@ -417,6 +418,8 @@ class ReplayMerger(Estimator):
             self._var = (1.0 - eta) ** 2 * self._var + eta ** 2 / len(batch) if self._updates else 1.0 / len(batch)
             self._updates += 1
             self._m_step()
+        if not _os.environ.get('L3_NOSPLIT'):
+            self._split(d)
         self._n_new = 0
         # the batch's level-1 states take their most probable clone under the new model; clones are
         # lumped into blocks; C is written from the blocks
@@ -430,6 +433,72 @@ class ReplayMerger(Estimator):
         self._write_clusters(clusters, memory.n_states)
         report.update(replayed=len(picks), views_read_as_noise=int(repaired), noise_rate=self._noise, log_likelihood_per_step=float(ll) / len(obs), clusters=clusters.n_clusters)
         return [report]
+
+    def _split(self, d) -> int:
+        """Split the clones whose visits in the batch came in two ways with different futures."""
+        import os as _os
+        from ._replay_kernels import split_tests
+
+        H, A, K = self._H, self._A, self._K
+        post = d.alpha * d.bk * np.repeat(d.scale, d.sizes[d.obs])
+        cl = self._starts[d.obs] + _block_argmax(post, d.off)
+        acts, obs = d.acts, d.obs
+        t = np.flatnonzero(acts[1:] >= 0)          # steps followed by a move in the same episode
+        start = acts[t] < 0
+        key = np.where(start, A * H, acts[t] * H + cl[np.maximum(t - 1, 0)])
+        fut = acts[t + 1] * K + obs[t + 1]
+        code = (cl[t] * (A * H + 1) + key) * (A * K) + fut
+        u, cnt = np.unique(code, return_counts=True)
+        h_u = u // ((A * H + 1) * (A * K))
+        key_u = (u // (A * K)) % (A * H + 1)
+        fut_u = u % (A * K)
+        hs, first = np.unique(h_u, return_index=True)
+        seg = np.concatenate([first, [len(u)]]).astype(np.int64)
+        min_visits = float(_os.environ.get('L3_MINV', 20))
+        G, group = split_tests(seg, key_u, fut_u, cnt.astype(np.float64), A * K, min_visits)
+        thr = float(_os.environ.get('L3_THR', 30))
+        self._split_G = dict(zip(hs.tolist(), G.tolist()))
+        self._split_n = dict(zip(hs.tolist(), np.add.reduceat(cnt, seg[:-1]).tolist()))
+        w = self._weights().copy()
+        n_split = 0
+        log = []
+        for c in np.argsort(-G).tolist():
+            if G[c] <= thr:
+                break
+            h = int(hs[c])
+            v = self._colour[h]
+            lo, n_v = self._starts[v], self._sizes[v]
+            j = lo + int(np.argmin(w[lo:lo + n_v]))
+            if j == h or w[j] > 0.05 * w[h]:
+                log.append((h, float(G[c]), -1))
+                continue
+            rows = slice(seg[c], seg[c + 1])
+            k2, g2, f2, n2 = key_u[rows], group[rows], fut_u[rows], cnt[rows].astype(float)
+            moved = np.unique(k2[g2 == 1])
+            for k in moved.tolist():
+                if k == A * H:
+                    self._Sb[j] += self._Sb[h]
+                    self._Sb[h] = 0.0
+                else:
+                    a, i = divmod(k, H)
+                    self._S[a, i, j] += self._S[a, i, h]
+                    self._S[a, i, h] = 0.0
+            # outgoing counts: per (action, next view), the share of the moved group's visits
+            f1 = np.bincount(f2, weights=n2 * (g2 == 0), minlength=A * K).reshape(A, K)
+            f2c = np.bincount(f2, weights=n2 * (g2 == 1), minlength=A * K).reshape(A, K)
+            share = (f2c + 0.05) / (f1 + f2c + 0.1)
+            frac = share[:, self._colour]          # (A, H): by the next clone's view
+            self._S[:, j, :] = self._S[:, h, :] * frac
+            self._S[:, h, :] -= self._S[:, j, :]
+            w[j] = w[h]   # not a spare any more
+            n_split += 1
+            log.append((h, float(G[c]), j))
+        self._split_log = log
+        if n_split:
+            self._sums = None
+            self._lumped = None
+            self._m_step()
+        return n_split
 
     def _views_read_as_noise(self, d, obs, acts):
         """Estimate the rate of random views and replace the views that are more likely random than not.
