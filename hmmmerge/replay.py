@@ -455,10 +455,10 @@ class ReplayMerger(Estimator):
         hs, first = np.unique(h_u, return_index=True)
         seg = np.concatenate([first, [len(u)]]).astype(np.int64)
         min_visits = float(_os.environ.get('L3_MINV', 20))
-        G, group = split_tests(seg, key_u, fut_u, cnt.astype(np.float64), A * K, min_visits)
+        G, DF, group = split_tests(seg, key_u, fut_u, cnt.astype(np.float64), A * K, min_visits)
         thr = float(_os.environ.get('L3_THR', 30))
         self._split_G = dict(zip(hs.tolist(), G.tolist()))
-        self._split_n = dict(zip(hs.tolist(), np.add.reduceat(cnt, seg[:-1]).tolist()))
+        self._split_n = dict(zip(hs.tolist(), DF.tolist()))
         w = self._weights().copy()
         n_split = 0
         log = []
@@ -468,8 +468,8 @@ class ReplayMerger(Estimator):
             h = int(hs[c])
             v = self._colour[h]
             lo, n_v = self._starts[v], self._sizes[v]
-            j = lo + int(np.argmin(w[lo:lo + n_v]))
-            if j == h or w[j] > 0.05 * w[h]:
+            j = self._spare(h, w)
+            if j < 0:
                 log.append((h, float(G[c]), -1))
                 continue
             rows = slice(seg[c], seg[c + 1])
@@ -499,6 +499,36 @@ class ReplayMerger(Estimator):
             self._lumped = None
             self._m_step()
         return n_split
+
+    def _spare(self, h, w) -> int:
+        """A clone of ``h``'s view to split ``h`` into: an unused one, or one that duplicates another clone
+        of its block (folded into it first); -1 if none."""
+        import os as _os
+        v = self._colour[h]
+        lo, n_v = self._starts[v], self._sizes[v]
+        order = lo + np.argsort(w[lo:lo + n_v], kind="stable")
+        for j in order.tolist():
+            if j == h:
+                continue
+            if w[j] <= 0.05 * w[h]:
+                return j
+            if _os.environ.get('L3_NORECLAIM') or w[j] > float(_os.environ.get('L3_RECL', 0.5)) * w[h]:
+                return -1
+            mates = np.flatnonzero(self._block == self._block[j])
+            mates = mates[(mates != j) & (mates != h)]
+            if not len(mates):
+                continue
+            t = int(mates[np.argmax(w[mates])])
+            self._S[:, :, t] += self._S[:, :, j]
+            self._S[:, :, j] = 0.0
+            self._S[:, t, :] += self._S[:, j, :]
+            self._S[:, j, :] = 0.0
+            self._Sb[t] += self._Sb[j]
+            self._Sb[j] = 0.0
+            w[t] += w[j]
+            w[j] = 0.0
+            return j
+        return -1
 
     def _views_read_as_noise(self, d, obs, acts):
         """Estimate the rate of random views and replace the views that are more likely random than not.

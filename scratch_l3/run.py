@@ -1,4 +1,5 @@
 """Scratch: run replay on a set of (world, condition, colouring, seed) and compare with stored EM/oracle."""
+import numpy as np
 import sys, json, glob, time, os, collections
 sys.path.insert(0, os.getcwd())
 sys.path.insert(0, os.path.join(os.getcwd(), 'benchmarks'))
@@ -28,8 +29,10 @@ def one(k):
     return k, r
 if __name__ == '__main__':
     names = sys.argv[1].split(',')
-    keys = [k for n in names for k in SETS[n]]
     R = ref()
+    SETS['all'] = sorted([k for k in R if 'replay' in R[k] and k[0] != 'fourrooms-7x7'], key=lambda k: (k[0] != 'paper-grid', k))
+    keys = [k for n in names for k in SETS[n]]
+    recs = []
     tot = collections.defaultdict(list)
     with ProcessPoolExecutor(int(os.environ.get('J', 2))) as ex:
         for k, r in ex.map(one, keys):
@@ -39,5 +42,17 @@ if __name__ == '__main__':
                 *k, h, old, h - old, h - em, h - o, r['fit_cpu_s'], d['replay']['fit_cpu_s'],
                 r['block_cpu_s'][-1] / r['block_cpu_s'][1]), flush=True)
             tot['d'].append(h - old)
-    import numpy as np
+            rec = dict(r, status='ok', config=dict(world=k[0], condition=k[1], colouring=k[2], seed=k[3], episodes=1000))
+            recs.append((k, rec, B.run_meets(rec, d['em']), B.run_meets(d['replay'], d['em'])))
+    out = os.environ.get('OUT')
+    if out:
+        json.dump([(k, r) for k, r, *_ in recs], open(out, 'w'))
+    groups = collections.defaultdict(list)
+    for k, rec, m, mold in recs:
+        groups[(k[0], k[1])].append((k, rec, m, mold))
+    print('--- per cell: met new (old), worst dEM / dOr, max cpu')
+    for g, xs in sorted(groups.items()):
+        dem = min(x[1]['heldout_accuracy'] - R[x[0]]['em']['heldout_accuracy'] for x in xs)
+        dor = min(x[1]['heldout_accuracy'] - x[1]['oracle_accuracy'] for x in xs)
+        print('%-14s %-11s acc %s (%s) cost %s  worst %+.3f / %+.3f  mean %.3f  cpu %.2f' % (*g, all(x[2][0] for x in xs), all(x[3][0] for x in xs), all(x[2][1] for x in xs), dem, dor, np.mean([x[1]['heldout_accuracy'] for x in xs]), max(x[1]['fit_cpu_s'] for x in xs)))
     print('mean change %+.4f' % np.mean(tot['d']))
