@@ -139,6 +139,7 @@ class ReplayMerger(Estimator):
         self._C = None           # the E-step's count buffer, zero outside a pass
         self._sums = None        # (S.sum(axis=(0, 2)), S.sum()) (cached)
         self._updates = 0
+        self._trip = None
         self._noise = 0.0        # estimated share of views replaced by a random one (emissions of level 2)
         self._var = 0.0          # variance factor of the kept statistics: 1 / (effective number of episodes)
         self._episodes: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (obs, acts, states), last `window`
@@ -395,7 +396,7 @@ class ReplayMerger(Estimator):
             self._init_model(rng)
         d = self._data(obs, acts)
         import os as _os
-        noise, repaired = self._views_read_as_noise(d, obs, acts) if self._updates and not _os.environ.get('L3_NONOISE') else (None, 0)
+        noise, repaired = self._views_read_as_noise(d, obs, acts) if self._updates >= int(_os.environ.get('L3_NOISE_AFTER', 1)) and not _os.environ.get('L3_NONOISE') else (None, 0)
         if repaired:
             self._add_pairs(noise, acts)
             d = self._data(noise, acts)
@@ -448,20 +449,31 @@ class ReplayMerger(Estimator):
         key = np.where(start, A * H, acts[t] * H + cl[np.maximum(t - 1, 0)])
         fut = acts[t + 1] * K + obs[t + 1]
         code = (cl[t] * (A * H + 1) + key) * (A * K) + fut
-        u, cnt = np.unique(code, return_counts=True)
+        decay = float(_os.environ.get('L3_DECAY', 0.0))
+        if decay > 0.0 and self._trip is not None:
+            code = np.concatenate([self._trip[0], code])
+            wts = np.concatenate([self._trip[1] * decay, np.ones(len(t))])
+        else:
+            wts = np.ones(len(code))
+        u, inv = np.unique(code, return_inverse=True)
+        cnt = np.bincount(inv, weights=wts)
+        keep = cnt >= 0.05
+        u, cnt = u[keep], cnt[keep]
+        self._trip = (u, cnt)
         h_u = u // ((A * H + 1) * (A * K))
         key_u = (u // (A * K)) % (A * H + 1)
         fut_u = u % (A * K)
         hs, first = np.unique(h_u, return_index=True)
         seg = np.concatenate([first, [len(u)]]).astype(np.int64)
         min_visits = float(_os.environ.get('L3_MINV', 20))
-        G, DF, group = split_tests(seg, key_u, fut_u, cnt.astype(np.float64), A * K, min_visits)
+        G, DF, group = split_tests(seg, key_u, fut_u, cnt, A * K, min_visits)
         thr = float(_os.environ.get('L3_THR', 30))
         self._split_G = dict(zip(hs.tolist(), G.tolist()))
         self._split_n = dict(zip(hs.tolist(), DF.tolist()))
         w = self._weights().copy()
         n_split = 0
         log = []
+        dropped = []
         for c in np.argsort(-G).tolist():
             if G[c] <= thr:
                 break
@@ -473,7 +485,8 @@ class ReplayMerger(Estimator):
                 log.append((h, float(G[c]), -1))
                 continue
             rows = slice(seg[c], seg[c + 1])
-            k2, g2, f2, n2 = key_u[rows], group[rows], fut_u[rows], cnt[rows].astype(float)
+            k2, g2, f2, n2 = key_u[rows], group[rows], fut_u[rows], cnt[rows]
+            dropped.append(h)
             moved = np.unique(k2[g2 == 1])
             for k in moved.tolist():
                 if k == A * H:
@@ -494,6 +507,8 @@ class ReplayMerger(Estimator):
             n_split += 1
             log.append((h, float(G[c]), j))
         self._split_log = log
+        if dropped:   # the split clones' evidence is stale
+            self._trip = (u[~np.isin(h_u, dropped)], cnt[~np.isin(h_u, dropped)])
         if n_split:
             self._sums = None
             self._lumped = None
