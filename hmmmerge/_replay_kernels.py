@@ -424,7 +424,6 @@ def split_tests(seg, key, fut, cnt, n_fut, min_visits):
     """
     nc = seg.shape[0] - 1
     G = np.zeros(nc)
-    DF = np.zeros(nc)
     group = np.zeros(key.shape[0], dtype=np.int64)
     loc = np.full(n_fut, -1, dtype=np.int64)
     for c in range(nc):
@@ -523,7 +522,6 @@ def split_tests(seg, key, fut, cnt, n_fut, min_visits):
                 if P[s, f] > 0.0:
                     g += P[s, f] * np.log(P[s, f] / ns / (tot[f] / n))
         G[c] = 2.0 * g if g > 0.0 else 0.0
-        DF[c] = nf - 1
         for r in range(a, b):
             group[r] = side[kid[r - a]]
-    return G, DF, group
+    return G, group

@@ -23,6 +23,10 @@ What a sleep does (:meth:`ReplayMerger.sleep`):
   counts of the recorded action are split by Bayes' rule between the actions
   that could have made each move, ``S`` keeps counts of the action made, and
   ``e`` is the kept share of slipped moves (:func:`~hmmmerge._replay_kernels.absorb_counts`);
+* local optima: a clone that stands for two places of one view (the visits
+  that came in one way are followed by other views than those that came in
+  another way) is split in two, into a spare clone of its view
+  (:meth:`ReplayMerger._split`); stepwise EM alone never leaves such an optimum;
 * the level-1 states of the batch are connected to their most probable clone.
 
 A sleep's work is ``n_iter`` passes over the new and the ``replay`` replayed
@@ -61,6 +65,12 @@ NOISE_HORIZON = 3
 #: the largest rate of random views the estimate may reach (above it the evidence is the model's own
 #: ignorance: on an unlearned model the fixed point runs away towards 1, every view read as noise)
 NOISE_MAX = 0.2
+#: updates before any view is read as noise (about 200 episodes: a young model's surprises are not noise)
+NOISE_AFTER = 20
+#: visits (weighted, see SPLIT_MEMORY) a clone needs before the split test is made on it
+SPLIT_MIN_VISITS = 20
+#: the weight of the split evidence of earlier sleeps is multiplied by this at every sleep
+SPLIT_MEMORY = 0.75
 #: clones in all above which the default ``n_clones`` shrinks (to at least 20 per observation, 5 beyond 100)
 CLONE_BUDGET = 600
 
@@ -85,6 +95,8 @@ class ReplayMerger(Estimator):
         fewer, larger sleeps); the first sleep is never postponed.
     slip : the initial estimate of the share of moves made by a uniformly random action instead of the
         recorded one (``T_a = (1 - e) Q_a + e mean_b Q_b``, ``e`` then estimated by EM); 0 turns it off.
+    split : a clone whose visits came in two ways followed by different views is split in two at a sleep
+        when the likelihood-ratio statistic of the two groups exceeds this (:meth:`_split`); 0 turns it off.
 
     >>> ReplayMerger(n_clones=5).n_clones
     5
@@ -95,11 +107,12 @@ class ReplayMerger(Estimator):
         "step_exponent": Float(0.5, 1.0, low_open=True), "pseudocount": Float(0.0, 1e6, low_open=True),
         "prune": Float(0.0, 1.0), "risk": Float(0.0, 1.0, low_open=True),
         "tolerance": Float(0.0, 1.0), "slip": Float(0.0, 0.99), "min_new": Int(1, 10**6),
+        "split": Float(0.0, 1e9),
     }
 
     def __init__(self, n_clones: int | None = None, replay: int = 20, window: int = 200, n_iter: int = 2,
                  step_exponent: float = 0.51, pseudocount: float = 1e-3, prune: float = 1e-3, risk: float = 0.05,
-                 tolerance: float = 0.2, slip: float = 0.05, min_new: int = 10):
+                 tolerance: float = 0.2, slip: float = 0.05, min_new: int = 10, split: float = 25.0):
         self.n_clones = n_clones
         self.replay = replay
         self.window = window
@@ -111,6 +124,7 @@ class ReplayMerger(Estimator):
         self.tolerance = tolerance
         self.slip = slip
         self.min_new = min_new
+        self.split = split
         self._A = None
 
     # ------------------------------------------------------------ set-up
@@ -139,7 +153,7 @@ class ReplayMerger(Estimator):
         self._C = None           # the E-step's count buffer, zero outside a pass
         self._sums = None        # (S.sum(axis=(0, 2)), S.sum()) (cached)
         self._updates = 0
-        self._trip = None
+        self._evidence = None    # (codes, counts): the split evidence, (clone, way in, what followed) triples
         self._noise = 0.0        # estimated share of views replaced by a random one (emissions of level 2)
         self._var = 0.0          # variance factor of the kept statistics: 1 / (effective number of episodes)
         self._episodes: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (obs, acts, states), last `window`
@@ -395,8 +409,9 @@ class ReplayMerger(Estimator):
         if self._T is None:
             self._init_model(rng)
         d = self._data(obs, acts)
-        import os as _os
-        noise, repaired = self._views_read_as_noise(d, obs, acts) if self._updates >= int(_os.environ.get('L3_NOISE_AFTER', 1)) and not _os.environ.get('L3_NONOISE') else (None, 0)
+        # the first NOISE_AFTER updates read no view as noise: an unlearned model's surprises look like
+        # noise, and views repaired towards its predictions would confirm its mistakes
+        noise, repaired = self._views_read_as_noise(d, obs, acts) if self._updates >= NOISE_AFTER else (None, 0)
         if repaired:
             self._add_pairs(noise, acts)
             d = self._data(noise, acts)
@@ -419,8 +434,7 @@ class ReplayMerger(Estimator):
             self._var = (1.0 - eta) ** 2 * self._var + eta ** 2 / len(batch) if self._updates else 1.0 / len(batch)
             self._updates += 1
             self._m_step()
-        if not _os.environ.get('L3_NOSPLIT'):
-            self._split(d)
+        n_split = self._split(d) if self.split else 0
         self._n_new = 0
         # the batch's level-1 states take their most probable clone under the new model; clones are
         # lumped into blocks; C is written from the blocks
@@ -432,63 +446,64 @@ class ReplayMerger(Estimator):
         self._lump()
         self._fold_unheld(memory.n_states)
         self._write_clusters(clusters, memory.n_states)
-        report.update(replayed=len(picks), views_read_as_noise=int(repaired), noise_rate=self._noise, log_likelihood_per_step=float(ll) / len(obs), clusters=clusters.n_clusters)
+        report.update(replayed=len(picks), views_read_as_noise=int(repaired), clones_split=n_split, noise_rate=self._noise, log_likelihood_per_step=float(ll) / len(obs), clusters=clusters.n_clusters)
         return [report]
 
     def _split(self, d) -> int:
-        """Split the clones whose visits in the batch came in two ways with different futures."""
-        import os as _os
+        """Split the clones whose visits came in two ways with different futures; returns the splits made.
+
+        The evidence: every step of the batch (its most probable clone under the
+        E-step's posteriors, ``d`` holds them) as a triple (clone, how it came in:
+        action and previous clone, or the episode's start; what followed: action
+        and next view), counted over the sleeps with the weight of older sleeps
+        multiplied by :data:`SPLIT_MEMORY` at each one.  Per clone with at least
+        :data:`SPLIT_MIN_VISITS` visits, :func:`~hmmmerge._replay_kernels.split_tests`
+        parts its ways in into two groups with different futures; when the
+        likelihood-ratio statistic exceeds ``split``, the kept counts into the
+        clone from the second group's ways move to a spare clone of its view
+        (:meth:`_spare`), and its counts out are shared by each group's share of
+        the visits followed by each (action, view).  EM then goes on from there:
+        a local optimum where two places share a clone (the stepwise updates
+        never split it) is left at once.
+        """
         from ._replay_kernels import split_tests
 
         H, A, K = self._H, self._A, self._K
         post = d.alpha * d.bk * np.repeat(d.scale, d.sizes[d.obs])
-        cl = self._starts[d.obs] + _block_argmax(post, d.off)
+        clone = self._starts[d.obs] + _block_argmax(post, d.off)
         acts, obs = d.acts, d.obs
-        t = np.flatnonzero(acts[1:] >= 0)          # steps followed by a move in the same episode
-        start = acts[t] < 0
-        key = np.where(start, A * H, acts[t] * H + cl[np.maximum(t - 1, 0)])
-        fut = acts[t + 1] * K + obs[t + 1]
-        code = (cl[t] * (A * H + 1) + key) * (A * K) + fut
-        decay = float(_os.environ.get('L3_DECAY', 0.0))
-        if decay > 0.0 and self._trip is not None:
-            code = np.concatenate([self._trip[0], code])
-            wts = np.concatenate([self._trip[1] * decay, np.ones(len(t))])
-        else:
-            wts = np.ones(len(code))
-        u, inv = np.unique(code, return_inverse=True)
-        cnt = np.bincount(inv, weights=wts)
-        keep = cnt >= 0.05
-        u, cnt = u[keep], cnt[keep]
-        self._trip = (u, cnt)
-        h_u = u // ((A * H + 1) * (A * K))
-        key_u = (u // (A * K)) % (A * H + 1)
-        fut_u = u % (A * K)
-        hs, first = np.unique(h_u, return_index=True)
-        seg = np.concatenate([first, [len(u)]]).astype(np.int64)
-        min_visits = float(_os.environ.get('L3_MINV', 20))
-        G, DF, group = split_tests(seg, key_u, fut_u, cnt, A * K, min_visits)
-        thr = float(_os.environ.get('L3_THR', 30))
-        self._split_G = dict(zip(hs.tolist(), G.tolist()))
-        self._split_n = dict(zip(hs.tolist(), DF.tolist()))
+        t = np.flatnonzero(acts[1:] >= 0)          # steps followed by a move of the same episode
+        way_in = np.where(acts[t] < 0, A * H, acts[t] * H + clone[np.maximum(t - 1, 0)])
+        code = (clone[t] * (A * H + 1) + way_in) * (A * K) + acts[t + 1] * K + obs[t + 1]
+        weight = np.ones(len(code))
+        if self._evidence is not None:
+            code = np.concatenate([self._evidence[0], code])
+            weight = np.concatenate([self._evidence[1] * SPLIT_MEMORY, weight])
+        code, inv = np.unique(code, return_inverse=True)
+        count = np.bincount(inv, weights=weight)
+        kept = count >= 0.05   # forgotten below a twentieth of a visit
+        code, count = code[kept], count[kept]
+        of = code // ((A * H + 1) * (A * K))
+        way_in = (code // (A * K)) % (A * H + 1)
+        after = code % (A * K)
+        clones, first = np.unique(of, return_index=True)
+        seg = np.concatenate([first, [len(code)]]).astype(np.int64)
+        G, group = split_tests(seg, way_in, after, count, A * K, float(SPLIT_MIN_VISITS))
         w = self._weights().copy()
+        touched = np.zeros(H, dtype=bool)
         n_split = 0
-        log = []
-        dropped = []
-        for c in np.argsort(-G).tolist():
-            if G[c] <= thr:
+        for c in np.argsort(-G, kind="stable").tolist():
+            if not self.split or G[c] <= float(self.split):
                 break
-            h = int(hs[c])
-            v = self._colour[h]
-            lo, n_v = self._starts[v], self._sizes[v]
-            j = self._spare(h, w)
+            h = int(clones[c])
+            if touched[h]:
+                continue
+            j = self._spare(h, w, touched)
             if j < 0:
-                log.append((h, float(G[c]), -1))
                 continue
             rows = slice(seg[c], seg[c + 1])
-            k2, g2, f2, n2 = key_u[rows], group[rows], fut_u[rows], cnt[rows]
-            dropped.append(h)
-            moved = np.unique(k2[g2 == 1])
-            for k in moved.tolist():
+            ways, second, nxt, n = way_in[rows], group[rows] == 1, after[rows], count[rows]
+            for k in np.unique(ways[second]).tolist():
                 if k == A * H:
                     self._Sb[j] += self._Sb[h]
                     self._Sb[h] = 0.0
@@ -496,40 +511,36 @@ class ReplayMerger(Estimator):
                     a, i = divmod(k, H)
                     self._S[a, i, j] += self._S[a, i, h]
                     self._S[a, i, h] = 0.0
-            # outgoing counts: per (action, next view), the share of the moved group's visits
-            f1 = np.bincount(f2, weights=n2 * (g2 == 0), minlength=A * K).reshape(A, K)
-            f2c = np.bincount(f2, weights=n2 * (g2 == 1), minlength=A * K).reshape(A, K)
-            share = (f2c + 0.05) / (f1 + f2c + 0.1)
-            frac = share[:, self._colour]          # (A, H): by the next clone's view
-            self._S[:, j, :] = self._S[:, h, :] * frac
+            n2 = np.bincount(nxt, weights=n * second, minlength=A * K).reshape(A, K)
+            n1 = np.bincount(nxt, weights=n * ~second, minlength=A * K).reshape(A, K)
+            share = ((n2 + 0.05) / (n1 + n2 + 0.1))[:, self._colour]   # (A, H): by the next clone's view
+            self._S[:, j, :] = self._S[:, h, :] * share
             self._S[:, h, :] -= self._S[:, j, :]
-            w[j] = w[h]   # not a spare any more
+            touched[[h, j]] = True
             n_split += 1
-            log.append((h, float(G[c]), j))
-        self._split_log = log
-        if dropped:   # the split clones' evidence is stale
-            self._trip = (u[~np.isin(h_u, dropped)], cnt[~np.isin(h_u, dropped)])
         if n_split:
+            stale = touched[of]   # the evidence of the clones changed is forgotten
+            code, count = code[~stale], count[~stale]
             self._sums = None
             self._lumped = None
             self._m_step()
+        self._evidence = (code, count)
         return n_split
 
-    def _spare(self, h, w) -> int:
-        """A clone of ``h``'s view to split ``h`` into: an unused one, or one that duplicates another clone
-        of its block (folded into it first); -1 if none."""
-        import os as _os
+    def _spare(self, h: int, w, touched) -> int:
+        """A clone of ``h``'s view to split ``h`` into, or -1: an unused one (expected visits at most 5% of
+        ``h``'s), else one with at most half ``h``'s visits that the last lumping found in a block with
+        other clones (a duplicate: its kept counts are first folded into the most visited of them)."""
         v = self._colour[h]
         lo, n_v = self._starts[v], self._sizes[v]
-        order = lo + np.argsort(w[lo:lo + n_v], kind="stable")
-        for j in order.tolist():
-            if j == h:
+        for j in (lo + np.argsort(w[lo:lo + n_v], kind="stable")).tolist():
+            if j == h or touched[j]:
                 continue
             if w[j] <= 0.05 * w[h]:
                 return j
-            if _os.environ.get('L3_NORECLAIM') or w[j] > float(_os.environ.get('L3_RECL', 0.5)) * w[h]:
+            if w[j] > 0.5 * w[h]:
                 return -1
-            mates = np.flatnonzero(self._block == self._block[j])
+            mates = np.flatnonzero((self._block == self._block[j]) & ~touched)
             mates = mates[(mates != j) & (mates != h)]
             if not len(mates):
                 continue
@@ -541,7 +552,7 @@ class ReplayMerger(Estimator):
             self._Sb[t] += self._Sb[j]
             self._Sb[j] = 0.0
             w[t] += w[j]
-            w[j] = 0.0
+            touched[t] = True
             return j
         return -1
 
@@ -766,6 +777,8 @@ class ReplayMerger(Estimator):
             else np.concatenate([self._clone_state, np.full(self._n_seen - len(self._clone_state), -1)]),
             "block_of_clone": self._block.copy(), "block_of_cluster": self._block_of.copy(),
             "pairs": self._pairs.copy(), "slip": np.array([self._slip, self._Sslip]),
+            "split_codes": self._evidence[0].copy() if self._evidence is not None else np.zeros(0, dtype=np.int64),
+            "split_counts": self._evidence[1].copy() if self._evidence is not None else np.zeros(0),
         }
         return {_PREFIX + k: v for k, v in out.items()}
 
@@ -853,6 +866,12 @@ class ReplayMerger(Estimator):
             a = np.asarray(d["assignment"])
             if len(np.unique(a[a >= 0])) != len(block_of):
                 raise ValueError(f"{source}: the clusters of assignment do not match replay_block_of_cluster")
+        if _PREFIX + "split_codes" in d:   # files before the splits: no evidence yet
+            codes = get.ints("split_codes", ndim=1, low=0, high=H * (A * H + 1) * (A * K) - 1)
+            counts = get.floats("split_counts", shape=codes.shape, low=0.0)
+            if len(codes) and (np.diff(codes) <= 0).any():
+                raise ValueError(f"{source}: replay_split_codes must be strictly increasing")
+            self._evidence = (codes, counts) if len(codes) else None
         self._pairs, self._has_pair, self._slip, self._Sslip = pairs, has_pair, slip, slipped
         self._T, self._B = (T, B) if has else (None, None)
         self._S, self._Sb = (S, Sb) if updates else (None, None)

@@ -31,7 +31,7 @@ if __name__ == '__main__':
     names = sys.argv[1].split(',')
     R = ref()
     SETS['all'] = sorted([k for k in R if 'replay' in R[k] and k[0] != 'fourrooms-7x7'], key=lambda k: (k[0] != 'paper-grid', k))
-    SETS['focus'] = SETS['cscg'] + [k for k in SETS['all'] if k[0] == 'paper-grid' and k[1] in ('clean', 'noise-0.05')] + [k for k in SETS['all'] if k[0] == 'maze' and k[1] == 'slip-0.10']
+    SETS['focus'] = SETS['cscg'] + [k for k in SETS['all'] if k[0] == 'paper-grid' and k[1] in ('clean', 'noise-0.05')] + [k for k in SETS['all'] if k[0] == 'maze' and k[1].startswith('slip')]
     SETS['pc'] = [k for k in SETS['all'] if k[0] == 'paper-grid' and k[1] in ('clean', 'noise-0.05')]
     keys = [k for n in names for k in SETS[n]]
     recs = []

@@ -124,13 +124,15 @@ def test_resume_from_a_file_equals_an_uninterrupted_life(tmp_path):
                           back.clusters_.assignment[:back.memory_.n_states])
     assert np.array_equal(whole.merger_._T, back.merger_._T)
     assert np.array_equal(whole.merger_._S, back.merger_._S)
+    w, b = whole.merger_.state_dict(), back.merger_.state_dict()   # the split evidence too
+    assert sorted(w) == sorted(b) and all(np.array_equal(w[k], b[k]) for k in w)
 
 
 @pytest.mark.parametrize("params, message", [
     ({"n_clones": 0}, "n_clones"), ({"replay": -1}, "replay"), ({"window": 0}, "window"),
     ({"n_iter": 0}, "n_iter"), ({"step_exponent": 0.5}, "step_exponent"), ({"step_exponent": 1.5}, "step_exponent"),
     ({"pseudocount": 0.0}, "pseudocount"), ({"prune": -0.1}, "prune"), ({"n_clones": 2.5}, "n_clones"),
-    ({"slip": 1.0}, "slip"), ({"slip": -0.1}, "slip"), ({"min_new": 0}, "min_new"),
+    ({"slip": 1.0}, "slip"), ({"slip": -0.1}, "slip"), ({"min_new": 0}, "min_new"), ({"split": -1.0}, "split"),
 ])
 def test_bad_parameters_are_refused_with_the_name(params, message):
     with pytest.raises(ValueError, match=message):
@@ -166,6 +168,10 @@ def _saved():
     ("replay_slip", lambda x: np.array([1.5, x[1]])),      # share above 0.99
     ("replay_slip", lambda x: -x - 1),                     # negative
     ("replay_slip", lambda x: x[:1]),                      # shape
+    ("replay_split_codes", lambda x: x[::-1]),             # evidence not sorted
+    ("replay_split_codes", lambda x: x - 10**15),          # negative
+    ("replay_split_counts", lambda x: x[:-1]),             # a count missing
+    ("replay_split_counts", lambda x: -x - 1),             # negative
 ])
 def test_a_damaged_file_is_refused_with_one_line_naming_the_array(key, damage):
     d = _saved()
@@ -354,3 +360,75 @@ def test_the_rate_of_random_views_cannot_run_away_to_every_view():
 
     r = evaluate_model(env, agent.level2_hmm(), trajectories=fresh, smoothing=1e-3, start="random")
     assert r.accuracy > 0.6   # a uniform guess among 4 views: 0.25 (the run-away level 2 scored 0.24)
+
+
+# six places in a loop (one action), views 0 2 3 1 2 4: the two places of view 2 come after different views
+# and lead to different ones
+LOOP = np.array([[1, 2, 3, 4, 5, 0]])
+LOOP_COLOURS = np.array([0, 2, 3, 1, 2, 4])
+
+
+def conflated_agent(split):
+    """An agent on the loop whose level 2 has one clone (4) for both places of view 2, as a local optimum of
+    EM: clone 5 of view 2 has no kept counts, so EM alone never uses it."""
+    train = slip_walk(LOOP, LOOP_COLOURS, 40, 12, 0.0, seed=0)
+    agent = TwoLevelMemory(5, 1, merger=ReplayMerger(n_clones=2, split=split), sleep_every=20, seed=0)
+    agent.fit(train[:20])
+    m = agent.merger_
+    clone_of_place = np.array([0, 4, 6, 2, 4, 8])
+    S = np.zeros_like(m._S)
+    for p in range(6):   # 12 moves an episode: each edge of the loop twice
+        S[0, clone_of_place[p], clone_of_place[LOOP[0, p]]] += 2.0
+    m._S, m._Sb, m._sums, m._evidence = S, np.eye(m._H)[0], None, None
+    m._m_step()
+    return agent, train[20:]
+
+
+def test_a_split_at_sleep_gives_each_place_that_shared_a_clone_its_own():
+    fresh = slip_walk(LOOP, LOOP_COLOURS, 20, 12, 0.0, seed=1)
+    for split, want in ((25.0, True), (0.0, False)):
+        agent, rest = conflated_agent(split)
+        assert score_trajectories(agent.merger_.level2_hmm(agent.memory_, agent.clusters_), fresh).accuracy < 0.9
+        agent.partial_fit(rest)
+        acc = score_trajectories(agent.merger_.level2_hmm(agent.memory_, agent.clusters_), fresh).accuracy
+        assert (acc > 0.99) == want, (split, acc)
+
+
+def _two_group_statistic(M, side):
+    """2 (log L(two groups) - log L(one)) of the rows of count table ``M`` parted by ``side`` (closed form)."""
+    tot = M.sum(axis=0)
+    g = 0.0
+    for s in (0, 1):
+        P = M[side == s].sum(axis=0)
+        nz = P > 0
+        g += float((P[nz] * np.log(P[nz] / P.sum() / (tot[nz] / tot.sum()))).sum())
+    return 2.0 * g
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_split_test_is_a_two_group_likelihood_ratio_no_better_than_brute_force_and_finds_a_planted_split(seed):
+    from itertools import product
+
+    from hmmmerge._replay_kernels import split_tests
+
+    rng = np.random.default_rng(seed)
+    tables = [rng.integers(0, 6, (int(rng.integers(2, 6)), 4)).astype(float) + (np.arange(4) == 0)]
+    planted = rng.permutation(np.repeat([0, 1], 3))   # keys of two places, futures 0-1 vs 2-3
+    tables.append(np.where((planted[:, None] == 1) == (np.arange(4) >= 2), rng.integers(1, 9, (6, 4)), 0.0))
+    seg, key, fut, cnt = [0], [], [], []
+    for M in tables:   # one clone per table, triples sorted by (key, future)
+        for k, f in zip(*np.nonzero(M)):
+            key.append(k), fut.append(f), cnt.append(M[k, f])
+        seg.append(len(key))
+    key, fut, cnt = np.array(key), np.array(fut), np.array(cnt)
+    G, group = split_tests(np.array(seg), key, fut, cnt, 4, 0.0)
+    for c, M in enumerate(tables):
+        rows = slice(seg[c], seg[c + 1])
+        side = np.zeros(len(M), dtype=int)
+        side[key[rows]] = group[rows]
+        brute = max(_two_group_statistic(M, np.array(s)) for s in product((0, 1), repeat=len(M)) if 0 < sum(s) < len(M))
+        assert G[c] <= brute + 1e-9
+        if 0 < side.sum() < len(M):
+            assert G[c] == pytest.approx(_two_group_statistic(M, side))
+    assert G[1] == pytest.approx(brute)
+    assert (side == planted).all() or (side != planted).all()
