@@ -36,6 +36,7 @@ so a generous horizon costs nothing.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -281,7 +282,7 @@ class _Transitions:
 
     def __init__(self, model: ActionHMM, mode: str = "auto"):
         A, H = model.n_actions, model.n_states
-        self.A, self.H = A, H
+        self.A, self.H, self.share = A, H, _SPARSE_SHARE
         self.floor = None
         if model.is_sparse:
             self.kind, self.S = "sparse", sp.vstack(model.T, format="csr")
@@ -326,13 +327,27 @@ class _Transitions:
         return r + self.floor[a * self.H + h] if self.floor is not None else r
 
 
+_TRANSITIONS: "weakref.WeakKeyDictionary[ActionHMM, tuple]" = weakref.WeakKeyDictionary()
+
+
+def _transitions_of(model: ActionHMM) -> _Transitions:
+    """``_Transitions(model)``, made once per map (a dense map's scan costs more than a plan): kept while the
+    map lives and its ``T`` is the same object (a map changed in place is not noticed; :func:`without_transitions`
+    makes a new one)."""
+    held = _TRANSITIONS.get(model)
+    if held is None or held[0] is not model.T or held[1].share != _SPARSE_SHARE:
+        held = (model.T, _Transitions(model))
+        _TRANSITIONS[model] = held
+    return held[1]
+
+
 class _ValueTables:
     """Finite-horizon values of one goal on one map (see the module docstring)."""
 
     def __init__(self, model: ActionHMM, g: np.ndarray, horizon: int, transitions: _Transitions | None = None):
         self.model, self.g, self.horizon = model, g, horizon
         self.A, self.H = model.n_actions, model.n_states
-        self.T = _Transitions(model) if transitions is None else transitions
+        self.T = _transitions_of(model) if transitions is None else transitions
         V = [g]
         for _ in range(horizon):
             Q = self.T.dot(V[-1]).reshape(self.A, self.H)
@@ -624,7 +639,7 @@ def occupancy(model: ActionHMM, n_iter: int = 200) -> np.ndarray:
     """
     _check_model(model)
     check_int(n_iter, "n_iter", low=1)
-    T = _Transitions(model)
+    T = _transitions_of(model)
     p = model.B.copy()
     total = np.zeros_like(p)
     for _ in range(n_iter):
@@ -663,7 +678,7 @@ class _Navigator:
 
     def set_model(self, model: ActionHMM) -> None:
         self.model = model
-        self.T = _Transitions(model)
+        self.T = _transitions_of(model)
         self.policy: dict[int, _ValueTables] = {}  # goal -> its value tables, least recently used first
         self.held = 0
 

@@ -528,3 +528,16 @@ def test_value_tables_are_kept_within_the_cache(monkeypatch):
     monkeypatch.setattr(P, "_CACHE_FLOATS", 0)  # no cache beyond the current goal: the same navigation
     tight = navigate(env, env.to_hmm(), 30, seed=1)
     assert np.array_equal(free.steps, tight.steps) and free.success_rate == tight.success_rate == 1.0
+
+
+def test_a_map_is_scanned_once_and_again_when_its_transitions_change():
+    import hmmmerge.planning as P
+
+    env = cycle_world(6, n_colours=6)
+    model = ActionHMM(0.99 * env.to_hmm().to_dense().T + 0.01 / 6, np.eye(6), np.full(6, 1 / 6))
+    first = P._transitions_of(model)
+    assert P._transitions_of(model) is first
+    before = plan(model, _onehot(6, 0), 2, 10).actions.tolist()
+    model.T = model.T[::-1].copy()  # the actions swapped: forward is now back
+    assert P._transitions_of(model) is not first
+    assert plan(model, _onehot(6, 0), 2, 10).actions.tolist() == [1 - a for a in before]
