@@ -279,21 +279,82 @@ def block_argmax(alpha, off):
 
 
 @njit(cache=True)
-def clone_counts(clone_state, n, H):
-    """Level-1 states per clone among the first ``n`` (-1: no clone yet, not counted)."""
-    out = np.zeros(H, dtype=np.int64)
-    for i in range(n):
-        if clone_state[i] >= 0:
-            out[clone_state[i]] += 1
-    return out
+def move_states(clone_state, states, clones, labels, count, lab, unlab):
+    """``clone_state[states[t]] <- clones[t]`` in order (a state given twice ends with its last clone),
+    keeping per clone the number of its states ``count`` and, when ``lab`` has rows, of its states per
+    true label ``lab`` (clones x labels; ``labels[t]`` is ``states[t]``'s, and ``unlab`` counts label -1)."""
+    keep_lab = lab.shape[0] > 0
+    for t in range(states.shape[0]):
+        s = states[t]
+        new = clones[t]
+        old = clone_state[s]
+        if old == new:
+            continue
+        lb = labels[t]
+        if old >= 0:
+            count[old] -= 1
+            if keep_lab:
+                if lb >= 0:
+                    lab[old, lb] -= 1
+                else:
+                    unlab[old] -= 1
+        if new >= 0:
+            count[new] += 1
+            if keep_lab:
+                if lb >= 0:
+                    lab[new, lb] += 1
+                else:
+                    unlab[new] += 1
+        clone_state[s] = new
 
 
 @njit(cache=True)
-def write_assignment(assignment, clone_state, n, cluster_of_clone):
-    """``assignment[i] <- cluster_of_clone[clone_state[i]]`` for the first ``n`` states (-1 without a clone)."""
+def clone_purity(count, lab, unlab, cluster_of_clone, k):
+    """Per cluster (``cluster_of_clone``: -1 for none): its number of states and the count of its most
+    common label, summed from the clones' tables of :func:`move_states`; and the connected states without
+    a label.  Returns ``(sizes, top, unlabelled)``."""
+    H, L = lab.shape
+    sizes = np.zeros(k, dtype=np.int64)
+    top = np.zeros(k, dtype=np.int64)
+    unlabelled = 0
+    order = np.argsort(cluster_of_clone, kind="mergesort")
+    row = np.zeros(L, dtype=np.int64)
+    i = 0
+    while i < H:
+        c = cluster_of_clone[order[i]]
+        j = i
+        while j < H and cluster_of_clone[order[j]] == c:
+            j += 1
+        if c >= 0:
+            for q in range(i, j):
+                h = order[q]
+                if count[h] > 0:
+                    sizes[c] += count[h]
+                    unlabelled += unlab[h]
+                    for b in range(L):
+                        row[b] += lab[h, b]
+            best = 0
+            for b in range(L):
+                if row[b] > best:
+                    best = row[b]
+                row[b] = 0
+            top[c] = best
+        i = j
+    return sizes, top, unlabelled
+
+
+@njit(cache=True)
+def write_assignment(assignment, clone_state, n, cluster_of_clone, k):
+    """``assignment[i] <- cluster_of_clone[clone_state[i]]`` for the first ``n`` states (-1 without a
+    clone); returns the largest state of each of the ``k`` clusters (-1: none)."""
+    rep = np.full(k, -1, dtype=np.int64)
     for i in range(n):
         c = clone_state[i]
-        assignment[i] = cluster_of_clone[c] if c >= 0 else -1
+        x = cluster_of_clone[c] if c >= 0 else -1
+        assignment[i] = x
+        if x >= 0:
+            rep[x] = i
+    return rep
 
 
 @njit(cache=True)

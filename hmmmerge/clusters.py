@@ -573,6 +573,30 @@ class Clusters:
         self._compact()
         self._set_reps()
 
+    def rewritten(self, k: int, rep) -> None:
+        """:meth:`compact` after the caller rewrote :attr:`assignment` directly with the ids ``0..k-1``,
+        every one in use, ``rep[c]`` the largest state of cluster ``c``: the same result, without compact's
+        passes over the states (a merger that writes C from a map of its own knows both).
+
+        >>> cl = Clusters(np.array([0, 1, 2])); cl.assignment[:] = [1, 0, 1]; cl.rewritten(2, [1, 2])
+        >>> cl.n_clusters, cl.cluster_emission(np.array([7, 8, 7])).tolist()
+        (2, [8, 7])
+        """
+        k, rep = int(k), np.array(rep, dtype=np.int64)
+        if rep.shape != (k,) or (k and (rep.min() < 0 or rep.max() >= self.n_states)):
+            raise ValueError(f"rewritten: rep must hold one state of each of the {k} clusters")
+        self.invalidate(np.arange(self._k))
+        self._journal_cannot_follow()
+        self._lists = None
+        self._free_upto = 0
+        k_before, self._k = self._k, k
+        if k_before:  # as compact's renumbering: ids below k stay, the others vanish
+            ids = np.arange(k_before, dtype=np.int64)
+            new_of_old = np.where(ids < k, ids, -1)
+            self._log_renumbering(new_of_old)
+            self._remap_caches(new_of_old, k)
+        self._rep = rep
+
     def compact_assigned(self) -> None:
         """Renumber after changes made through :meth:`assign` (cached values of untouched clusters stay valid).
 

@@ -73,6 +73,10 @@ SPLIT_MIN_VISITS = 20
 SPLIT_MEMORY = 0.75
 #: clones in all above which the default ``n_clones`` shrinks (to at least 20 per observation, 5 beyond 100)
 CLONE_BUDGET = 600
+#: the largest per-clone table of true labels kept for purity (entries; beyond it the agent counts purity
+#: from level 1 at every sleep)
+CLONE_LABEL_TABLE_MAX = 4_000_000
+_NO_LABELS = (np.zeros((0, 0), dtype=np.int64), np.zeros(0, dtype=np.int64))
 
 
 class ReplayMerger(Estimator):
@@ -162,6 +166,10 @@ class ReplayMerger(Estimator):
         self._last = -1          # the last level-1 state placed
         self._n_seen = 0         # level-1 states that existed at the last chunk
         self._clone_state = np.full(0, -1, dtype=np.int64)   # most probable clone of each level-1 state
+        # per clone: level-1 states, and states per true label (label -1 apart), kept as states take clones
+        # (sleeps then read clones, not level 1: see _held_blocks, purity); None: to count from _clone_state
+        self._clone_n = None
+        self._clone_lab = self._clone_unlab = None
         self._block = np.arange(self._H, dtype=np.int64)     # block (lumped clones) of each clone
         self._cluster_of = np.full(self._H, -1, dtype=np.int64)   # cluster of each block (-1: none)
         self._block_of = np.zeros(0, dtype=np.int64)         # block of each cluster
@@ -174,6 +182,8 @@ class ReplayMerger(Estimator):
         elif (memory.n_obs, memory.n_actions) != (self._K, self._A):
             raise ValueError(f"the merger was built for {self._K} observations / {self._A} actions, "
                              f"level 1 has {memory.n_obs} / {memory.n_actions}")
+        if self._clone_n is None:
+            self._count_clones(memory)
 
     def _clones_per_observation(self, n_obs: int) -> int:
         """``n_clones``, or its default for ``n_obs`` observations (see the class docstring).
@@ -237,7 +247,7 @@ class ReplayMerger(Estimator):
             cur_obs, cur_acts = np.array(self._cur[0]), np.array(self._cur[1])
             self._add_pairs(cur_obs, cur_acts)
             clones = self._filtered_clones(cur_obs, cur_acts)[n - len(states):]
-            self._connect(clusters, states[fresh], clones[fresh])
+            self._connect(clusters, states[fresh], clones[fresh], memory.labels[states[fresh]])
         return True
 
     def _end_episode(self) -> None:
@@ -264,10 +274,10 @@ class ReplayMerger(Estimator):
             return self._starts[obs]
         return self._starts[obs] + _block_argmax(d.alpha, d.off)
 
-    def _connect(self, clusters, states, clones) -> None:
-        """Remember the clone of each new level-1 state and connect it to its block's cluster (a new
-        cluster for a block without one)."""
-        self._remember(states, clones)
+    def _connect(self, clusters, states, clones, labels) -> None:
+        """Remember the clone of each new level-1 state (true labels ``labels``) and connect it to its
+        block's cluster (a new cluster for a block without one)."""
+        self._remember(states, clones, labels)
         blocks = self._block[clones]
         cid = self._cluster_of[blocks]
         new = cid < 0
@@ -283,35 +293,91 @@ class ReplayMerger(Estimator):
             self._t2 = None
         clusters.assignment[states[~new]] = cid[~new]
 
-    def _remember(self, states, clones) -> None:
+    def _remember(self, states, clones, labels) -> None:
+        """Level-1 ``states`` (true labels ``labels``) take ``clones`` (a state given twice: its last);
+        the per-clone counts follow."""
+        from ._replay_kernels import move_states
+
+        states = np.asarray(states, dtype=np.int64)
         self._grow_clone_state(int(states.max()) + 1 if len(states) else 0)
-        self._clone_state[states] = clones
+        labels = np.asarray(labels, dtype=np.int64)
+        self._widen_label_table(int(labels.max()) + 1 if len(labels) else 0)
+        lab, unlab = (self._clone_lab, self._clone_unlab) if self._clone_lab is not None else _NO_LABELS
+        move_states(self._clone_state, states, np.asarray(clones, dtype=np.int64), labels, self._clone_n, lab, unlab)
+
+    def _count_clones(self, memory) -> None:
+        """The per-clone counts of :meth:`_remember` from scratch (a fresh or a loaded merger)."""
+        self._clone_n = np.zeros(self._H, dtype=np.int64)
+        self._clone_lab, self._clone_unlab = np.zeros((self._H, 1), dtype=np.int64), np.zeros(self._H, dtype=np.int64)
+        n = min(self._n_seen, len(self._clone_state))
+        known = self._clone_state[:n].copy()
+        self._clone_state[:n] = -1
+        self._remember(np.arange(n, dtype=np.int64), known, memory.labels[:n])
+
+    def _widen_label_table(self, width: int) -> None:
+        """Room for labels below ``width`` in the per-clone label table (dropped above
+        :data:`CLONE_LABEL_TABLE_MAX` entries: purity is then counted by the agent from level 1)."""
+        lab = self._clone_lab
+        if lab is None or width <= lab.shape[1]:
+            return
+        width = max(width, 2 * lab.shape[1])
+        if self._H * width > CLONE_LABEL_TABLE_MAX:
+            self._clone_lab = self._clone_unlab = None
+            return
+        self._clone_lab = np.zeros((self._H, width), dtype=np.int64)
+        self._clone_lab[:, :lab.shape[1]] = lab
 
     def _write_clusters(self, clusters, n: int) -> None:
-        """C from scratch: every level-1 state in the cluster of its clone's block; clusters numbered in
-        the order of their blocks (one pass over the states)."""
+        """C from the clones: every level-1 state in the cluster of its clone's block; clusters numbered
+        in the order of their blocks.  One pass over the states: the numbering moves most states' ids at
+        every sleep (BENCHMARKS.md, "Cost of a long life"), so there is no smaller set to rewrite."""
         from ._replay_kernels import write_assignment
 
         self._grow_clone_state(n)
-        used = np.flatnonzero(self._held_blocks(n))
+        used = np.flatnonzero(self._held_blocks())
         cluster_of_block = np.full(int(self._block.max()) + 1, -1, dtype=np.int64)
         cluster_of_block[used] = np.arange(len(used))
-        clusters.assignment[n:] = -1
-        write_assignment(clusters.assignment, self._clone_state, n, cluster_of_block[self._block])
-        clusters.compact()
+        rep = write_assignment(clusters.assignment, self._clone_state, n, cluster_of_block[self._block], len(used))
+        clusters.rewritten(len(used), rep)   # states from n on are not connected (no clone yet)
         self._block_of = used
         self._cluster_of = np.full(self._H, -1, dtype=np.int64)
         self._cluster_of[used] = np.arange(len(used))
         self._t2 = None
 
-    def _held_blocks(self, n: int) -> np.ndarray:
-        """Whether each block holds one of the first ``n`` level-1 states."""
-        from ._replay_kernels import clone_counts
-
-        self._grow_clone_state(n)
+    def _held_blocks(self) -> np.ndarray:
+        """Whether each block holds a level-1 state."""
         held = np.zeros(int(self._block.max()) + 1, dtype=bool)
-        held[self._block[clone_counts(self._clone_state, n, self._H) > 0]] = True
+        held[self._block[self._clone_n > 0]] = True
         return held
+
+    def purity(self, memory, clusters):
+        """Weighted purity of C with and without singleton clusters (NaN when a connected state has no
+        true label), as :func:`~hmmmerge.evaluate.weighted_purity` counts them from level 1, summed from
+        the per-clone label counts instead (clones x labels, not the states); None when those are not kept
+        (too many labels) or C is not the one this merger wrote (the agent then counts from level 1).
+
+        >>> from hmmmerge import gridworld, random_walk
+        >>> from hmmmerge.agent import TwoLevelMemory
+        >>> agent = TwoLevelMemory(10, 4, merge="replay", seed=0).fit(random_walk(gridworld(), 20, seed=0))
+        >>> p = agent.merger_.purity(agent.memory_, agent.clusters_); 0 < p[0] <= 1
+        True
+        """
+        from ._replay_kernels import clone_purity
+
+        if self._A is None or len(self._block_of) != clusters.n_clusters:
+            return None
+        self._check(memory)
+        if self._clone_lab is None:
+            return None
+        sizes, top, unlabelled = clone_purity(self._clone_n, self._clone_lab, self._clone_unlab,
+                                              self._cluster_of[self._block], clusters.n_clusters)
+        if unlabelled or not sizes.any():
+            return float("nan"), float("nan")
+        out = []
+        for smallest in (1, 2):
+            keep = sizes >= smallest
+            out.append(float(top[keep].sum() / sizes[keep].sum()) if keep.any() else float("nan"))
+        return out[0], out[1]
 
     def _grow_clone_state(self, top: int) -> None:
         if top > len(self._clone_state):
@@ -442,9 +508,10 @@ class ReplayMerger(Estimator):
             d = self._data(obs, acts)
         d.log_likelihood(self._T, self._B)
         clones = self._starts[obs] + _block_argmax(d.alpha, d.off)
-        self._remember(np.concatenate([b[2] for b in batch]), clones)
+        states = np.concatenate([b[2] for b in batch])
+        self._remember(states, clones, memory.labels[states])
         self._lump()
-        self._fold_unheld(memory.n_states)
+        self._fold_unheld()
         self._write_clusters(clusters, memory.n_states)
         report.update(replayed=len(picks), views_read_as_noise=int(repaired), clones_split=n_split, noise_rate=self._noise, log_likelihood_per_step=float(ll) / len(obs), clusters=clusters.n_clusters)
         return [report]
@@ -635,11 +702,11 @@ class ReplayMerger(Estimator):
                                         self._colour, bound, float(self.tolerance), 50)
         self._lumped = None
 
-    def _fold_unheld(self, n: int) -> None:
+    def _fold_unheld(self) -> None:
         """Blocks that hold no level-1 state (no state has its most probable clone there) join the block of
         their observation that holds states and whose next-block distributions are nearest (L1, summed
         over actions), so that level 2 -- the blocks that hold states -- keeps their transitions."""
-        held = self._held_blocks(n)
+        held = self._held_blocks()
         if held.all() or not held.any():
             return
         TL, _ = self._blocks_model()
@@ -891,6 +958,7 @@ class ReplayMerger(Estimator):
         self._episodes = [(obs[s:s + n], acts[s:s + n], sts[s:s + n]) for s, n in zip(starts.tolist(), lens.tolist())]
         self._cur = tuple(row.tolist() for row in cur)
         self._clone_state = clone_state.copy()
+        self._clone_n = None   # counted at the next use, with level 1's labels
         self._block = block
         self._block_of = block_of
         self._cluster_of[block_of] = np.arange(len(block_of))
