@@ -70,7 +70,7 @@ NOISE_AFTER = 20
 #: visits (weighted, see SPLIT_MEMORY) a clone needs before the split test is made on it
 SPLIT_MIN_VISITS = 20
 #: the weight of the split evidence of earlier sleeps is multiplied by this at every sleep
-SPLIT_MEMORY = 0.75
+SPLIT_MEMORY = 0.5
 #: clones in all above which the default ``n_clones`` shrinks (to at least 20 per observation, 5 beyond 100)
 CLONE_BUDGET = 600
 #: the largest per-clone table of true labels kept for purity (entries; beyond it the agent counts purity
