@@ -1,5 +1,6 @@
-"""The sleep-replay learner writes C and counts purity from per-clone counts kept as level-1 states take
-clones, not from a pass over level 1 at every sleep: both must equal the recount from level 1."""
+"""The cost paths of the sleep-replay learner give what the direct computations give: C and purity from
+per-clone counts kept as level-1 states take clones (not a pass over level 1 at every sleep) equal the
+recount from level 1; the lumping's sparse refinement equals the dense one."""
 
 import numpy as np
 import pytest
@@ -158,3 +159,96 @@ def test_rewritten_refuses_a_missing_representative():
     cl = Clusters(np.array([0, 1]))
     with pytest.raises(ValueError, match="rep must hold one state"):
         cl.rewritten(2, [0, -1])
+
+
+def lump_dense(counts, colour, bound, floor, max_rounds=50):
+    """The lumping as defined (module docstring of ``_replay_kernels``), with clones x blocks tables."""
+    A, H, _ = counts.shape
+    c = np.where(counts >= 1e-3, counts, 0.0)   # entries under a thousandth of a transition left out
+    n_out, occ = np.zeros((H, A)), np.zeros(H)
+    for a in range(A):   # sums in the kernel's order (action, clone, next clone): the same floats
+        for i in range(H):
+            for j in range(H):
+                if c[a, i, j] > 0:
+                    n_out[i, a] += c[a, i, j]
+                    occ[i] += c[a, i, j]
+    order = np.argsort(-occ, kind="mergesort")
+    _, block = np.unique(colour, return_inverse=True)
+    first = {}
+    block = np.array([first.setdefault(b, len(first)) for b in block])
+    for _ in range(max_rounds):
+        nb = block.max() + 1
+        succ = np.zeros((H, A, nb))
+        for a in range(A):
+            for i in range(H):
+                for j in range(H):
+                    if c[a, i, j] > 0:
+                        succ[i, a, block[j]] += c[a, i, j]
+        groups = {}   # old block -> list of [pool, n, id]
+        new = np.empty(H, dtype=np.int64)
+        ng = 0
+        for i in order:
+            for g in groups.setdefault(block[i], []):
+                pool, n, gid = g
+                ok = True
+                for a in range(A):
+                    if n_out[i, a] <= 0 or n[a] <= 0:
+                        continue
+                    tol = max(bound * (1 / np.sqrt(n_out[i, a]) + 1 / np.sqrt(n[a])), floor)
+                    if (np.abs(succ[i, a] / n_out[i, a] - pool[a] / n[a]) >= tol).any():
+                        ok = False
+                        break
+                if ok:
+                    break
+            else:
+                g = [np.zeros((A, nb)), np.zeros(A), ng]
+                ng += 1
+                groups[block[i]].append(g)
+            g[0] += succ[i]
+            g[1] += n_out[i]
+            new[i] = g[2]
+        _, firsts = np.unique(new, return_index=True)
+        rank = np.empty(ng, dtype=np.int64)
+        rank[new[np.sort(firsts)]] = np.arange(ng)
+        new = rank[new]
+        if new.max() + 1 == nb:
+            return new
+        block = new
+    return block
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_sparse_lumping_equals_the_dense_refinement(data):
+    from hmmmerge._replay_kernels import lump_clones
+
+    A = data.draw(st.integers(1, 3))
+    K = data.draw(st.integers(1, 3))
+    per = data.draw(st.integers(1, 4))
+    H = K * per
+    seed = data.draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    # clones of one colour copy the futures of a few true states, scaled and perturbed: blocks worth finding
+    base = rng.gamma(0.3, 5.0, (A, H, H)) * (rng.random((A, H, H)) < 0.4)
+    proto = np.arange(H) // per * per + rng.integers(0, data.draw(st.integers(1, per)), H)
+    counts = base[:, proto] * rng.uniform(0.5, 2.0, (1, H, 1)) * rng.uniform(0.9, 1.1, (A, H, H))
+    colour = np.repeat(np.arange(K), per)
+    bound, floor = data.draw(st.sampled_from([(1.36, 0.2), (0.5, 0.05), (0.1, 0.0)]))
+    got = lump_clones(counts, colour, bound, floor, 50)
+    want = lump_dense(counts, colour, bound, floor)
+    assert got.tolist() == want.tolist()
+
+
+def test_a_next_block_only_the_group_goes_to_splits_even_when_every_shared_one_agrees():
+    from hmmmerge._replay_kernels import lump_clones
+
+    # colour 0: clones 0 (heavier) and 1; colours 1..8: one clone each, a block each.  Clone 0 goes to
+    # clone 2 with 0.3 and to 3..9 with 0.1 each; clone 1 never to 2 and to 3..9 with 1/7 each: every
+    # shared next block differs by 0.043 (< the 0.2 floor), the one clone 1 never takes by 0.3
+    counts = np.zeros((1, 10, 10))
+    counts[0, 0, 2:] = 3000.0 * np.r_[0.3, np.full(7, 0.1)]
+    counts[0, 1, 3:] = 2000.0 / 7
+    colour = np.r_[0, 0, np.arange(1, 9)]
+    got = lump_clones(counts, colour, 0.01, 0.2, 50)
+    assert got[0] != got[1]
+    assert got.tolist() == lump_dense(counts, colour, 0.01, 0.2).tolist()
