@@ -667,6 +667,20 @@ class ReplayMerger(Estimator):
         E[np.arange(k), self._block_colour()[self._block_of]] += 1.0 - self._noise
         return E
 
+    def emission_floor(self, clusters) -> np.ndarray:
+        """The value of every entry of :meth:`emission` off the cluster's own observation (the agent's
+        online predictors then rank observations in O(clusters reached), see
+        :func:`hmmmerge._agent_kernels._predict_floor`).
+
+        >>> from hmmmerge import gridworld, random_walk
+        >>> from hmmmerge.agent import TwoLevelMemory
+        >>> agent = TwoLevelMemory(10, 4, merge="replay", seed=0).fit(random_walk(gridworld(), 20, seed=0))
+        >>> m = agent.merger_; E = m.emission(agent.clusters_, agent.memory_.n_states)
+        >>> bool(np.all(np.sort(E, axis=1)[:, :-1] == m.emission_floor(agent.clusters_)[:, None]))
+        True
+        """
+        return np.full(clusters.n_clusters, self._noise / self._K)
+
     def _block_colour(self) -> np.ndarray:
         out = np.zeros(int(self._block.max()) + 1, dtype=np.int64)
         out[self._block] = self._colour

@@ -252,3 +252,70 @@ def test_a_next_block_only_the_group_goes_to_splits_even_when_every_shared_one_a
     got = lump_clones(counts, colour, 0.01, 0.2, 50)
     assert got[0] != got[1]
     assert got.tolist() == lump_dense(counts, colour, 0.01, 0.2).tolist()
+
+
+def _predictions(pred, colour, n_obs, q):
+    """(touched, total, prediction, touched order) of the agent's ``_predict`` from a belief on cluster 0
+    whose T2 row gives ``pred``, with replay's emission rows (``q / n_obs`` off the own colour): with the
+    floor stated and without it (the full sum over observations)."""
+    from hmmmerge._agent_kernels import Level2, _argmax_or_none, _predict, new_belief, new_scratch
+
+    k = len(pred)
+    ptr = np.r_[0, np.full(k, k)].astype(np.int64)
+    soft = np.full((k, n_obs), q / n_obs)
+    soft[np.arange(k), colour] += 1.0 - q
+    em_ptr = np.r_[0, np.cumsum(np.bincount(colour, minlength=n_obs))].astype(np.int64)
+    out = []
+    for floor in (np.full(k, q / n_obs), np.zeros(0)):
+        l2 = Level2(k, ptr, np.arange(k, dtype=np.int64), np.asarray(pred, dtype=float), np.zeros(0, dtype=np.int64),
+                    np.asarray(colour, dtype=np.int64), em_ptr, np.argsort(colour, kind="stable").astype(np.int64),
+                    soft, floor)
+        bel, s = new_belief(k), new_scratch(k, n_obs)
+        bel.p[0], bel.support[0], bel.size[0] = 1.0, 0, 1
+        mt, total = _predict(bel, 0, l2, s)
+        out.append((mt, total, _argmax_or_none(s.obs_dist, total), s.tlist[:mt].tolist()))
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 30), st.integers(1, 12), st.sampled_from([0.0, 0.05, 0.2, 0.3]), st.integers(0, 2**32 - 1),
+       st.sampled_from(["random", "tie", "one ulp"]))
+def test_the_prediction_with_a_floor_is_the_prediction_of_the_full_sum(k, n_obs, q, seed, case):
+    rng = np.random.default_rng(seed)
+    pred = rng.random(k) * (rng.random(k) < 0.7)
+    colour = rng.integers(0, n_obs, k)
+    if case != "random" and k >= 3 and n_obs >= 3:
+        # clusters 0 and 1 alone in colours 0 and 1 hold most of the mass, equal or one ulp apart: the
+        # floor's shortcut cannot rank them, the full sum's round-off decides
+        pred[2:] *= 0.1
+        pred[0] = rng.random()
+        pred[1] = pred[0] if case == "tie" else np.nextafter(pred[0], 2 * rng.integers(0, 2) - 1.0)
+        colour = np.r_[0, 1, rng.integers(2, n_obs, k - 2)]
+    with_floor, full = _predictions(pred, colour, n_obs, q)
+    assert with_floor == full
+
+
+def test_near_ties_fall_back_to_the_full_sum():
+    # clusters 0 and 1 one ulp apart: the full sums' round-off orders them one way or the other (about one
+    # case in ten differs from the order of the masses above the floor), and the prediction must follow it
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        k, n_obs, q = int(rng.integers(3, 30)), int(rng.integers(3, 12)), float(rng.choice([0.05, 0.2, 0.3]))
+        pred = rng.random(k) * (rng.random(k) < 0.7) * 0.1
+        pred[0] = rng.random()
+        pred[1] = np.nextafter(pred[0], 2 * rng.integers(0, 2) - 1.0)
+        colour = np.r_[0, 1, rng.integers(2, n_obs, k - 2)]
+        with_floor, full = _predictions(pred, colour, n_obs, q)
+        assert with_floor == full
+
+
+def test_replay_emission_rows_hold_the_stated_floor_off_each_cluster_colour():
+    env = gridworld().with_noise(obs_noise=0.1)
+    agent = TwoLevelMemory(10, 4, merge="replay", seed=0).fit(random_walk(env, 60, seed=0))
+    arrays = agent.level2_.arrays
+    assert agent.merger_._noise > 0 and len(arrays.soft_floor) == agent.n_clusters_ > 0
+    off = np.ones_like(arrays.soft, dtype=bool)
+    off[np.arange(agent.n_clusters_), arrays.cluster_obs] = False
+    assert np.array_equal(np.where(off, arrays.soft, arrays.soft_floor[:, None]),
+                          np.broadcast_to(arrays.soft_floor[:, None], arrays.soft.shape))
+    assert (arrays.soft[np.arange(agent.n_clusters_), arrays.cluster_obs] > arrays.soft_floor).all()
