@@ -369,11 +369,11 @@ def move_states(clone_state, states, clones, labels, count, lab, unlab):
 
 
 @njit(cache=True)
-def clone_purity(count, lab, unlab, cluster_of_clone, k):
+def clone_purity(count, lab, unlab, cluster_of_clone, k, L):
     """Per cluster (``cluster_of_clone``: -1 for none): its number of states and the count of its most
-    common label, summed from the clones' tables of :func:`move_states`; and the connected states without
-    a label.  Returns ``(sizes, top, unlabelled)``."""
-    H, L = lab.shape
+    common label (labels below ``L``), summed from the clones' tables of :func:`move_states`; and the
+    connected states without a label.  Returns ``(sizes, top, unlabelled)``."""
+    H = lab.shape[0]
     sizes = np.zeros(k, dtype=np.int64)
     top = np.zeros(k, dtype=np.int64)
     unlabelled = 0
