@@ -36,7 +36,7 @@ from hmmmerge.models import build_model
 def maps_of(env, train, seed):
     out = {"oracle": env.to_hmm()}
     for label, name, params in (("fold", "level2-fold", {}), ("em", "em", {}),
-                                ("em-split", "em", {"split_rounds": 3})):
+                                ("em-split", "em-split", {})):
         c = time.process_time()
         out[label] = build_model(name, train, env=env, seed=seed, **params)
         print(f"<!-- seed {seed}: {label} fitted in {time.process_time() - c:.1f} s CPU -->", flush=True)

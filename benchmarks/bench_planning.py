@@ -8,8 +8,8 @@ Sections (``--sections``, default all):
   success, moves / shortest over successes, moves relative to the oracle's on the pairs both reached,
   localisation from move 10 on in those navigations (random starts) and in 500 navigations that start at
   the world's start (the start of every training walk), and the share of successful routes shorter than
-  any connection from that place to that colour in the training walks ("shortcuts").  ``em-split`` is EM
-  with ``split_rounds=3`` (clones that stand for two places split after EM).  ``alergia`` when AALpy is
+  any connection from that place to that colour in the training walks ("shortcuts").  ``em-split`` (the
+  catalogue's) is EM with ``split_rounds=3`` (clones that stand for two places split after EM).  ``alergia`` when AALpy is
   installed, and ``rpni`` with ``--rpni`` (seed 0 only: 2-3 CPU minutes for 1,000 walks).
 * ``detour`` -- the same maps, after learning, in the world with passages blocked (walls put between cells
   on the way of many pairs): with and without online map updates.
@@ -36,13 +36,13 @@ import time
 import numpy as np
 
 from hmmmerge import random_walk
+from hmmmerge.hmm import ActionHMM
 from hmmmerge.planning import block_passage, distances_to, estimate_correspondence, navigate, plan
 
 LEARNERS = ("oracle", "level2-fold", "em", "em-split", "level2-sf", "first-order")
 #: benchmark labels that are a catalogue learner with other parameters
-VARIANTS = {"em-split": ("em", {"split_rounds": 3}),
-            "em (5 clones)": ("em", {"n_clones": 5, "n_iter": 50}),
-            "em-split (5 clones)": ("em", {"n_clones": 5, "n_iter": 50, "split_rounds": 3})}
+VARIANTS = {"em (5 clones)": ("em", {"n_clones": 5, "n_iter": 50}),
+            "em-split (5 clones)": ("em-split", {"n_clones": 5, "n_iter": 50})}
 
 
 def build(name: str, train, env, seed: int):
@@ -233,38 +233,89 @@ def minigrid(pairs: int, quick: bool) -> None:
     print_rows(rows)
 
 
-def speed(repeats: int = 20) -> None:
-    from hmmmerge import from_gymnasium, gridworld
+def _plan_times(model, goal, starts, dense: bool):
+    """CPU seconds of each ``plan`` call from the given start states, and the plans; ``dense``: the map's
+    transitions used as a dense (A*H, H) matrix, else as :class:`hmmmerge.planning._Transitions` stores them."""
+    import hmmmerge.planning as P
 
-    print("\n| map | states | horizon | value-iteration sweeps | CPU ms per plan (median of "
-          f"{repeats}) | plan length |")
-    print("|---|---|---|---|---|---|")
-    mg = from_gymnasium("MiniGrid-FourRooms-v0", seed=0)
-    grid = gridworld(32, 32, n_colours=10, seed=0)
-    maps = [("32x32 grid, oracle", grid.to_hmm(), 9),
-            ("FourRooms, oracle", mg.to_hmm(), int(mg.obs[0])),
-            ("FourRooms, fold (200 x 100 moves)", build("level2-fold", random_walk(mg, 200, 100, seed=0), mg, 0),
-             int(mg.obs[0]))]
-    maps += [(label + ", goal: one state", model, None) for label, model, _ in maps]
-    for label, model, colour in maps:
-        rng = np.random.default_rng(0)
-        goal = ("state", int(rng.integers(model.n_states))) if colour is None else colour
-        times, lengths = [], []
-        for _ in range(repeats):
+    old = P._SPARSE_SHARE
+    P._SPARSE_SHARE = -1.0 if dense else old
+    model = ActionHMM(model.to_dense().T, model.E, model.B) if dense else model
+    times, plans = [], []
+    try:
+        for h in starts:
             b = np.zeros(model.n_states)
-            b[rng.integers(model.n_states)] = 1.0
+            b[h] = 1.0
             c = time.process_time()
             try:
                 p = plan(model, b, goal, horizon=1000)
-                lengths.append(len(p))
+                plans.append((p.actions.tolist(), p.states.tolist()))
             except ValueError:
-                lengths.append(-1)
+                plans.append(None)
             times.append(time.process_time() - c)
-        from hmmmerge.planning import _goal_weights, _ValueTables
+    finally:
+        P._SPARSE_SHARE = old
+    return np.array(times), plans
 
-        sweeps = len(_ValueTables(model, _goal_weights(model, goal)[0], 1000).V) - 1
-        print(f"| {label} | {model.n_states} | 1000 | {sweeps} | {1000 * np.median(times):.2f} | "
-              f"{np.median(lengths):.0f} |", flush=True)
+
+def speed(repeats: int = 20, nav_pairs: int = 20) -> None:
+    """One ``plan`` call on 1,000-state maps, dense path beside sparse path (same calls, same plans), and
+    navigations on EM's dense 1,800-state FourRooms map."""
+    import hmmmerge.planning as P
+    from hmmmerge import from_gymnasium, gridworld
+    from hmmmerge.models import build_model
+
+    print("\n| map | states | transitions stored | entries above the row's floor | horizon | value-iteration sweeps | "
+          f"CPU ms per plan, dense (median of {repeats}) | CPU ms per plan, sparse | dense / sparse | same plans | "
+          "plan length | CPU ms to scan the map (once per map) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    mg = from_gymnasium("MiniGrid-FourRooms-v0", seed=0)
+    grid = gridworld(32, 32, n_colours=10, seed=0)
+    mg_walks = random_walk(mg, 200, 100, seed=0)
+    c = time.process_time()
+    em3 = build_model("em", mg_walks, env=mg, seed=0, n_clones=3, n_iter=50)
+    em_fit = time.process_time() - c
+    maps = [("32x32 grid, oracle", grid.to_hmm(), 9),
+            ("FourRooms, oracle", mg.to_hmm(), int(mg.obs[0])),
+            ("FourRooms, fold (200 x 100 moves)", build("level2-fold", mg_walks, mg, 0), int(mg.obs[0])),
+            ("FourRooms, EM 3 clones per view (200 x 100 moves)", em3, int(mg.obs[0]))]
+    maps += [(label + ", goal: one state (the map uses it)", model, None) for label, model, _ in maps]
+    for label, model, colour in maps:
+        rng = np.random.default_rng(0)
+        used = np.flatnonzero(P.occupancy(model) >= 0.1 / model.n_states)  # not one of EM's unused clones
+        goal = ("state", int(rng.choice(used))) if colour is None else colour
+        starts = rng.integers(model.n_states, size=repeats)
+        t_dense, p_dense = _plan_times(model, goal, starts, dense=True)
+        t_sparse, p_sparse = _plan_times(model, goal, starts, dense=False)
+        c = time.process_time()
+        T = P._Transitions(model)
+        scan = time.process_time() - c
+        above = T.S.nnz if T.kind != "dense" else model.n_actions * model.n_states ** 2
+        sweeps = len(P._ValueTables(model, P._goal_weights(model, goal)[0], 1000).V) - 1
+        lengths = [len(p[0]) if p else -1 for p in p_sparse]
+        print(f"| {label} | {model.n_states} | {'sparse' if model.is_sparse else 'dense'} | {above} | 1000 | "
+              f"{sweeps} | {1000 * np.median(t_dense):.2f} | {1000 * np.median(t_sparse):.2f} | "
+              f"{np.median(t_dense) / np.median(t_sparse):.1f} | {'yes' if p_dense == p_sparse else 'NO'} | "
+              f"{np.median(lengths):.0f} | {1000 * scan:.2f} |", flush=True)
+    print(f"\n(EM's map: fitted in {em_fit:.1f} s of CPU.)")
+
+    em5 = build_model("em", mg_walks, env=mg, seed=0, n_clones=5, n_iter=50)
+    corr = P.estimate_correspondence(em5, mg_walks, mg.n_states)
+    print(f"\n| map | states | navigations | CPU s, dense | CPU s, sparse | dense / sparse | same moves |")
+    print("|---|---|---|---|---|---|---|")
+    runs = {}
+    for dense in (True, False):
+        old = P._SPARSE_SHARE
+        P._SPARSE_SHARE = -1.0 if dense else old
+        try:
+            c = time.process_time()
+            runs[dense] = (navigate(mg, em5, nav_pairs, seed=1000, correspondence=corr), time.process_time() - c)
+        finally:
+            P._SPARSE_SHARE = old
+    same = np.array_equal(runs[True][0].steps, runs[False][0].steps) and \
+        np.array_equal(runs[True][0].success, runs[False][0].success)
+    print(f"| FourRooms, EM 5 clones per view | {em5.n_states} | {nav_pairs} | {runs[True][1]:.1f} | "
+          f"{runs[False][1]:.1f} | {runs[True][1] / runs[False][1]:.1f} | {'yes' if same else 'NO'} |", flush=True)
 
 
 def main(argv=None) -> None:

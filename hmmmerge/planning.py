@@ -36,6 +36,7 @@ so a generous horizon costs nothing.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -256,23 +257,100 @@ def _check_belief(model: ActionHMM, belief) -> np.ndarray:
     return b
 
 
-def _stacked(model: ActionHMM):
-    """The transitions stacked as one (A*H, H) matrix: row ``a*H + h`` is ``T[a][h, :]``."""
-    if model.is_sparse:
-        return sp.vstack(model.T, format="csr")
-    return model.T.reshape(-1, model.n_states)
+#: a dense map is planned on as sparse + floor (see :class:`_Transitions`) when at most this share of its entries
+#: differ from their row's smallest
+_SPARSE_SHARE = 0.25
+
+
+class _Transitions:
+    """A map's transitions stacked as one (A*H, H) matrix (row ``a*H + h`` is ``T[a][h, :]``), for planning and
+    filtering.
+
+    A sparse map is kept as it is (CSR).  A dense map whose rows are mostly one value, their smallest (EM's
+    pseudocount: every count of 0 gives the same probability), is kept as ``S + floor 1^T``: ``S`` the entries
+    above the row's floor (CSR) and ``floor`` (A*H,) the floors, so that ``T V = S V + floor sum(V)`` and
+    ``b T_a = b S_a + (b . floor_a) 1`` cost the nonzeros of ``S`` instead of ``A H^2``.  Same map, same
+    values (up to rounding); other dense maps stay dense.  ``mode`` forces ``"dense"`` or ``"sparse"``.
+
+    A ring of 5 states that moves forward with probability 0.6 and anywhere else with 0.1 each:
+
+    >>> T = np.full((1, 5, 5), 0.1); T[0, range(5), [1, 2, 3, 4, 0]] = 0.6
+    >>> t = _Transitions(ActionHMM(T, np.eye(5), np.ones(5) / 5))
+    >>> t.kind, t.S.nnz, t.dot(np.array([1.0, 0, 0, 0, 0])).round(3).tolist()
+    ('floor', 5, [0.1, 0.1, 0.1, 0.1, 0.6])
+    """
+
+    def __init__(self, model: ActionHMM, mode: str = "auto"):
+        A, H = model.n_actions, model.n_states
+        self.A, self.H, self.share = A, H, _SPARSE_SHARE
+        self.floor = None
+        if model.is_sparse:
+            self.kind, self.S = "sparse", sp.vstack(model.T, format="csr")
+        else:
+            D = model.T.reshape(-1, H)
+            floor = D.min(axis=1)
+            above = D != floor[:, None]
+            if mode == "sparse" or (mode == "auto" and np.count_nonzero(above) <= _SPARSE_SHARE * D.size):
+                r, c = np.nonzero(above)
+                self.kind = "floor" if floor.any() else "sparse"
+                self.S = sp.csr_matrix(((D - floor[:, None])[r, c], (r, c)), shape=D.shape)
+                self.floor = floor if floor.any() else None
+            else:
+                self.kind, self.S = "dense", D
+        if self.kind == "dense":
+            self.back = None
+        else:  # per action, T_a's transpose without the floor: b T_a = back[a] @ b (+ the floor's part)
+            self.back = [self.S[a * H:(a + 1) * H].T.tocsr() for a in range(A)]
+
+    def dot(self, V: np.ndarray, rows=None) -> np.ndarray:
+        """``T V`` over the stacked rows (or the stacked ``rows`` only); ``V`` (H,) or (H, m)."""
+        S = self.S if rows is None else self.S[rows]
+        out = np.asarray(S @ V)
+        if self.floor is not None:
+            f = self.floor if rows is None else self.floor[rows]
+            out = out + (f[:, None] * V.sum(axis=0) if V.ndim == 2 else f * V.sum())
+        return out
+
+    def predict(self, b: np.ndarray, a: int) -> np.ndarray:
+        """``b T_a``: the belief after move ``a`` before the observation."""
+        if self.back is None:
+            return b @ self.S[a * self.H:(a + 1) * self.H]
+        out = self.back[a] @ b
+        if self.floor is not None:
+            out = out + b @ self.floor[a * self.H:(a + 1) * self.H]
+        return out
+
+    def row(self, a: int, h: int) -> np.ndarray:
+        """``T[a][h, :]`` as a dense vector."""
+        r = self.S[a * self.H + h]
+        r = r.toarray().ravel() if sp.issparse(r) else np.asarray(r, dtype=np.float64)
+        return r + self.floor[a * self.H + h] if self.floor is not None else r
+
+
+_TRANSITIONS: "weakref.WeakKeyDictionary[ActionHMM, tuple]" = weakref.WeakKeyDictionary()
+
+
+def _transitions_of(model: ActionHMM) -> _Transitions:
+    """``_Transitions(model)``, made once per map (a dense map's scan costs more than a plan): kept while the
+    map lives and its ``T`` is the same object (a map changed in place is not noticed; :func:`without_transitions`
+    makes a new one)."""
+    held = _TRANSITIONS.get(model)
+    if held is None or held[0] is not model.T or held[1].share != _SPARSE_SHARE:
+        held = (model.T, _Transitions(model))
+        _TRANSITIONS[model] = held
+    return held[1]
 
 
 class _ValueTables:
     """Finite-horizon values of one goal on one map (see the module docstring)."""
 
-    def __init__(self, model: ActionHMM, g: np.ndarray, horizon: int, stacked=None):
+    def __init__(self, model: ActionHMM, g: np.ndarray, horizon: int, transitions: _Transitions | None = None):
         self.model, self.g, self.horizon = model, g, horizon
         self.A, self.H = model.n_actions, model.n_states
-        self.T = _stacked(model) if stacked is None else stacked
+        self.T = _transitions_of(model) if transitions is None else transitions
         V = [g]
         for _ in range(horizon):
-            Q = np.asarray(self.T @ V[-1]).reshape(self.A, self.H)
+            Q = self.T.dot(V[-1]).reshape(self.A, self.H)
             nxt = g + (1.0 - g) * Q.max(axis=0)
             grew = not np.array_equal(nxt > 0, V[-1] > 0)  # the states that can reach the goal at all
             done = np.abs(nxt - V[-1]).max() <= 1e-12
@@ -285,6 +363,11 @@ class _ValueTables:
         self.converged = len(V) - 1 < horizon
         self.cum = np.cumsum(self.V, axis=0)  # cum[i] = sum_{j<=i} V_j
 
+    @property
+    def size(self) -> int:
+        """Floats held (the cache's measure)."""
+        return self.V.size + self.cum.size
+
     def value(self, k: int) -> np.ndarray:
         """``V_k``."""
         return self.V[min(k, len(self.V) - 1)]
@@ -294,15 +377,25 @@ class _ValueTables:
         K = len(self.V) - 1
         return self.cum[k] if k <= K else self.cum[K] + (k - K) * self.V[K]
 
-    def scores(self, k: int, rows=None):
-        """``(Q_k, sum_{i<=k} Q_i)``, each (A, H) or, for the states ``rows``, (A, len(rows))."""
-        vs = np.stack([self.value(k - 1), self._cumulative(k - 1)], axis=1)  # (H, 2)
-        if rows is None:
-            out = np.asarray(self.T @ vs).reshape(self.A, self.H, 2)
-        else:
-            idx = (np.arange(self.A)[:, None] * self.H + np.asarray(rows)[None, :]).ravel()
-            out = np.asarray(self.T[idx] @ vs).reshape(self.A, len(rows), 2)
+    def targets(self, k: int) -> np.ndarray:
+        """(H, 2): ``V_{k-1}`` and ``sum_{j<k} V_j``, whose expectation after a move is ``(Q_k, sum_{i<=k} Q_i)``."""
+        return np.stack([self.value(k - 1), self._cumulative(k - 1)], axis=1)
+
+    def scores(self, k: int, rows):
+        """``(Q_k, sum_{i<=k} Q_i)`` of the states ``rows``, (A, len(rows)) each."""
+        idx = (np.arange(self.A)[:, None] * self.H + np.asarray(rows)[None, :]).ravel()
+        out = self.T.dot(self.targets(k), idx).reshape(self.A, len(rows), 2)
         return out[..., 0], out[..., 1]
+
+
+def _most_probable(p: np.ndarray) -> int:
+    """The index of the largest entry; among entries within a relative 1e-9 of it (ties, whatever the rounding
+    of the sums that made them) the lowest.
+
+    >>> _most_probable(np.array([0.2, 0.4, 0.4 * (1 + 1e-12)]))
+    1
+    """
+    return int(np.flatnonzero(p >= p.max() * (1.0 - 1e-9))[0])
 
 
 def _best_action(q: np.ndarray, s: np.ndarray, tolerance: float = _TIE) -> int:
@@ -353,7 +446,7 @@ def plan(model: ActionHMM, belief, goal, horizon: int) -> Plan:
     check_int(horizon, "horizon", low=1)
     g, what = _goal_weights(model, goal)
     b = _check_belief(model, belief)
-    start = int(b.argmax())
+    start = _most_probable(b)
     tables = _ValueTables(model, g, horizon)
     prob = float(tables.value(horizon)[start])
     if prob <= 0.0:
@@ -368,9 +461,7 @@ def plan(model: ActionHMM, belief, goal, horizon: int) -> Plan:
         if q.max() <= 0.0:
             break
         a = _best_action(q[:, 0], s[:, 0])
-        row = model.T[a][h]
-        row = row.toarray().ravel() if model.is_sparse else row
-        h = int(row.argmax())
+        h = _most_probable(tables.T.row(a, h))
         actions.append(a)
         states.append(h)
     return Plan(np.array(actions, dtype=np.int64), np.array(states, dtype=np.int64), prob, start)
@@ -548,12 +639,12 @@ def occupancy(model: ActionHMM, n_iter: int = 200) -> np.ndarray:
     """
     _check_model(model)
     check_int(n_iter, "n_iter", low=1)
-    stacked = [m.T.tocsr() for m in model.T] if model.is_sparse else None
+    T = _transitions_of(model)
     p = model.B.copy()
     total = np.zeros_like(p)
     for _ in range(n_iter):
         total += p
-        nxt = sum(m @ p for m in stacked) if stacked is not None else np.einsum("i,aij->j", p, model.T)
+        nxt = sum(T.predict(p, a) for a in range(model.n_actions))
         if nxt.sum() <= 0:
             break
         p = nxt / nxt.sum()
@@ -570,8 +661,16 @@ def _initial_belief(model: ActionHMM, o: int, prior=None) -> np.ndarray:
     return np.full(model.n_states, 1.0 / model.n_states)
 
 
+#: floats of value tables a navigation keeps for the goals it met (least recently used dropped first): 128 MB
+_CACHE_FLOATS = 2**24
+
+
 class _Navigator:
-    """Belief tracking and belief-weighted action choice on one (possibly updated) map."""
+    """Belief tracking and belief-weighted action choice on one (possibly updated) map.
+
+    The value tables of a goal are computed once and reused by every re-plan and every pair with that goal
+    (within ``_CACHE_FLOATS``); a move's score is the predicted belief after it dotted with them.
+    """
 
     def __init__(self, model: ActionHMM, horizon: int | None, tolerance: float = _TIE):
         self.horizon, self.tolerance = horizon, tolerance
@@ -579,12 +678,12 @@ class _Navigator:
 
     def set_model(self, model: ActionHMM) -> None:
         self.model = model
-        self.stacked = _stacked(model)
-        self.Tt = [m.T.tocsr() for m in model.T] if model.is_sparse else None
-        self.policy = {}  # goal -> its _ValueTables; (goal, k) -> (Q_k, sum of Q_i up to k), (A, H) each
+        self.T = _transitions_of(model)
+        self.policy: dict[int, _ValueTables] = {}  # goal -> its value tables, least recently used first
+        self.held = 0
 
     def predict(self, b: np.ndarray, a: int) -> np.ndarray:
-        return self.Tt[a] @ b if self.Tt is not None else b @ self.model.T[a]
+        return self.T.predict(b, a)
 
     def update(self, b: np.ndarray, a: int, o: int) -> tuple[np.ndarray, float]:
         """The belief after move ``a`` and observation ``o``, and the probability the map gave ``o``.
@@ -604,23 +703,30 @@ class _Navigator:
                 return prior / prior.sum(), 0.0
         return np.full(len(b), 1.0 / len(b)), 0.0
 
+    def tables(self, goal: int, k: int) -> _ValueTables:
+        """The goal's value tables, covering ``k`` moves (computed, or extended, when they do not)."""
+        tables = self.policy.pop(goal, None)
+        if tables is None or (tables.horizon < k and not tables.converged):
+            if tables is not None:
+                self.held -= tables.size
+            g = self.model.E[:, goal].copy()
+            tables = _ValueTables(self.model, g, max(k, 2 * tables.horizon if tables else k), self.T)
+            self.held += tables.size
+        self.policy[goal] = tables  # most recently used last
+        while self.held > _CACHE_FLOATS and len(self.policy) > 1:
+            self.held -= self.policy.pop(next(iter(self.policy))).size
+        return tables
+
     def action(self, b: np.ndarray, goal: int, moves_left: int) -> int | None:
         """The move of largest belief-weighted ``Q`` (QMDP) with ``horizon`` moves (default: ``moves_left``)
         to go, or ``None`` if the map sees no way to ``goal``."""
         k = self.horizon or moves_left
-        key = (goal, k)
-        if key not in self.policy:
-            tables = self.policy.get(goal)
-            if tables is None or (tables.horizon < k and not tables.converged):
-                g = self.model.E[:, goal].copy()
-                tables = _ValueTables(self.model, g, max(k, 2 * tables.horizon if tables else k), self.stacked)
-                self.policy[goal] = tables
-            self.policy[key] = tables.scores(k)
-        Q, S = self.policy[key]
-        q = Q @ b
+        vs = self.tables(goal, k).targets(k)
+        qs = np.stack([self.predict(b, a) for a in range(self.T.A)]) @ vs  # (A, 2): sum_h b_h (Q_k, sum Q_i)(h, a)
+        q = qs[:, 0]
         if q.max() <= 0.0:
             return None
-        return _best_action(q, S @ b, self.tolerance)
+        return _best_action(q, qs[:, 1], self.tolerance)
 
 
 def navigate(env: Environment, model: ActionHMM, n_pairs: int = 100, seed=0, *, correspondence=None,
@@ -742,12 +848,12 @@ def navigate(env: Environment, model: ActionHMM, n_pairs: int = 100, seed=0, *, 
         if pairs is not None:
             s = pairs[i][0]
         b = _initial_belief(nav.model, _observe(env, s, rng), prior)
-        hit = [corr[b.argmax()] == s]
+        hit = [corr[_most_probable(b)] == s]
         for _ in range(warmup):
             a = int(rng.integers(env.n_actions))
             s = _world_step(env, s, a, rng)
             b, _ = nav.update(b, a, _observe(env, s, rng))
-            hit.append(corr[b.argmax()] == s)
+            hit.append(corr[_most_probable(b)] == s)
         for c in (np.flatnonzero(allowed) if pairs is None else [pairs[i][1]]):
             if c not in dist_cache:
                 dist_cache[c] = distances_to(env, colours_at[c])
@@ -779,9 +885,9 @@ def navigate(env: Environment, model: ActionHMM, n_pairs: int = 100, seed=0, *, 
             b, p_obs = nav.update(b, a, _observe(env, s, move_rng))
             taken += 1
             path.append(s)
-            hit.append(corr[b.argmax()] == s)
+            hit.append(corr[_most_probable(b)] == s)
             if update_map and p_obs < surprise:
-                h = int(before.argmax())
+                h = _most_probable(before)
                 if before[h] >= 0.5 and (nav.model.T[a][h].sum() > 0):
                     nav.set_model(without_transitions(nav.model, [(h, a)]))
                     removed += 1

@@ -53,6 +53,8 @@ def test_registry_builds_what_direct_construction_builds(small):
         "first-order": FirstOrderModel(pseudocount=0.5).fit(train, env.n_obs, env.n_actions).to_hmm(),
         "context": ContextModel(order=2).fit(train, env.n_obs, env.n_actions).to_hmm(),
         "em": CloneHMM(n_clones=2, n_iter=4, seed=[3, 1]).fit(train, env.n_obs, env.n_actions).to_hmm(),
+        "em-split": CloneHMM(n_clones=12, n_iter=60, seed=[3, 1], split_rounds=3, split_surprise=0.5)  # splits 3
+        .fit(train, env.n_obs, env.n_actions).to_hmm(),
         "bfmm": BestFirstMerging(seed=[3, 1]).fit(train[:5], env.n_obs, env.n_actions).to_hmm(),
         "level2-random": TwoLevelMemory(env.n_obs, env.n_actions, merge="random", initial_size=3,
                                         seed=[3, 1]).fit(train).level2_hmm(),
@@ -70,6 +72,7 @@ def test_registry_builds_what_direct_construction_builds(small):
     mem.observe_trajectories(train)
     direct["level1"] = mem.to_hmm()
     params = {"first-order": {"pseudocount": 0.5}, "context": {"order": 2}, "em": {"n_clones": 2, "n_iter": 4},
+              "em-split": {"n_clones": 12, "n_iter": 60, "split_surprise": 0.5},
               "bfmm": {"n_episodes": 5}, "level2-random": {"initial_size": 3}, "alergia": {"eps": 0.1}}
     for merge in ("sf", "none"):
         direct[f"level2-{merge}"] = TwoLevelMemory(env.n_obs, env.n_actions, merge=merge, seed=[3, 1]).fit(train).to_hmm()

@@ -419,3 +419,125 @@ def test_bad_tolerance_is_refused(bad):
     env = cycle_world(4, n_colours=4)
     with pytest.raises(ValueError, match="tolerance"):
         navigate(env, env.to_hmm(), 3, tolerance=bad)
+
+
+# --------------------------------------------------------------------------- sparse and dense maps plan alike
+def _pseudocount_map(counts, pseudocount, obs, n_obs):
+    """A map as EM writes it: rows of ``counts + pseudocount`` normalised (every unseen move the same floor)."""
+    T = counts + pseudocount
+    T /= T.sum(axis=2, keepdims=True)
+    H = T.shape[1]
+    return ActionHMM(T, np.eye(n_obs)[obs], np.full(H, 1.0 / H))
+
+
+def _as_csr(model):
+    import scipy.sparse as sp
+
+    return ActionHMM([sp.csr_matrix(m) for m in model.to_dense().T], model.E, model.B)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(2, 9), st.integers(1, 3), st.sampled_from([0.0, 1e-3, 0.05]), st.data())
+def test_sparse_and_dense_transitions_agree(n_states, n_actions, pseudocount, data):
+    """The floor + sparse form of a map computes what its dense form does: T V, b T_a, rows."""
+    import hmmmerge.planning as P
+
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    counts = rng.integers(0, 5, (n_actions, n_states, n_states)) * (rng.random((n_actions, n_states, n_states)) < 0.3)
+    counts[:, np.arange(n_states), rng.integers(0, n_states, n_states)] += 1  # every row has a move
+    model = _pseudocount_map(counts.astype(float), pseudocount, rng.integers(0, 2, n_states), 2)
+    dense, floor = P._Transitions(model, "dense"), P._Transitions(model, "sparse")
+    assert dense.kind == "dense" and floor.kind in ("floor", "sparse")
+    V, b = rng.random((n_states, 2)), rng.dirichlet(np.ones(n_states))
+    np.testing.assert_allclose(floor.dot(V), dense.dot(V), rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(floor.dot(V[:, 0]), model.to_dense().T.reshape(-1, n_states) @ V[:, 0], rtol=1e-12)
+    rows = rng.integers(0, n_actions * n_states, 3)
+    np.testing.assert_allclose(floor.dot(V, rows), dense.dot(V)[rows], rtol=1e-12, atol=1e-15)
+    for a in range(n_actions):
+        np.testing.assert_allclose(floor.predict(b, a), b @ model.to_dense().T[a], rtol=1e-12, atol=1e-15)
+        for h in range(n_states):
+            np.testing.assert_allclose(floor.row(a, h), model.to_dense().T[a, h], rtol=1e-12, atol=1e-15)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(3, 12), st.integers(1, 3), st.sampled_from([0.0, 1e-4, 1e-2]), st.integers(1, 12), st.data())
+def test_sparse_and_dense_maps_make_the_same_plans(n_states, n_actions, pseudocount, horizon, data):
+    """One map planned on densely, as floor + sparse, and stored as CSR: the same plans (moves, expected
+    states) and the same probability of arriving."""
+    import hmmmerge.planning as P
+
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    succ = rng.integers(0, n_states, (n_actions, n_states))
+    counts = 10.0 * (succ[..., None] == np.arange(n_states))  # a world's moves, as counted ...
+    counts += rng.integers(0, 3, counts.shape) * (rng.random(counts.shape) < 0.15)  # ... with some noise
+    obs = rng.integers(0, 3, n_states)
+    model = _pseudocount_map(counts, pseudocount, obs, 3)
+    belief = rng.dirichlet(np.ones(n_states) * 0.3)
+    goal = int(data.draw(st.integers(0, 2)))
+    outcomes = []
+    for form in ("dense", "sparse", "csr"):
+        m = _as_csr(model) if form == "csr" else model
+        old = P._SPARSE_SHARE
+        P._SPARSE_SHARE = {"dense": -1.0, "sparse": 2.0, "csr": old}[form]
+        try:
+            p = plan(m, belief, goal, horizon)
+            outcomes.append((p.actions.tolist(), p.states.tolist(), p.start, p.probability))
+        except UnreachableGoalError:
+            outcomes.append("unreachable")
+        finally:
+            P._SPARSE_SHARE = old
+    assert all(o == "unreachable" for o in outcomes) or all(o != "unreachable" for o in outcomes)
+    if outcomes[0] != "unreachable":
+        for o in outcomes[1:]:
+            assert o[:3] == outcomes[0][:3]
+            assert o[3] == pytest.approx(outcomes[0][3], rel=1e-12, abs=1e-15)
+
+
+@pytest.mark.parametrize("pseudocount", [0.0, 1e-3])
+def test_sparse_and_dense_maps_navigate_alike(pseudocount, monkeypatch):
+    """A map of a world with EM's pseudocount, navigated densely and as floor + sparse: the same moves on
+    every pair (same steps, successes and localisation curve)."""
+    import hmmmerge.planning as P
+
+    env = gridworld(5, 5, n_colours=4, seed=3)
+    ns = env.next_state
+    counts = 5.0 * (ns[..., None] == np.arange(env.n_states))
+    model = _pseudocount_map(counts, pseudocount, env.obs, env.n_obs)
+    runs = []
+    for share in (-1.0, 2.0):
+        monkeypatch.setattr(P, "_SPARSE_SHARE", share)
+        assert (P._Transitions(model).kind == "dense") == (share < 0)
+        runs.append(navigate(env, model, 40, seed=5))
+    assert np.array_equal(runs[0].steps, runs[1].steps) and np.array_equal(runs[0].success, runs[1].success)
+    np.testing.assert_array_equal(runs[0].localisation_curve, runs[1].localisation_curve)
+    assert runs[0].success_rate == 1.0
+
+
+def test_value_tables_are_kept_within_the_cache(monkeypatch):
+    """Per-goal value tables are reused across pairs, and the least recently used is dropped past the cap."""
+    import hmmmerge.planning as P
+
+    env = gridworld(4, 4, n_colours=4, seed=0)
+    nav = P._Navigator(env.to_hmm(), None)
+    first = nav.tables(1, 5)
+    assert nav.tables(1, 3) is first and nav.held == first.size  # reused: no new tables for a shorter horizon
+    monkeypatch.setattr(P, "_CACHE_FLOATS", first.size + 1)
+    nav.tables(2, 5)
+    assert list(nav.policy) == [2] and nav.held == nav.policy[2].size  # goal 1 dropped
+    free = navigate(env, env.to_hmm(), 30, seed=1)
+    monkeypatch.setattr(P, "_CACHE_FLOATS", 0)  # no cache beyond the current goal: the same navigation
+    tight = navigate(env, env.to_hmm(), 30, seed=1)
+    assert np.array_equal(free.steps, tight.steps) and free.success_rate == tight.success_rate == 1.0
+
+
+def test_a_map_is_scanned_once_and_again_when_its_transitions_change():
+    import hmmmerge.planning as P
+
+    env = cycle_world(6, n_colours=6)
+    model = ActionHMM(0.99 * env.to_hmm().to_dense().T + 0.01 / 6, np.eye(6), np.full(6, 1 / 6))
+    first = P._transitions_of(model)
+    assert P._transitions_of(model) is first
+    before = plan(model, _onehot(6, 0), 2, 10).actions.tolist()
+    model.T = model.T[::-1].copy()  # the actions swapped: forward is now back
+    assert P._transitions_of(model) is not first
+    assert plan(model, _onehot(6, 0), 2, 10).actions.tolist() == [1 - a for a in before]
