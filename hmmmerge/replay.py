@@ -65,7 +65,7 @@ NOISE_HORIZON = 3
 #: the largest rate of random views the estimate may reach (above it the evidence is the model's own
 #: ignorance: on an unlearned model the fixed point runs away towards 1, every view read as noise)
 NOISE_MAX = 0.2
-#: updates before any view is read as noise (about 200 episodes: a young model's surprises are not noise)
+#: updates before a view read as noise is replaced (about 200 episodes: a young model's surprises are not noise)
 NOISE_AFTER = 20
 #: visits (weighted, see SPLIT_MEMORY) a clone needs before the split test is made on it
 SPLIT_MIN_VISITS = 20
@@ -479,9 +479,10 @@ class ReplayMerger(Estimator):
         if self._T is None:
             self._init_model(rng)
         d = self._data(obs, acts)
-        # the first NOISE_AFTER updates read no view as noise: an unlearned model's surprises look like
-        # noise, and views repaired towards its predictions would confirm its mistakes
-        noise, repaired = self._views_read_as_noise(d, obs, acts) if self._updates >= NOISE_AFTER else (None, 0)
+        # the rate of random views is estimated from the first update on, but in the first NOISE_AFTER
+        # updates no view is replaced: an unlearned model's surprises look like noise, and views repaired
+        # towards its predictions would confirm its mistakes
+        noise, repaired = self._views_read_as_noise(d, obs, acts) if self._updates else (None, 0)
         if repaired:
             self._add_pairs(noise, acts)
             d = self._data(noise, acts)
@@ -658,7 +659,7 @@ class ReplayMerger(Estimator):
         post = np.zeros(len(obs))
         if q > 0.0:
             post[moves] = 1.0 / (1.0 + (1.0 - q) / q * np.exp(-lo))
-        swap = (post > 0.5) & (expected != obs)
+        swap = (post > 0.5) & (expected != obs) & (self._updates >= NOISE_AFTER)
         if not swap.any():
             return None, 0
         views = obs.copy()

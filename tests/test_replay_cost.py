@@ -311,7 +311,8 @@ def test_near_ties_fall_back_to_the_full_sum():
 
 def test_replay_emission_rows_hold_the_stated_floor_off_each_cluster_colour():
     env = gridworld().with_noise(obs_noise=0.1)
-    agent = TwoLevelMemory(10, 4, merge="replay", seed=0).fit(random_walk(env, 60, seed=0))
+    # 200 episodes: past the first 20 updates, before which no view is read as noise
+    agent = TwoLevelMemory(10, 4, merge="replay", seed=0).fit(random_walk(env, 200, seed=0))
     arrays = agent.level2_.arrays
     assert agent.merger_._noise > 0 and len(arrays.soft_floor) == agent.n_clusters_ > 0
     off = np.ones_like(arrays.soft, dtype=bool)
