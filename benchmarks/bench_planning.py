@@ -107,7 +107,8 @@ def score_maps(env, train, maps, seed: int, pairs: int, tag: str, budget: float 
                "ratio": r.path_ratio, "loc_nav": r.localisation_accuracy, "loc_home": home.localisation_accuracy,
                "success_home": home.success_rate,
                "shortcuts": float(short.sum() / max(ok.sum(), 1)), "fit_s": fit_s, "nav_s": c2 - c1,
-               "_steps": r.steps, "_ok": ok, "_model": model, "_corr": corr}
+               "_steps": r.steps, "_ok": ok, "_model": model, "_corr": corr, "_curve": r.localisation_curve,
+               "_curve_home": home.localisation_curve}
         if name == "oracle":
             oracle_steps = (r.steps, ok)
         if oracle_steps is not None:
@@ -141,7 +142,27 @@ def paper(seeds, pairs: int, quick: bool, rpni: bool = False) -> list[dict]:
         extra = aalpy_learners() + (("rpni",) if rpni and seed == 0 and aalpy_learners() else ())
         all_rows += score_maps(env, train, fit_maps(env, train, LEARNERS + extra, seed), seed, pairs, "paper-grid")
     print_rows(all_rows)
+    print_curves(all_rows)
     return all_rows
+
+
+CURVE_MOVES = (0, 1, 2, 3, 4, 5, 7, 10, 15, 20, 30)
+
+
+def print_curves(rows) -> None:
+    """Localisation per move of the navigation episodes (move 0: the first view), random start and the world's
+    start, every map beside the oracle's: the mean over the seeds of the rows."""
+    print("\nLocalisation by move of the navigation episodes (random start: 10 random moves, then the goal; "
+          "mean over seeds):\n")
+    print("| start | learner | " + " | ".join(f"move {m}" for m in CURVE_MOVES) + " |")
+    print("|---|---|" + "---|" * len(CURVE_MOVES))
+    for key, start in (("_curve", "random"), ("_curve_home", "world's start")):
+        for name in dict.fromkeys(r["learner"] for r in rows):
+            curves = [r[key] for r in rows if r["learner"] == name]
+            cells = [np.nanmean([c[m] for c in curves if m < len(c)]) if any(m < len(c) for c in curves)
+                     else np.nan for m in CURVE_MOVES]
+            print(f"| {start} | {name} | " + " | ".join("--" if np.isnan(v) else f"{v:.3f}" for v in cells) + " |",
+                  flush=True)
 
 
 def passages_on_routes(env, n_walls: int, seed: int):
