@@ -32,6 +32,13 @@ The action chosen with ``k`` moves left maximises ``Q_k`` and, among ties
 (within 1e-9), ``sum_{i<=k} Q_i`` (which is ``k - distance`` on a deterministic
 map: the shortest route).  The iteration stops when ``V`` no longer changes,
 so a generous horizon costs nothing.
+
+Large learned maps stay cheap: the transitions are used sparse, and a dense
+map whose rows are mostly one value (EM's pseudocount) as its entries above
+that floor plus the floor (the same map; each sweep and each belief update
+costs the entries above the floor, not ``A H^2``).  A navigation computes a
+goal's values once and reuses them at every re-plan and every pair with that
+goal; a move's score is the predicted belief after it dotted with them.
 """
 
 from __future__ import annotations
