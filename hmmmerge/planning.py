@@ -355,6 +355,11 @@ class _ValueTables:
         self.model, self.g, self.horizon = model, g, horizon
         self.A, self.H = model.n_actions, model.n_states
         self.T = _transitions_of(model) if transitions is None else transitions
+        if self.T.kind != "dense":
+            self.V = self._sparse_sweeps(g, horizon)
+            self.converged = len(self.V) - 1 < horizon
+            self.cum = np.cumsum(self.V, axis=0)
+            return
         V = [g]
         for _ in range(horizon):
             Q = self.T.dot(V[-1]).reshape(self.A, self.H)
@@ -369,6 +374,24 @@ class _ValueTables:
         self.V = np.array(V)  # (K+1, H)
         self.converged = len(V) - 1 < horizon
         self.cum = np.cumsum(self.V, axis=0)  # cum[i] = sum_{j<=i} V_j
+
+    def _sparse_sweeps(self, g: np.ndarray, horizon: int) -> np.ndarray:
+        """``V_0..V_K`` by the numba kernel (the loop above, on the sparse form), 256 sweeps at a time."""
+        from ._planning_kernels import sweeps
+
+        S = self.T.S
+        floor = np.empty(0) if self.T.floor is None else self.T.floor
+        g = np.ascontiguousarray(g, dtype=np.float64)
+        V, last, left = [g[None, :]], g, horizon
+        while left > 0:
+            out = np.empty((min(left, 256), self.H))
+            n, stopped = sweeps(S.indptr, S.indices, S.data, floor, g, self.A, last, out)
+            V.append(out[:n])
+            left -= n
+            last = out[n - 1] if n else last
+            if stopped:
+                break
+        return np.concatenate(V)
 
     @property
     def size(self) -> int:
