@@ -52,6 +52,8 @@ class Level2(NamedTuple):
     em_idx: np.ndarray
     soft: np.ndarray         # (n_clusters, O) emission probabilities of the merger (fold-noisy), or
                              # (0, O): every cluster emits its ``cluster_obs``
+    soft_floor: np.ndarray   # (n_clusters,) when every row of ``soft`` holds this value off the cluster's
+                             # ``cluster_obs`` (replay's noise rate), else (0,): see _predict_floor
 
 
 class Belief(NamedTuple):
@@ -105,6 +107,8 @@ def _predict(bel, a, l2, s):
     """Propagate ``bel`` through T2[a] into ``s.pred``; fill ``s.obs_dist``; return (#touched, total mass)."""
     mt = csr_propagate(bel.p, bel.support, bel.size[0], a, l2.n_clusters, l2.t2_ptr, l2.t2_idx, l2.t2_val,
                        s.pred, s.touched, s.tlist)
+    if l2.soft_floor.shape[0] > 0:
+        return _predict_floor(mt, l2, s)
     s.obs_dist[:] = 0.0
     total = 0.0
     if l2.soft.shape[0] > 0:
@@ -118,6 +122,40 @@ def _predict(bel, a, l2, s):
         j = s.tlist[q]
         s.obs_dist[l2.cluster_obs[j]] += s.pred[j]
         total += s.pred[j]
+    return mt, total
+
+
+@njit(cache=True)
+def _predict_floor(mt, l2, s):
+    """:func:`_predict`'s observation distribution when every cluster's emission row is ``soft_floor``
+    off its own observation, in O(touched + O) rather than O(touched x O): the floor adds the same mass
+    to every observation, so only the mass above it, per observation, ranks them.  ``s.obs_dist`` then
+    holds that mass; when its top two are closer than the round-off of either sum (a bound far above
+    it, relative to the total), the distribution is summed as :func:`_predict` does, so that the
+    prediction (the first largest entry) is the same.  Returns (#touched, total mass)."""
+    d = s.obs_dist
+    d[:] = 0.0
+    total = 0.0
+    for q in range(mt):
+        j = s.tlist[q]
+        c = l2.cluster_obs[j]
+        d[c] += s.pred[j] * (l2.soft[j, c] - l2.soft_floor[j])
+        total += s.pred[j]
+    best = 0
+    for o in range(1, d.shape[0]):
+        if d[o] > d[best]:
+            best = o
+    second = -np.inf
+    for o in range(d.shape[0]):
+        if o != best and d[o] > second:
+            second = d[o]
+    if d[best] - second > 4e-15 * (mt + 2) * total:
+        return mt, total
+    d[:] = 0.0
+    for q in range(mt):
+        j = s.tlist[q]
+        for o in range(d.shape[0]):
+            d[o] += s.pred[j] * l2.soft[j, o]
     return mt, total
 
 

@@ -19,21 +19,6 @@ from numba import njit
 
 
 @njit(cache=True)
-def _compatible(succ_i, n_i, pool, n_g, nb, bound, floor):
-    """Hoeffding test of one clone's next-block counts against a group's pooled counts, every action;
-    frequencies closer than ``floor`` always pass."""
-    A = n_i.shape[0]
-    for a in range(A):
-        if n_i[a] <= 0.0 or n_g[a] <= 0.0:
-            continue
-        tol = max(bound * (1.0 / np.sqrt(n_i[a]) + 1.0 / np.sqrt(n_g[a])), floor)
-        for b in range(nb):
-            if abs(succ_i[a, b] / n_i[a] - pool[a, b] / n_g[a]) >= tol:
-                return False
-    return True
-
-
-@njit(cache=True)
 def lump_clones(counts, colour, bound, floor, max_rounds):
     """Blocks of clones (ids ``0..nb-1``) from expected transition counts ``counts`` (A, H, H).
 
@@ -93,37 +78,23 @@ def lump_clones_pairs(counts, factor, pairs, starts, sizes, colour, bound, floor
             seen[c] = nb
             nb += 1
         block[i] = seen[c]
+    # each clone's entries (in their order above): a round reads them, not a clones x blocks table
+    ptr = np.zeros(H + 1, dtype=np.int64)
+    for q in range(m):
+        ptr[e_i[q] + 1] += 1
+    for i in range(H):
+        ptr[i + 1] += ptr[i]
+    by_clone = np.empty(m, dtype=np.int64)
+    fill = ptr[:-1].copy()
+    for q in range(m):
+        by_clone[fill[e_i[q]]] = q
+        fill[e_i[q]] += 1
     for _ in range(max_rounds):
-        succ = np.zeros((H, A, nb))
-        for q in range(m):
-            succ[e_i[q], e_a[q], block[e_j[q]]] += e_c[q]
-        new = np.full(H, -1, dtype=np.int64)
-        g_pool = np.zeros((H, A, nb))
-        g_n = np.zeros((H, A))
-        g_next = np.full(H, -1, dtype=np.int64)    # groups of one old block as a linked list
-        head = np.full(nb, -1, dtype=np.int64)
-        tail = np.full(nb, -1, dtype=np.int64)
-        ng = 0
-        for q in range(H):
-            i = order[q]
-            b = block[i]
-            g = head[b]
-            while g >= 0:
-                if _compatible(succ[i], n_out[i], g_pool[g], g_n[g], nb, bound, floor):
-                    break
-                g = g_next[g]
-            if g < 0:
-                g = ng
-                ng += 1
-                if head[b] < 0:
-                    head[b] = g
-                else:
-                    g_next[tail[b]] = g
-                tail[b] = g
-            new[i] = g
-            g_pool[g] += succ[i]
-            g_n[g] += n_out[i]
+        new = _refine(block, nb, order, ptr, by_clone, e_a, e_j, e_c, n_out, A, bound, floor)
         # number the new blocks in order of their first clone (stable ids)
+        ng = 0
+        for i in range(H):
+            ng = max(ng, new[i] + 1)
         ids = np.full(ng, -1, dtype=np.int64)
         k = 0
         for i in range(H):
@@ -138,6 +109,95 @@ def lump_clones_pairs(counts, factor, pairs, starts, sizes, colour, bound, floor
         if stable:
             break
     return block
+
+
+@njit(cache=True)
+def _refine(block, nb, order, ptr, by_clone, e_a, e_j, e_c, n_out, A, bound, floor):
+    """One round of the refinement: clone ``order[q]`` (heaviest first) joins the first group of its block
+    whose pooled next-block counts pass the Hoeffding test against its own (else it starts a group).
+    Blocks are taken one after the other (a clone meets only its own block's groups, so the groups are
+    those of taking the clones in ``order`` throughout); vectors over (action, next block) are sparse:
+    an entry where both are zero always passes.  Returns the group of every clone (ids by block)."""
+    H = block.shape[0]
+    width = A * nb
+    # clones of each block, in ``order``
+    bptr = np.zeros(nb + 1, dtype=np.int64)
+    for i in range(H):
+        bptr[block[i] + 1] += 1
+    big = 0
+    for b in range(nb):
+        big = max(big, bptr[b + 1])
+        bptr[b + 1] += bptr[b]
+    members = np.empty(H, dtype=np.int64)
+    fill = bptr[:-1].copy()
+    for q in range(H):
+        i = order[q]
+        members[fill[block[i]]] = i
+        fill[block[i]] += 1
+    vec = np.zeros(width)                      # the clone's counts, and their support
+    vsup = np.empty(width, dtype=np.int64)
+    pool = np.zeros((big, width))              # the block's groups: pooled counts, support, per-action totals
+    psup = np.empty((big, width), dtype=np.int64)
+    plen = np.zeros(big, dtype=np.int64)
+    g_n = np.zeros((big, A))
+    tol = np.empty(A)
+    new = np.full(H, -1, dtype=np.int64)
+    offset = 0
+    for b in range(nb):
+        ng = 0
+        for r in range(bptr[b], bptr[b + 1]):
+            i = members[r]
+            vlen = 0
+            for t in range(ptr[i], ptr[i + 1]):
+                q = by_clone[t]
+                x = e_a[q] * nb + block[e_j[q]]
+                if vec[x] == 0.0:
+                    vsup[vlen] = x
+                    vlen += 1
+                vec[x] += e_c[q]
+            g = 0
+            while g < ng:
+                ok = True
+                for a in range(A):
+                    tol[a] = -1.0   # an action either side never took: not tested
+                    if n_out[i, a] > 0.0 and g_n[g, a] > 0.0:
+                        tol[a] = max(bound * (1.0 / np.sqrt(n_out[i, a]) + 1.0 / np.sqrt(g_n[g, a])), floor)
+                for s in range(vlen):
+                    x = vsup[s]
+                    a = x // nb
+                    if tol[a] >= 0.0 and abs(vec[x] / n_out[i, a] - pool[g, x] / g_n[g, a]) >= tol[a]:
+                        ok = False
+                        break
+                if ok:
+                    for s in range(plen[g]):
+                        x = psup[g, s]
+                        a = x // nb
+                        if tol[a] >= 0.0 and vec[x] == 0.0 and abs(0.0 - pool[g, x] / g_n[g, a]) >= tol[a]:
+                            ok = False
+                            break
+                if ok:
+                    break
+                g += 1
+            if g == ng:
+                ng += 1
+            new[i] = offset + g
+            for s in range(vlen):
+                x = vsup[s]
+                if pool[g, x] == 0.0:
+                    psup[g, plen[g]] = x
+                    plen[g] += 1
+                pool[g, x] += vec[x]
+                vec[x] = 0.0
+            for a in range(A):
+                g_n[g, a] += n_out[i, a]
+        for g in range(ng):
+            for s in range(plen[g]):
+                pool[g, psup[g, s]] = 0.0
+            plen[g] = 0
+            for a in range(A):
+                g_n[g, a] = 0.0
+        offset += ng
+    return new
 
 
 @njit(cache=True)
@@ -309,11 +369,11 @@ def move_states(clone_state, states, clones, labels, count, lab, unlab):
 
 
 @njit(cache=True)
-def clone_purity(count, lab, unlab, cluster_of_clone, k):
+def clone_purity(count, lab, unlab, cluster_of_clone, k, L):
     """Per cluster (``cluster_of_clone``: -1 for none): its number of states and the count of its most
-    common label, summed from the clones' tables of :func:`move_states`; and the connected states without
-    a label.  Returns ``(sizes, top, unlabelled)``."""
-    H, L = lab.shape
+    common label (labels below ``L``), summed from the clones' tables of :func:`move_states`; and the
+    connected states without a label.  Returns ``(sizes, top, unlabelled)``."""
+    H = lab.shape[0]
     sizes = np.zeros(k, dtype=np.int64)
     top = np.zeros(k, dtype=np.int64)
     unlabelled = 0

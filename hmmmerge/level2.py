@@ -92,25 +92,29 @@ class Level2:
         em_ptr = np.zeros(self.n_obs + 1, dtype=np.int64)
         em_ptr[1:] = np.cumsum(np.bincount(cluster_obs[cluster_obs >= 0], minlength=self.n_obs))
         self.arrays = Arrays(k, *t2[:3], clusters.assignment, cluster_obs, em_ptr, em_idx,
-                             self.soft_emission(memory, clusters, merger, k))
+                             *self.soft_emission(memory, clusters, merger, k))
         if self.k != k:  # beliefs over the old clusters are dropped
             self.anchored, self.filtered = new_belief(k), new_belief(k)
             self.scratch = new_scratch(k, self.n_obs)
             self.k = k
 
-    def soft_emission(self, memory, clusters, merger, k: int) -> np.ndarray:
-        """The merger's emission distribution per cluster (fold-noisy), or an empty (0, n_obs) array:
-        the online predictors then take one colour per cluster (``cluster_obs``)."""
+    def soft_emission(self, memory, clusters, merger, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The merger's emission distribution per cluster (fold-noisy, replay), or an empty (0, n_obs)
+        array: the online predictors then take one colour per cluster (``cluster_obs``); and the value
+        of every entry of each row off the cluster's own colour when the merger states it
+        (``emission_floor``: replay's noise rate), else an empty array."""
         own = getattr(merger, "emission", None)  # a merger with noise-aware emissions (fold-noisy)
         if own is None or k == 0:
-            return np.zeros((0, self.n_obs))
-        return np.ascontiguousarray(own(clusters, memory.n_states), dtype=np.float64)
+            return np.zeros((0, self.n_obs)), np.zeros(0)
+        floor = getattr(merger, "emission_floor", None)
+        return (np.ascontiguousarray(own(clusters, memory.n_states), dtype=np.float64),
+                np.zeros(0) if floor is None else np.ascontiguousarray(floor(clusters), dtype=np.float64))
 
     def update_soft(self, memory, clusters, merger) -> None:
         """Noise-aware emissions again from the merger's counts (nothing to do without them)."""
         if self.arrays.soft.shape[0]:
-            self.arrays = self.arrays._replace(soft=self.soft_emission(memory, clusters, merger,
-                                                                      self.arrays.n_clusters))
+            soft, floor = self.soft_emission(memory, clusters, merger, self.arrays.n_clusters)
+            self.arrays = self.arrays._replace(soft=soft, soft_floor=floor)
 
     def after_sleep(self, memory, clusters, parent, parent_action, changes, k_old, t2_old):
         """T2 (with counts and first sources) from T2 before a sleep and the states it moved; None

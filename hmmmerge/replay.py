@@ -155,6 +155,7 @@ class ReplayMerger(Estimator):
         # (sleeps then read clones, not level 1: see _held_blocks, purity); None: to count from _clone_state
         self._clone_n = None
         self._clone_lab = self._clone_unlab = None
+        self._label_width = 0    # labels seen: below it
         self._block = np.arange(self._H, dtype=np.int64)     # block (lumped clones) of each clone
         self._cluster_of = np.full(self._H, -1, dtype=np.int64)   # cluster of each block (-1: none)
         self._block_of = np.zeros(0, dtype=np.int64)         # block of each cluster
@@ -286,7 +287,8 @@ class ReplayMerger(Estimator):
         states = np.asarray(states, dtype=np.int64)
         self._grow_clone_state(int(states.max()) + 1 if len(states) else 0)
         labels = np.asarray(labels, dtype=np.int64)
-        self._widen_label_table(int(labels.max()) + 1 if len(labels) else 0)
+        self._label_width = max(self._label_width, int(labels.max()) + 1 if len(labels) else 0)
+        self._widen_label_table(self._label_width)
         lab, unlab = (self._clone_lab, self._clone_unlab) if self._clone_lab is not None else _NO_LABELS
         move_states(self._clone_state, states, np.asarray(clones, dtype=np.int64), labels, self._clone_n, lab, unlab)
 
@@ -294,6 +296,7 @@ class ReplayMerger(Estimator):
         """The per-clone counts of :meth:`_remember` from scratch (a fresh or a loaded merger)."""
         self._clone_n = np.zeros(self._H, dtype=np.int64)
         self._clone_lab, self._clone_unlab = np.zeros((self._H, 1), dtype=np.int64), np.zeros(self._H, dtype=np.int64)
+        self._label_width = 0
         n = min(self._n_seen, len(self._clone_state))
         known = self._clone_state[:n].copy()
         self._clone_state[:n] = -1
@@ -355,7 +358,8 @@ class ReplayMerger(Estimator):
         if self._clone_lab is None:
             return None
         sizes, top, unlabelled = clone_purity(self._clone_n, self._clone_lab, self._clone_unlab,
-                                              self._cluster_of[self._block], clusters.n_clusters)
+                                              self._cluster_of[self._block], clusters.n_clusters,
+                                              min(self._label_width, self._clone_lab.shape[1]))
         if unlabelled or not sizes.any():
             return float("nan"), float("nan")
         out = []
@@ -666,6 +670,20 @@ class ReplayMerger(Estimator):
         E = np.full((k, self._K), self._noise / self._K)
         E[np.arange(k), self._block_colour()[self._block_of]] += 1.0 - self._noise
         return E
+
+    def emission_floor(self, clusters) -> np.ndarray:
+        """The value of every entry of :meth:`emission` off the cluster's own observation (the agent's
+        online predictors then rank observations in O(clusters reached), see
+        :func:`hmmmerge._agent_kernels._predict_floor`).
+
+        >>> from hmmmerge import gridworld, random_walk
+        >>> from hmmmerge.agent import TwoLevelMemory
+        >>> agent = TwoLevelMemory(10, 4, merge="replay", seed=0).fit(random_walk(gridworld(), 20, seed=0))
+        >>> m = agent.merger_; E = m.emission(agent.clusters_, agent.memory_.n_states)
+        >>> bool(np.all(np.sort(E, axis=1)[:, :-1] == m.emission_floor(agent.clusters_)[:, None]))
+        True
+        """
+        return np.full(clusters.n_clusters, self._noise / self._K)
 
     def _block_colour(self) -> np.ndarray:
         out = np.zeros(int(self._block.max()) + 1, dtype=np.int64)

@@ -1,0 +1,321 @@
+"""The cost paths of the sleep-replay learner give what the direct computations give: C and purity from
+per-clone counts kept as level-1 states take clones (not a pass over level 1 at every sleep) equal the
+recount from level 1; the lumping's sparse refinement equals the dense one."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hmmmerge import gridworld, random_walk
+from hmmmerge.agent import TwoLevelMemory
+from hmmmerge.clusters import Clusters
+from hmmmerge.replay import ReplayMerger
+
+
+def c_from_scratch(merger, n):
+    """C as the merger wrote it before the per-clone counts: the blocks holding a state found by counting
+    every state's clone, clusters numbered in block order, renumbered by ``Clusters`` (compact)."""
+    cs = np.full(n, -1, dtype=np.int64)
+    m = min(n, len(merger._clone_state))
+    cs[:m] = merger._clone_state[:m]
+    counts = np.bincount(cs[cs >= 0], minlength=merger._H)
+    held = np.zeros(int(merger._block.max()) + 1, dtype=bool)
+    held[merger._block[counts > 0]] = True
+    used = np.flatnonzero(held)
+    cluster_of_block = np.full(len(held), -1, dtype=np.int64)
+    cluster_of_block[used] = np.arange(len(used))
+    return Clusters(np.where(cs >= 0, cluster_of_block[merger._block[np.maximum(cs, 0)]], -1))
+
+
+def purity_from_level1(agent):
+    """The agent's purity counted from level 1 (its path for mergers without a ``purity`` hook)."""
+    own = agent.merger_.purity
+    agent.merger_.purity = lambda memory, clusters: None
+    try:
+        return agent._current_purity()
+    finally:
+        agent.merger_.purity = own
+
+
+def check_counts(agent):
+    """The per-clone counts equal a recount of the states' clones and labels; purity equals level 1's."""
+    m, mem = agent.merger_, agent.memory_
+    got = m.purity(mem, agent.clusters_)   # first: a loaded merger counts its clones at its first use
+    n = m._n_seen
+    cs = m._clone_state[:n]
+    assert np.array_equal(m._clone_n, np.bincount(cs[cs >= 0], minlength=m._H))
+    labels = mem.labels[:n]
+    lab = np.zeros_like(m._clone_lab)
+    ok = (cs >= 0) & (labels >= 0)
+    np.add.at(lab, (cs[ok], labels[ok]), 1)
+    assert np.array_equal(m._clone_lab, lab)
+    assert np.array_equal(m._clone_unlab, np.bincount(cs[(cs >= 0) & (labels < 0)], minlength=m._H))
+    # C is the map state -> clone -> block -> cluster everywhere, also between sleeps (states placed online)
+    a = agent.clusters_.assignment
+    want = np.where(cs >= 0, m._cluster_of[m._block[np.maximum(cs, 0)]], -1)
+    assert np.array_equal(a[:n], want)
+    assert (a[n:] == -1).all()
+    full = purity_from_level1(agent)
+    assert got is not None
+    np.testing.assert_array_equal(np.array(got), np.array(full))
+
+
+def spy_on_writes(merger, log):
+    """After every sleep's write of C, compare it with C written from scratch."""
+    write = merger._write_clusters
+
+    def checked(clusters, n):
+        write(clusters, n)
+        ref = c_from_scratch(merger, n)
+        assert np.array_equal(clusters.assignment[:n], ref.assignment[:n])
+        assert clusters.n_clusters == ref.n_clusters
+        assert np.array_equal(clusters._rep, ref._rep)
+        log.append(n)
+
+    merger._write_clusters = checked
+
+
+@pytest.mark.parametrize("seed, slip, labelled", [(0, 0.1, True), (1, 0.0, True), (2, 0.05, False)])
+def test_c_and_purity_from_the_kept_counts_equal_the_recount_from_level1(seed, slip, labelled):
+    env = gridworld().with_noise(slip=slip) if slip else gridworld()
+    traj = random_walk(env, 150, 20, seed=seed)
+    agent = TwoLevelMemory(10, 4, merger=ReplayMerger(min_new=3), sleep_every=60, seed=seed)
+    writes = []
+    for b in range(0, 150, 10):
+        part = traj[b:b + 10] if labelled else (traj.obs[b:b + 10], traj.actions[b:b + 10])
+        agent.partial_fit(part)
+        if b == 0:
+            spy_on_writes(agent.merger_, writes)
+        check_counts(agent)
+    assert len(writes) >= 10   # many sleeps were checked, some postponed in between
+    hist = agent.history()["purity"]
+    assert np.isnan(hist[-1]) != labelled
+
+
+def test_a_loaded_agent_recounts_the_clones_and_continues_as_the_uninterrupted_one(tmp_path):
+    env = gridworld().with_noise(slip=0.05)
+    first, second = random_walk(env, 40, 20, seed=0), random_walk(env, 30, 20, seed=1)
+    whole = TwoLevelMemory(10, 4, merge="replay", sleep_every=100, seed=3).fit(first).partial_fit(second)
+    part = TwoLevelMemory(10, 4, merge="replay", sleep_every=100, seed=3).fit(first)
+    part.save(tmp_path / "a.npz")
+    back = TwoLevelMemory.load(tmp_path / "a.npz")
+    check_counts(back)
+    back.partial_fit(second)
+    check_counts(back)
+    h1, h2 = whole.history(), back.history()
+    assert all(np.array_equal(h1[k], h2[k], equal_nan=True) for k in h1)
+
+
+def test_a_state_given_twice_in_a_batch_keeps_its_last_clone_and_is_counted_once():
+    from hmmmerge._replay_kernels import move_states
+
+    cs = np.full(4, -1, dtype=np.int64)
+    count, lab, unlab = np.zeros(3, dtype=np.int64), np.zeros((3, 2), dtype=np.int64), np.zeros(3, dtype=np.int64)
+    move_states(cs, np.array([0, 1, 0, 2]), np.array([2, 1, 0, 0]), np.array([1, -1, 1, 0]), count, lab, unlab)
+    assert cs.tolist() == [0, 1, 0, -1]
+    assert count.tolist() == [2, 1, 0] and unlab.tolist() == [0, 1, 0]
+    assert lab.tolist() == [[1, 1], [0, 0], [0, 0]]
+
+
+def test_beyond_the_label_table_limit_purity_is_left_to_the_agent(monkeypatch):
+    import hmmmerge.replay as replay
+
+    monkeypatch.setattr(replay, "CLONE_LABEL_TABLE_MAX", 10)
+    agent = TwoLevelMemory(10, 4, merge="replay", seed=0).fit(random_walk(gridworld(), 30, seed=0))
+    assert agent.merger_.purity(agent.memory_, agent.clusters_) is None
+    assert 0 < agent.history()["purity"][-1] <= 1   # counted from level 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_rewritten_equals_compact_after_a_dense_rewrite(data):
+    n = data.draw(st.integers(1, 30))
+    before = np.array(data.draw(st.lists(st.integers(-1, 6), min_size=n, max_size=n)))
+    k = data.draw(st.integers(0, n))
+    after = np.array(data.draw(st.lists(st.integers(-1, k - 1) if k else st.just(-1), min_size=n, max_size=n)))
+    ids = np.unique(after[after >= 0])
+    after = np.where(after >= 0, np.searchsorted(ids, after), -1)   # dense ids 0..k-1
+    k = len(ids)
+    a, b = Clusters(before), Clusters(before)
+    for cl in (a, b):
+        valid, counts = cl.depth_counts("f", 1, 2)
+        valid[:] = True
+        counts[:] = 1
+        cl.assignment[:] = after
+    a.compact()
+    rep = np.full(k, -1, dtype=np.int64)
+    rep[after[after >= 0]] = np.flatnonzero(after >= 0)
+    b.rewritten(k, rep)
+    assert a.n_clusters == b.n_clusters == k
+    assert np.array_equal(a._rep, b._rep)
+    emission = np.arange(n) % 3
+    assert np.array_equal(a.cluster_emission(emission), b.cluster_emission(emission))
+    for (va, ca), (vb, cb) in zip(a.kept_depth_counts(), b.kept_depth_counts()):
+        assert np.array_equal(va, vb) and np.array_equal(ca, cb)
+
+
+def test_rewritten_refuses_a_missing_representative():
+    cl = Clusters(np.array([0, 1]))
+    with pytest.raises(ValueError, match="rep must hold one state"):
+        cl.rewritten(2, [0, -1])
+
+
+def lump_dense(counts, colour, bound, floor, max_rounds=50):
+    """The lumping as defined (module docstring of ``_replay_kernels``), with clones x blocks tables."""
+    A, H, _ = counts.shape
+    c = np.where(counts >= 1e-3, counts, 0.0)   # entries under a thousandth of a transition left out
+    n_out, occ = np.zeros((H, A)), np.zeros(H)
+    for a in range(A):   # sums in the kernel's order (action, clone, next clone): the same floats
+        for i in range(H):
+            for j in range(H):
+                if c[a, i, j] > 0:
+                    n_out[i, a] += c[a, i, j]
+                    occ[i] += c[a, i, j]
+    order = np.argsort(-occ, kind="mergesort")
+    _, block = np.unique(colour, return_inverse=True)
+    first = {}
+    block = np.array([first.setdefault(b, len(first)) for b in block])
+    for _ in range(max_rounds):
+        nb = block.max() + 1
+        succ = np.zeros((H, A, nb))
+        for a in range(A):
+            for i in range(H):
+                for j in range(H):
+                    if c[a, i, j] > 0:
+                        succ[i, a, block[j]] += c[a, i, j]
+        groups = {}   # old block -> list of [pool, n, id]
+        new = np.empty(H, dtype=np.int64)
+        ng = 0
+        for i in order:
+            for g in groups.setdefault(block[i], []):
+                pool, n, gid = g
+                ok = True
+                for a in range(A):
+                    if n_out[i, a] <= 0 or n[a] <= 0:
+                        continue
+                    tol = max(bound * (1 / np.sqrt(n_out[i, a]) + 1 / np.sqrt(n[a])), floor)
+                    if (np.abs(succ[i, a] / n_out[i, a] - pool[a] / n[a]) >= tol).any():
+                        ok = False
+                        break
+                if ok:
+                    break
+            else:
+                g = [np.zeros((A, nb)), np.zeros(A), ng]
+                ng += 1
+                groups[block[i]].append(g)
+            g[0] += succ[i]
+            g[1] += n_out[i]
+            new[i] = g[2]
+        _, firsts = np.unique(new, return_index=True)
+        rank = np.empty(ng, dtype=np.int64)
+        rank[new[np.sort(firsts)]] = np.arange(ng)
+        new = rank[new]
+        if new.max() + 1 == nb:
+            return new
+        block = new
+    return block
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_sparse_lumping_equals_the_dense_refinement(data):
+    from hmmmerge._replay_kernels import lump_clones
+
+    A = data.draw(st.integers(1, 3))
+    K = data.draw(st.integers(1, 3))
+    per = data.draw(st.integers(1, 4))
+    H = K * per
+    seed = data.draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    # clones of one colour copy the futures of a few true states, scaled and perturbed: blocks worth finding
+    base = rng.gamma(0.3, 5.0, (A, H, H)) * (rng.random((A, H, H)) < 0.4)
+    proto = np.arange(H) // per * per + rng.integers(0, data.draw(st.integers(1, per)), H)
+    counts = base[:, proto] * rng.uniform(0.5, 2.0, (1, H, 1)) * rng.uniform(0.9, 1.1, (A, H, H))
+    colour = np.repeat(np.arange(K), per)
+    bound, floor = data.draw(st.sampled_from([(1.36, 0.2), (0.5, 0.05), (0.1, 0.0)]))
+    got = lump_clones(counts, colour, bound, floor, 50)
+    want = lump_dense(counts, colour, bound, floor)
+    assert got.tolist() == want.tolist()
+
+
+def test_a_next_block_only_the_group_goes_to_splits_even_when_every_shared_one_agrees():
+    from hmmmerge._replay_kernels import lump_clones
+
+    # colour 0: clones 0 (heavier) and 1; colours 1..8: one clone each, a block each.  Clone 0 goes to
+    # clone 2 with 0.3 and to 3..9 with 0.1 each; clone 1 never to 2 and to 3..9 with 1/7 each: every
+    # shared next block differs by 0.043 (< the 0.2 floor), the one clone 1 never takes by 0.3
+    counts = np.zeros((1, 10, 10))
+    counts[0, 0, 2:] = 3000.0 * np.r_[0.3, np.full(7, 0.1)]
+    counts[0, 1, 3:] = 2000.0 / 7
+    colour = np.r_[0, 0, np.arange(1, 9)]
+    got = lump_clones(counts, colour, 0.01, 0.2, 50)
+    assert got[0] != got[1]
+    assert got.tolist() == lump_dense(counts, colour, 0.01, 0.2).tolist()
+
+
+def _predictions(pred, colour, n_obs, q):
+    """(touched, total, prediction, touched order) of the agent's ``_predict`` from a belief on cluster 0
+    whose T2 row gives ``pred``, with replay's emission rows (``q / n_obs`` off the own colour): with the
+    floor stated and without it (the full sum over observations)."""
+    from hmmmerge._agent_kernels import Level2, _argmax_or_none, _predict, new_belief, new_scratch
+
+    k = len(pred)
+    ptr = np.r_[0, np.full(k, k)].astype(np.int64)
+    soft = np.full((k, n_obs), q / n_obs)
+    soft[np.arange(k), colour] += 1.0 - q
+    em_ptr = np.r_[0, np.cumsum(np.bincount(colour, minlength=n_obs))].astype(np.int64)
+    out = []
+    for floor in (np.full(k, q / n_obs), np.zeros(0)):
+        l2 = Level2(k, ptr, np.arange(k, dtype=np.int64), np.asarray(pred, dtype=float), np.zeros(0, dtype=np.int64),
+                    np.asarray(colour, dtype=np.int64), em_ptr, np.argsort(colour, kind="stable").astype(np.int64),
+                    soft, floor)
+        bel, s = new_belief(k), new_scratch(k, n_obs)
+        bel.p[0], bel.support[0], bel.size[0] = 1.0, 0, 1
+        mt, total = _predict(bel, 0, l2, s)
+        out.append((mt, total, _argmax_or_none(s.obs_dist, total), s.tlist[:mt].tolist()))
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 30), st.integers(1, 12), st.sampled_from([0.0, 0.05, 0.2, 0.3]), st.integers(0, 2**32 - 1),
+       st.sampled_from(["random", "tie", "one ulp"]))
+def test_the_prediction_with_a_floor_is_the_prediction_of_the_full_sum(k, n_obs, q, seed, case):
+    rng = np.random.default_rng(seed)
+    pred = rng.random(k) * (rng.random(k) < 0.7)
+    colour = rng.integers(0, n_obs, k)
+    if case != "random" and k >= 3 and n_obs >= 3:
+        # clusters 0 and 1 alone in colours 0 and 1 hold most of the mass, equal or one ulp apart: the
+        # floor's shortcut cannot rank them, the full sum's round-off decides
+        pred[2:] *= 0.1
+        pred[0] = rng.random()
+        pred[1] = pred[0] if case == "tie" else np.nextafter(pred[0], 2 * rng.integers(0, 2) - 1.0)
+        colour = np.r_[0, 1, rng.integers(2, n_obs, k - 2)]
+    with_floor, full = _predictions(pred, colour, n_obs, q)
+    assert with_floor == full
+
+
+def test_near_ties_fall_back_to_the_full_sum():
+    # clusters 0 and 1 one ulp apart: the full sums' round-off orders them one way or the other (about one
+    # case in ten differs from the order of the masses above the floor), and the prediction must follow it
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        k, n_obs, q = int(rng.integers(3, 30)), int(rng.integers(3, 12)), float(rng.choice([0.05, 0.2, 0.3]))
+        pred = rng.random(k) * (rng.random(k) < 0.7) * 0.1
+        pred[0] = rng.random()
+        pred[1] = np.nextafter(pred[0], 2 * rng.integers(0, 2) - 1.0)
+        colour = np.r_[0, 1, rng.integers(2, n_obs, k - 2)]
+        with_floor, full = _predictions(pred, colour, n_obs, q)
+        assert with_floor == full
+
+
+def test_replay_emission_rows_hold_the_stated_floor_off_each_cluster_colour():
+    env = gridworld().with_noise(obs_noise=0.1)
+    agent = TwoLevelMemory(10, 4, merge="replay", seed=0).fit(random_walk(env, 60, seed=0))
+    arrays = agent.level2_.arrays
+    assert agent.merger_._noise > 0 and len(arrays.soft_floor) == agent.n_clusters_ > 0
+    off = np.ones_like(arrays.soft, dtype=bool)
+    off[np.arange(agent.n_clusters_), arrays.cluster_obs] = False
+    assert np.array_equal(np.where(off, arrays.soft, arrays.soft_floor[:, None]),
+                          np.broadcast_to(arrays.soft_floor[:, None], arrays.soft.shape))
+    assert (arrays.soft[np.arange(agent.n_clusters_), arrays.cluster_obs] > arrays.soft_floor).all()
