@@ -16,8 +16,17 @@ For each seed (``world("paper-grid", seed=s)``, 1,000 training walks of 50 moves
    probable state stood for the true cell (sure: belief >= 0.9) and whether the move shortened the true
    distance to the goal.  With ``tolerance`` 0 (maximise the probability of arriving in time, ties
    within 1e-9 by speed) and 0.01 (the default of ``navigate``).
+3. **What em-split's localisation still misses** (``--levers``, default seed 1, where it misses 0.97): the
+   500 navigations of the benchmark with em-split's map scored through a correspondence estimated on 2,000
+   random-start walks instead of the training walks (is the correspondence the cause?); em-split with
+   other settings (split threshold 10 nats, 6 rounds, 40 clones per view, pseudocount 1e-4); em-split's
+   map re-estimated from its expected counts with a smaller pseudocount (one M-step: 1e-6); and two maps
+   that are not learned: the true cells with the training walks' counted moves (pseudocount 1e-3, and 0
+   with an unseen move uniform), the best any map of this data with one state per cell could do.  The
+   rows where a clone stands for a rare cell and a busy one of the same colour: the cells with the most
+   misses, their training visits, and the clone believed there.
 
-    python analysis/planning_em_gap.py [--seeds 0,1,2]
+    python analysis/planning_em_gap.py [--seeds 0,1,2] [--levers 1] [--no-gap]
 """
 
 from __future__ import annotations
@@ -95,15 +104,152 @@ def move_report(env, model, corr, seed, tolerance):
     return r, out
 
 
+def navigation_row(env, train, model, seed, corr=None):
+    corr = P.estimate_correspondence(model, train, env.n_states) if corr is None else corr
+    r = P.navigate(env, model, 500, seed=1000 + seed, correspondence=corr)
+    cells = set(corr.states[corr.counts.sum(axis=1) >= 1].tolist())
+    return r, env.n_states - len(cells)
+
+
+def counted_map(env, train, pseudocount):
+    """The true cells with the training walks' counted moves (rows without a count: uniform)."""
+    S, A = env.n_states, env.n_actions
+    C = np.zeros((A, S, S))
+    np.add.at(C, (train.actions[:, 1:].ravel(), train.states[:, :-1].ravel(), train.states[:, 1:].ravel()), 1)
+    T = C + pseudocount
+    s = T.sum(axis=2, keepdims=True)
+    T = np.where(s > 0, T / np.where(s > 0, s, 1.0), 1.0 / S)
+    return ActionHMM(T, np.eye(env.n_obs)[env.obs], np.eye(S)[env.start]), int((C.sum(axis=2) == 0).sum())
+
+
+def sharpened(est, train, env, pseudocount):
+    """A fitted CloneHMM's map re-estimated once (one M-step) from its expected counts with ``pseudocount``."""
+    from hmmmerge.baselines import _em_kernels
+    from hmmmerge.baselines.em import _Data
+
+    obs, acts, _, _ = est._sequence(train, env.n_obs, env.n_actions)
+    _, C, Bc = _Data(_em_kernels, obs, acts, est.n_clones_).expected_counts(est.T_, est.B_)
+    T = C + pseudocount
+    T /= T.sum(axis=2, keepdims=True)
+    B = (Bc + pseudocount) / (Bc + pseudocount).sum()
+    return ActionHMM(T, np.eye(env.n_obs)[est.state_obs_], B)
+
+
+def unseen_moves(est, train, env, visits, rare: int = 30) -> None:
+    """How many (state, action) pairs the training walks never tried (< 0.5 expected moves), among em-split's
+    clones that the walks use (expected occupancy >= 1) and among the true cells; and at the places visited
+    fewer than ``rare`` times."""
+    from hmmmerge.baselines import _em_kernels
+    from hmmmerge.baselines.em import _Data
+
+    obs, acts, _, _ = est._sequence(train, env.n_obs, env.n_actions)
+    _, C, Bc = _Data(_em_kernels, obs, acts, est.n_clones_).expected_counts(est.T_, est.B_)
+    used = C.sum(axis=(0, 2)) + Bc >= 1
+    tried = C.sum(axis=2) >= 0.5  # (A, H)
+    corr = P.estimate_correspondence(est.to_hmm(), train, env.n_states)
+    at_rare = used & (visits[np.maximum(corr.states, 0)] < rare)
+    cells = np.zeros((env.n_actions, env.n_states), dtype=bool)
+    cells[train.actions[:, 1:].ravel(), train.states[:, :-1].ravel()] = True
+    rare_cells = visits < rare
+    print(f"\nUnseen moves: em-split's map: {int(used.sum())} clones used, {int((~tried[:, used]).sum())} of "
+          f"{int(env.n_actions * used.sum())} (clone, action) pairs never tried, {int((~tried[:, at_rare]).sum())} of "
+          f"{int(env.n_actions * at_rare.sum())} at the {int(at_rare.sum())} clones of the {int(rare_cells.sum())} "
+          f"cells visited < {rare} times; the true cells: {int((~cells).sum())} of {cells.size} never tried, "
+          f"{int((~cells[:, rare_cells]).sum())} of {int(env.n_actions * rare_cells.sum())} at those cells", flush=True)
+
+
+def levers(seed: int) -> None:
+    from hmmmerge.models import fit_model
+
+    env = world("paper-grid", seed=seed)
+    train = random_walk(env, 1000, 50, seed=seed)
+    visits = np.bincount(train.states.ravel(), minlength=env.n_states)
+    print(f"\n| seed | map | success | moves / shortest | localisation from move 10, random start | cells no state "
+          "stands for | fit CPU s |")
+    print("|---|---|---|---|---|---|---|")
+
+    def row(label, model, fit_s, corr=None):
+        r, uncovered = navigation_row(env, train, model, seed, corr)
+        print(f"| {seed} | {label} | {r.success_rate:.3f} | {r.path_ratio:.3f} | {r.localisation_accuracy:.3f} | "
+              f"{uncovered} | {fit_s} |", flush=True)
+
+    c = time.process_time()
+    est = fit_model("em-split", train, env=env, seed=seed)
+    fit_s = f"{time.process_time() - c:.1f}"
+    model = est.to_hmm()
+    row("em-split", model, fit_s)
+    fresh = random_walk(env, 2000, 50, seed=99, start="random")
+    row("em-split, correspondence from 2,000 random-start walks", model, fit_s,
+        P.estimate_correspondence(model, fresh, env.n_states))
+    for label, params in (("em-split, threshold 10 nats", {"split_surprise": 10.0}),
+                          ("em-split, threshold 10 nats, 6 rounds", {"split_surprise": 10.0, "split_rounds": 6}),
+                          ("em-split, 40 clones per view", {"n_clones": 40}),
+                          ("em-split, pseudocount 1e-4", {"pseudocount": 1e-4})):
+        c = time.process_time()
+        other = build_model("em-split", train, env=env, seed=seed, **params)
+        row(label, other, f"{time.process_time() - c:.1f}")
+    row("em-split, one M-step with pseudocount 1e-6", sharpened(est, train, env, 1e-6), fit_s)
+    unseen_moves(est, train, env, visits)
+    for pc in (1e-3, 0.0):
+        ideal, unseen = counted_map(env, train, pc)
+        row(f"true cells, counted moves (pseudocount {pc:g}; {unseen} of {env.n_states * env.n_actions} "
+            "moves never made)", ideal, "--")
+
+    # where em-split misses: the believed clone and the cell it stands for
+    corr = P.estimate_correspondence(model, train, env.n_states)
+    steps, update = [], P._Navigator.update
+    world_step = P._world_step
+
+    def recording_step(env_, s, a, rng):
+        t = world_step(env_, s, a, rng)
+        steps.append(t)
+        return t
+
+    beliefs = []
+
+    def recording_update(self, b, a, o):
+        nb, p = update(self, b, a, o)
+        beliefs.append(nb)
+        return nb, p
+
+    P._Navigator.update, P._world_step = recording_update, recording_step
+    try:
+        P.navigate(env, model, 500, seed=1000 + seed, correspondence=corr)
+    finally:
+        P._Navigator.update, P._world_step = update, world_step
+    mass = corr.counts.sum(axis=1)
+    misses = {}
+    for t, b in zip(steps, beliefs):
+        h = P._most_probable(b)
+        if corr.states[h] != t:
+            misses.setdefault(t, []).append(h)
+    print(f"\n| seed | cell | training visits | moves believed elsewhere | clone believed most often | its training "
+          "mass (on its cell / on this cell) | the cell it stands for (visits) |")
+    print("|---|---|---|---|---|---|---|")
+    for t, hs in sorted(misses.items(), key=lambda kv: -len(kv[1]))[:6]:
+        h = np.bincount(hs).argmax()
+        print(f"| {seed} | {t} | {visits[t]} | {len(hs)} | {h} | {mass[h]:.1f} ({corr.counts[h, corr.states[h]]:.1f} / "
+              f"{corr.counts[h, t]:.1f}) | {corr.states[h]} ({visits[corr.states[h]]}) |", flush=True)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--levers", default="1", help="seeds of part 3 (empty: none)")
+    p.add_argument("--no-gap", action="store_true", help="part 3 only")
     args = p.parse_args(argv)
+    if not args.no_gap:
+        gap(args.seeds)
+    for seed in (int(s) for s in args.levers.split(",") if s):
+        levers(seed)
+
+
+def gap(seeds: str) -> None:
     print("| seed | map | localisation from move 10, random-start walks | cells no state stands for | misses on "
           "conflated cells | misses on rare cells (< 20 visits) |")
     print("|---|---|---|---|---|---|")
     moves = []
-    for seed in (int(s) for s in args.seeds.split(",")):
+    for seed in (int(s) for s in seeds.split(",")):
         env = world("paper-grid", seed=seed)
         train = random_walk(env, 1000, 50, seed=seed)
         walks = random_walk(env, 300, 50, seed=77, start="random")

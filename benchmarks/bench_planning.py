@@ -9,18 +9,23 @@ Sections (``--sections``, default all):
   localisation from move 10 on in those navigations (random starts) and in 500 navigations that start at
   the world's start (the start of every training walk), and the share of successful routes shorter than
   any connection from that place to that colour in the training walks ("shortcuts").  ``em-split`` (the
-  catalogue's) is EM with ``split_rounds=3`` (clones that stand for two places split after EM).  ``alergia`` when AALpy is
-  installed, and ``rpni`` with ``--rpni`` (seed 0 only: 2-3 CPU minutes for 1,000 walks).
+  catalogue's) is EM with ``split_rounds=3`` (clones that stand for two places split after EM).
+  ``alergia`` when AALpy is installed, and ``rpni`` with ``--rpni`` (seed 0 only: 2-3 CPU minutes for
+  1,000 walks).
 * ``detour`` -- the same maps, after learning, in the world with passages blocked (walls put between cells
   on the way of many pairs): with and without online map updates.
-* ``gallery`` -- the gallery worlds, same protocol (seeds of ``--seeds``).
+* ``gallery`` -- the worlds of :data:`GALLERY` (the gallery's, a random graph, MiniGrid FourRooms with a
+  3x3 and a 7x7 view) x the seeds of ``--seeds``, same protocol: oracle, fold, EM, EM with splits, first
+  order; 1,000 walks of 50 moves (MiniGrid: 200 walks of 100 moves, goals are views, EM with 20 / 5
+  clones per view and 50 iterations); a table per seed and a summary (range over the seeds).
 * ``stochastic`` -- the paper's world with slipping moves (``with_noise(slip=...)``): learned from slipping
   walks, navigated with slips (re-planning after every observation; success within 3x the shortest path).
   Oracle, ``level2-replay`` (the learner for stochastic worlds), EM and first order: fold's map of slipping
   walks is not measured (it grows without bound on slips, see "Where fold would not hold").
-* ``minigrid`` -- MiniGrid FourRooms (1,040 poses, 360 views; goals are views), 200 walks of 100 moves;
-  EM with 5 clones per view and 50 iterations (30 clones per view would be 10,800 states).
-* ``speed`` -- CPU time of one ``plan`` call (value iteration + path) on 1,000-state maps.
+* ``minigrid`` -- the gallery section on its two MiniGrid worlds only.
+* ``speed`` -- CPU time of one ``plan`` call (value iteration + path) on 1,000-state maps, with the map's
+  transitions used as a dense matrix beside the sparse form planning uses (same calls, same plans), and 20
+  navigations on EM's 1,800-state FourRooms map both ways.
 
     python benchmarks/bench_planning.py [--sections paper,detour,gallery,stochastic,minigrid,speed] [--seeds 0,1,2]
         [--pairs 500] [--quick] [--rpni]
@@ -40,16 +45,12 @@ from hmmmerge.hmm import ActionHMM
 from hmmmerge.planning import block_passage, distances_to, estimate_correspondence, navigate, plan
 
 LEARNERS = ("oracle", "level2-fold", "em", "em-split", "level2-sf", "first-order")
-#: benchmark labels that are a catalogue learner with other parameters
-VARIANTS = {"em (5 clones)": ("em", {"n_clones": 5, "n_iter": 50}),
-            "em-split (5 clones)": ("em-split", {"n_clones": 5, "n_iter": 50})}
 
 
-def build(name: str, train, env, seed: int):
-    """The map of learner ``name`` (a name of the catalogue :data:`hmmmerge.models.MODELS` or of VARIANTS)."""
+def build(name: str, train, env, seed: int, **params):
+    """The map of learner ``name`` (a name of the catalogue :data:`hmmmerge.models.MODELS`)."""
     from hmmmerge.models import build_model
 
-    name, params = VARIANTS.get(name, (name, {}))
     return build_model(name, train, env=env, seed=seed, **params)
 
 
@@ -73,13 +74,14 @@ def walked_distance(train, n_states: int, n_obs: int) -> np.ndarray:
     return np.where(out >= np.iinfo(np.int64).max // 4, np.inf, out.astype(float))
 
 
-def fit_maps(env, train, names, seed: int) -> dict:
-    """``name -> (map, fit CPU seconds)``; a learner that fails is reported and left out."""
+def fit_maps(env, train, names, seed: int, params=None) -> dict:
+    """``name -> (map, fit CPU seconds)``; a learner that fails is reported and left out.  ``params``: learner
+    name -> parameters of its map."""
     maps = {}
     for name in names:
         c0 = time.process_time()
         try:
-            maps[name] = (build(name, train, env, seed), time.process_time() - c0)
+            maps[name] = (build(name, train, env, seed, **(params or {}).get(name, {})), time.process_time() - c0)
         except (ValueError, MemoryError) as e:  # e.g. rpni on data it refuses
             print(f"<!-- {name} not fitted: {e} -->", flush=True)
     return maps
@@ -105,7 +107,8 @@ def score_maps(env, train, maps, seed: int, pairs: int, tag: str, budget: float 
                "ratio": r.path_ratio, "loc_nav": r.localisation_accuracy, "loc_home": home.localisation_accuracy,
                "success_home": home.success_rate,
                "shortcuts": float(short.sum() / max(ok.sum(), 1)), "fit_s": fit_s, "nav_s": c2 - c1,
-               "_steps": r.steps, "_ok": ok, "_model": model, "_corr": corr}
+               "_steps": r.steps, "_ok": ok, "_model": model, "_corr": corr, "_curve": r.localisation_curve,
+               "_curve_home": home.localisation_curve}
         if name == "oracle":
             oracle_steps = (r.steps, ok)
         if oracle_steps is not None:
@@ -139,7 +142,27 @@ def paper(seeds, pairs: int, quick: bool, rpni: bool = False) -> list[dict]:
         extra = aalpy_learners() + (("rpni",) if rpni and seed == 0 and aalpy_learners() else ())
         all_rows += score_maps(env, train, fit_maps(env, train, LEARNERS + extra, seed), seed, pairs, "paper-grid")
     print_rows(all_rows)
+    print_curves(all_rows)
     return all_rows
+
+
+CURVE_MOVES = (0, 1, 2, 3, 4, 5, 7, 10, 15, 20, 30)
+
+
+def print_curves(rows) -> None:
+    """Localisation per move of the navigation episodes (move 0: the first view), random start and the world's
+    start, every map beside the oracle's: the mean over the seeds of the rows."""
+    print("\nLocalisation by move of the navigation episodes (random start: 10 random moves, then the goal; "
+          "mean over seeds):\n")
+    print("| start | learner | " + " | ".join(f"move {m}" for m in CURVE_MOVES) + " |")
+    print("|---|---|" + "---|" * len(CURVE_MOVES))
+    for key, start in (("_curve", "random"), ("_curve_home", "world's start")):
+        for name in dict.fromkeys(r["learner"] for r in rows):
+            curves = [r[key] for r in rows if r["learner"] == name]
+            cells = [np.nanmean([c[m] for c in curves if m < len(c)]) if any(m < len(c) for c in curves)
+                     else np.nan for m in CURVE_MOVES]
+            print(f"| {start} | {name} | " + " | ".join("--" if np.isnan(v) else f"{v:.3f}" for v in cells) + " |",
+                  flush=True)
 
 
 def passages_on_routes(env, n_walls: int, seed: int):
@@ -180,26 +203,96 @@ def detour(paper_rows, pairs: int, n_walls: int = 6) -> None:
                   f"{r.path_ratio:.3f} | {r.map_updates} |", flush=True)
 
 
-def gallery(seeds, pairs: int, quick: bool) -> None:
-    from hmmmerge.gallery import WORLDS, world
+GALLERY = ("maze", "torus", "two-rooms", "aliased-loop", "cscg-room", "random-graph", "fourrooms-3x3",
+           "fourrooms-7x7")
+"""The gallery section's worlds: the gallery's (but the paper's grid), bench_fold's random graph (60 states,
+3 actions) and MiniGrid FourRooms with a 3x3 and MiniGrid's default 7x7 egocentric view (views are the
+observations; the layout, doors and start pose drawn with the seed)."""
+MINIGRID_VIEWS = {"fourrooms-3x3": 3, "fourrooms-7x7": 7}
 
+
+def gallery_world(name: str, seed: int):
+    """A world of :data:`GALLERY`, coloured (or laid out) with ``seed``."""
+    if name in MINIGRID_VIEWS:
+        from hmmmerge import from_gymnasium
+
+        return from_gymnasium("MiniGrid-FourRooms-v0", seed=seed, agent_view_size=MINIGRID_VIEWS[name])
+    from hmmmerge.reproduce.beyond import bench_world
+
+    return bench_world({"world": name, "colouring": seed})
+
+
+def em_params(env) -> dict:
+    """EM's clones per view: 30 (the catalogue's) up to 10 views, 20 up to 100, 5 beyond (MiniGrid's 7x7
+    view: 350-380 views, 1,800-1,900 clones); 50 iterations beyond 10 views."""
+    if env.n_obs <= 10:
+        return {}
+    return {"n_clones": 20 if env.n_obs <= 100 else 5, "n_iter": 50}
+
+
+def gallery(seeds, pairs: int, quick: bool, worlds=GALLERY) -> list[dict]:
+    """Every world of ``worlds`` x seed: oracle, fold, EM, EM with splits and first order on the same pairs;
+    where the training walks hardly reach some places, also from the places they visited >= 20 times (and,
+    on MiniGrid, to the views they showed >= 20 times)."""
+    all_rows = []
     first = True
-    for name in WORLDS:
-        if name == "paper-grid":
-            continue
+    for name in worlds:
         for seed in seeds:
-            rows = []
-            env = world(name, seed=seed)
-            train = random_walk(env, 250 if quick else 1000, 50, seed=seed)
-            maps = fit_maps(env, train, ("oracle", "level2-fold", "em", "em-split", "first-order"), seed)
-            rows += score_maps(env, train, maps, seed, pairs, name)
+            env = gallery_world(name, seed)
+            big = name in MINIGRID_VIEWS
+            train = random_walk(env, (50 if quick else 200) if big else (250 if quick else 1000), 100 if big else 50,
+                                seed=seed)
+            params = em_params(env)
+            maps = fit_maps(env, train, ("oracle", "level2-fold", "em", "em-split", "first-order"), seed,
+                            params={"em": params, "em-split": params})
+            tag = name if not params else f"{name} (EM: {params['n_clones']} clones per view)"
+            rows = score_maps(env, train, maps, seed, pairs, tag)
+            for r in rows:
+                r["world_name"], r["subset"] = name, "all"
             visits = np.bincount(train.states.ravel(), minlength=env.n_states)
             if (visits < 20).any():  # walks from the start hardly reach some places: also start where they went
                 well = np.flatnonzero(visits >= 20)
-                rows += score_maps(env, train, maps, seed, pairs,
-                                   f"{name}, starts visited >= 20 times ({len(well)} of {env.n_states})", start=well)
+                seen = np.bincount(train.obs.ravel(), minlength=env.n_obs)
+                views = np.flatnonzero(seen >= 20) if big else None
+                label = f"{name}, starts visited >= 20 times ({len(well)} of {env.n_states})"
+                if big:
+                    label += f", goals among the {len(views)} views seen >= 20 times"
+                more = score_maps(env, train, maps, seed, pairs, label, start=well, goals=views)
+                for r in more:
+                    r["world_name"], r["subset"] = name, "well visited"
+                rows += more
             print_rows(rows, header=first)  # world by world (the section is long)
             first = False
+            for r in rows:
+                r.pop("_model"), r.pop("_corr")
+            all_rows += rows
+    summary(all_rows)
+    return all_rows
+
+
+def summary(rows) -> None:
+    """Per world, subset and learner: the range over seeds of success, moves / oracle's and localisation."""
+    print("\n| world | starts | learner | seeds | states | success (2x) | moves / oracle's | localisation from "
+          "move 10, random start | localisation from move 10, world's start |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    keys = []
+    for r in rows:
+        k = (r["world_name"], r["subset"], r["learner"])
+        if k not in keys:
+            keys.append(k)
+
+    def span(vals, fmt="{:.3f}"):
+        vals = [v for v in vals if np.isfinite(v)]
+        if not vals:
+            return "--"
+        lo, hi = min(vals), max(vals)
+        return fmt.format(lo) if fmt.format(lo) == fmt.format(hi) else f"{fmt.format(lo)}-{fmt.format(hi)}"
+
+    for k in keys:
+        sel = [r for r in rows if (r["world_name"], r["subset"], r["learner"]) == k]
+        print(f"| {k[0]} | {k[1]} | {k[2]} | {len(sel)} | {span([r['states'] for r in sel], '{:.0f}')} | "
+              f"{span([r['success'] for r in sel])} | {span([r.get('vs_oracle', np.nan) for r in sel])} | "
+              f"{span([r['loc_nav'] for r in sel])} | {span([r['loc_home'] for r in sel])} |", flush=True)
 
 
 def stochastic(pairs: int, quick: bool, slips=(0.05, 0.1)) -> None:
@@ -213,24 +306,6 @@ def stochastic(pairs: int, quick: bool, slips=(0.05, 0.1)) -> None:
         rows += score_maps(env, train, maps, 0, pairs, f"paper-grid, slip {slip}", budget=3.0)
     print("\nSlipping moves (success within 3x the shortest path):\n")
     print_rows(rows, "3x")
-
-
-def minigrid(pairs: int, quick: bool) -> None:
-    from hmmmerge import from_gymnasium
-
-    env = from_gymnasium("MiniGrid-FourRooms-v0", seed=0)
-    train = random_walk(env, 50 if quick else 200, 100, seed=0)
-    names = ("oracle", "level2-fold", "em (5 clones)", "em-split (5 clones)", "first-order")
-    maps = fit_maps(env, train, names, 0)
-    rows = score_maps(env, train, maps, 0, pairs, "FourRooms")
-    visits = np.bincount(train.states.ravel(), minlength=env.n_states)
-    seen = np.bincount(train.obs.ravel(), minlength=env.n_obs)
-    well, views = np.flatnonzero(visits >= 20), np.flatnonzero(seen >= 20)
-    rows += score_maps(env, train, maps, 0, pairs,
-                       f"FourRooms, starts visited >= 20 times ({len(well)} of {env.n_states}), goals among "
-                       f"the {len(views)} views seen >= 20 times", start=well, goals=views)
-    print()
-    print_rows(rows)
 
 
 def _plan_times(model, goal, starts, dense: bool):
@@ -260,7 +335,9 @@ def _plan_times(model, goal, starts, dense: bool):
 
 def speed(repeats: int = 20, nav_pairs: int = 20) -> None:
     """One ``plan`` call on 1,000-state maps, dense path beside sparse path (same calls, same plans), and
-    navigations on EM's dense 1,800-state FourRooms map."""
+    navigations on EM's dense 1,800-state FourRooms map.  Starts and goal states are states the map learned
+    something of (a row with a move more likely than twice its least likely: not EM's unused clones, whose
+    rows are the pseudocount's uniform)."""
     import hmmmerge.planning as P
     from hmmmerge import from_gymnasium, gridworld
     from hmmmerge.models import build_model
@@ -279,12 +356,13 @@ def speed(repeats: int = 20, nav_pairs: int = 20) -> None:
             ("FourRooms, oracle", mg.to_hmm(), int(mg.obs[0])),
             ("FourRooms, fold (200 x 100 moves)", build("level2-fold", mg_walks, mg, 0), int(mg.obs[0])),
             ("FourRooms, EM 3 clones per view (200 x 100 moves)", em3, int(mg.obs[0]))]
-    maps += [(label + ", goal: one state (the map uses it)", model, None) for label, model, _ in maps]
+    maps += [(label + ", goal: one state", model, None) for label, model, _ in maps]
     for label, model, colour in maps:
         rng = np.random.default_rng(0)
-        used = np.flatnonzero(P.occupancy(model) >= 0.1 / model.n_states)  # not one of EM's unused clones
+        dense = model.to_dense().T
+        used = np.flatnonzero((dense.max(axis=2) > 2 * dense.min(axis=2)).any(axis=0))  # not EM's unused clones
         goal = ("state", int(rng.choice(used))) if colour is None else colour
-        starts = rng.integers(model.n_states, size=repeats)
+        starts = rng.choice(used, size=repeats)
         t_dense, p_dense = _plan_times(model, goal, starts, dense=True)
         t_sparse, p_sparse = _plan_times(model, goal, starts, dense=False)
         c = time.process_time()
@@ -334,12 +412,11 @@ def main(argv=None) -> None:
         rows = paper(seeds, args.pairs, args.quick, args.rpni)
     if "detour" in sections:
         detour(rows, args.pairs)
-    if "gallery" in sections:
-        gallery(seeds, args.pairs, args.quick)
+    if "gallery" in sections or "minigrid" in sections:
+        worlds = GALLERY if "gallery" in sections else tuple(MINIGRID_VIEWS)
+        gallery(seeds, args.pairs, args.quick, worlds)
     if "stochastic" in sections:
         stochastic(args.pairs, args.quick)
-    if "minigrid" in sections:
-        minigrid(args.pairs, args.quick)
     if "speed" in sections:
         speed()
 

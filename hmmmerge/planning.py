@@ -32,6 +32,13 @@ The action chosen with ``k`` moves left maximises ``Q_k`` and, among ties
 (within 1e-9), ``sum_{i<=k} Q_i`` (which is ``k - distance`` on a deterministic
 map: the shortest route).  The iteration stops when ``V`` no longer changes,
 so a generous horizon costs nothing.
+
+Large learned maps stay cheap: the transitions are used sparse, and a dense
+map whose rows are mostly one value (EM's pseudocount) as its entries above
+that floor plus the floor (the same map; each sweep and each belief update
+costs the entries above the floor, not ``A H^2``).  A navigation computes a
+goal's values once and reuses them at every re-plan and every pair with that
+goal; a move's score is the predicted belief after it dotted with them.
 """
 
 from __future__ import annotations
@@ -348,6 +355,11 @@ class _ValueTables:
         self.model, self.g, self.horizon = model, g, horizon
         self.A, self.H = model.n_actions, model.n_states
         self.T = _transitions_of(model) if transitions is None else transitions
+        if self.T.kind != "dense":
+            self.V = self._sparse_sweeps(g, horizon)
+            self.converged = len(self.V) - 1 < horizon
+            self.cum = np.cumsum(self.V, axis=0)
+            return
         V = [g]
         for _ in range(horizon):
             Q = self.T.dot(V[-1]).reshape(self.A, self.H)
@@ -362,6 +374,24 @@ class _ValueTables:
         self.V = np.array(V)  # (K+1, H)
         self.converged = len(V) - 1 < horizon
         self.cum = np.cumsum(self.V, axis=0)  # cum[i] = sum_{j<=i} V_j
+
+    def _sparse_sweeps(self, g: np.ndarray, horizon: int) -> np.ndarray:
+        """``V_0..V_K`` by the numba kernel (the loop above, on the sparse form), 256 sweeps at a time."""
+        from ._planning_kernels import sweeps
+
+        S = self.T.S
+        floor = np.empty(0) if self.T.floor is None else self.T.floor
+        g = np.ascontiguousarray(g, dtype=np.float64)
+        V, last, left = [g[None, :]], g, horizon
+        while left > 0:
+            out = np.empty((min(left, 256), self.H))
+            n, stopped = sweeps(S.indptr, S.indices, S.data, floor, g, self.A, last, out)
+            V.append(out[:n])
+            left -= n
+            last = out[n - 1] if n else last
+            if stopped:
+                break
+        return np.concatenate(V)
 
     @property
     def size(self) -> int:

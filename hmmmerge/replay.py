@@ -323,10 +323,10 @@ class ReplayMerger(Estimator):
         lab = self._clone_lab
         if lab is None or width <= lab.shape[1]:
             return
-        width = max(width, 2 * lab.shape[1])
         if self._H * width > CLONE_LABEL_TABLE_MAX:
             self._clone_lab = self._clone_unlab = None
             return
+        width = min(max(width, 2 * lab.shape[1]), CLONE_LABEL_TABLE_MAX // self._H)
         self._clone_lab = np.zeros((self._H, width), dtype=np.int64)
         self._clone_lab[:, :lab.shape[1]] = lab
 

@@ -541,3 +541,24 @@ def test_a_map_is_scanned_once_and_again_when_its_transitions_change():
     model.T = model.T[::-1].copy()  # the actions swapped: forward is now back
     assert P._transitions_of(model) is not first
     assert plan(model, _onehot(6, 0), 2, 10).actions.tolist() == [1 - a for a in before]
+
+
+def test_long_plans_span_several_batches_of_sweeps(monkeypatch):
+    """A goal 300 moves away (sweeps run 256 at a time on a sparse map): the same shortest plan as the dense
+    loop's, on a deterministic ring and on a leaky one."""
+    import hmmmerge.planning as P
+
+    env = cycle_world(600, n_colours=600)
+    ring = env.to_hmm()
+    dense = ring.to_dense().T
+    for T in (dense, 0.999 * dense + 0.001 / 600):
+        plans = []
+        for share in (-1.0, 2.0):  # the dense loop, then the kernel
+            monkeypatch.setattr(P, "_SPARSE_SHARE", share)
+            model = ActionHMM(T, ring.E, ring.B)
+            assert (P._transitions_of(model).kind == "dense") == (share < 0)
+            p = plan(model, _onehot(600, 0), 300, horizon=1000)
+            plans.append((p.actions.tolist(), p.states.tolist(), p.probability))
+        assert plans[0][:2] == plans[1][:2] and len(plans[0][0]) == 300
+        assert plans[0][2] == pytest.approx(plans[1][2], rel=1e-9)
+    assert plan(ring, _onehot(600, 0), 300, horizon=1000).actions.tolist() == [0] * 300  # both ways tie: action 0

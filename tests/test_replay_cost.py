@@ -118,6 +118,15 @@ def test_a_state_given_twice_in_a_batch_keeps_its_last_clone_and_is_counted_once
     assert lab.tolist() == [[1, 1], [0, 0], [0, 0]]
 
 
+def test_near_the_label_table_limit_the_table_widens_only_as_far_as_the_limit(monkeypatch):
+    import hmmmerge.replay as replay
+
+    monkeypatch.setattr(replay, "CLONE_LABEL_TABLE_MAX", 300 * 110)   # 300 clones; doubling 64 -> 128 would pass it
+    agent = TwoLevelMemory(10, 4, merge="replay", seed=0).fit(random_walk(gridworld(), 30, seed=0))
+    assert agent.merger_._label_width > 64 and agent.merger_._clone_lab.shape == (300, 110)
+    check_counts(agent)
+
+
 def test_beyond_the_label_table_limit_purity_is_left_to_the_agent(monkeypatch):
     import hmmmerge.replay as replay
 
