@@ -93,13 +93,7 @@ class PairCache(NamedTuple):
     of a pair of ``s`` (``rowarg[s]`` its partner); ``alive[s]``: ``s`` is a
     state of the model (not merged away).
     """
-    col: np.ndarray
-    col_off: np.ndarray
-    col_n: np.ndarray
-    members: np.ndarray
-    pos: np.ndarray
-    loc_off: np.ndarray
-    allowed: np.ndarray
+    colours: Colours
     local: np.ndarray
     rem: np.ndarray
     alive: np.ndarray
@@ -421,8 +415,9 @@ def merge_states(x, y, g, prior, w):
 @njit(cache=True)
 def _row_best(u, pc, lam_logq):
     """The best score of a pair of ``u`` in the cache ``pc`` and its partner (-1 none)."""
-    pos, col, col_off, col_n, members = pc.pos, pc.col, pc.col_off, pc.col_n, pc.members
-    loc_off, local, rem, alive = pc.loc_off, pc.local, pc.rem, pc.alive
+    cl = pc.colours
+    pos, col, col_off, col_n, members, loc_off = cl.pos, cl.col, cl.col_off, cl.col_n, cl.members, cl.loc_off
+    local, rem, alive = pc.local, pc.rem, pc.alive
     c = col[u]
     n = col_n[c]
     base = loc_off[c] + pos[u] * n
@@ -445,8 +440,9 @@ def _row_best(u, pc, lam_logq):
 @njit(cache=True)
 def _eval_pairs_of(u, done, pc, lam_logq, g, prior, w):
     """Re-evaluate every pair (u, v) of u's colour (skipping v with ``done[v]``)."""
-    pos, col, col_off, col_n, members = pc.pos, pc.col, pc.col_off, pc.col_n, pc.members
-    loc_off, local, rem, allowed, alive = pc.loc_off, pc.local, pc.rem, pc.allowed, pc.alive
+    cl = pc.colours
+    pos, col, col_off, col_n, members = cl.pos, cl.col, cl.col_off, cl.col_n, cl.members
+    loc_off, allowed, local, rem, alive = cl.loc_off, cl.allowed, pc.local, pc.rem, pc.alive
     rowbest, rowarg = pc.rowbest, pc.rowarg
     c = col[u]
     n = col_n[c]
@@ -487,8 +483,9 @@ def _eval_pairs_of(u, done, pc, lam_logq, g, prior, w):
 @njit(cache=True)
 def _update_pair(u, v, pc, lam_logq, g, prior, w):
     """Re-evaluate one pair if it is a live same-emission candidate; raise the rows' bounds. Returns 1 if evaluated."""
-    pos, col, col_n, loc_off = pc.pos, pc.col, pc.col_n, pc.loc_off
-    local, rem, allowed, alive, rowbest, rowarg = pc.local, pc.rem, pc.allowed, pc.alive, pc.rowbest, pc.rowarg
+    cl = pc.colours
+    pos, col, col_n, loc_off, allowed = cl.pos, cl.col, cl.col_n, cl.loc_off, cl.allowed
+    local, rem, alive, rowbest, rowarg = pc.local, pc.rem, pc.alive, pc.rowbest, pc.rowarg
     if u == v or not alive[u] or not alive[v] or col[u] != col[v]:
         return 0
     c = col[u]
@@ -525,14 +522,14 @@ def run_merging(g, prior, cl, emitting, lam, log_o1, n_trans, max_merges, merges
     H = emitting.shape[0]
     A1 = g.A1
     total = cl.loc_off[-1]
-    pc = PairCache(cl.col, cl.col_off, cl.col_n, cl.members, cl.pos, cl.loc_off, cl.allowed, np.full(total, NEG_INF),
+    pc = PairCache(cl, np.full(total, NEG_INF),
                    np.zeros(total, np.int32), emitting.copy(), np.full(H, NEG_INF), np.full(H, -1, np.int64))
     w = Scratch(np.zeros(H, np.float64), np.zeros(H, np.int64), np.full(H * A1, -1, np.int64),
                 np.zeros(g.src.shape[0] + 1, np.int64))
     src, act, dst = g.src, g.act, g.dst
     in_head, in_next, out_head, out_next = g.in_head, g.in_next, g.out_head, g.out_next
-    col, col_off, col_n, members, pos = pc.col, pc.col_off, pc.col_n, pc.members, pc.pos
-    loc_off, allowed, local, rem = pc.loc_off, pc.allowed, pc.local, pc.rem
+    col, col_off, col_n, members, pos = cl.col, cl.col_off, cl.col_n, cl.members, cl.pos
+    loc_off, allowed, local, rem = cl.loc_off, cl.allowed, pc.local, pc.rem
     alive, rowbest, rowarg = pc.alive, pc.rowbest, pc.rowarg
     collapsed = w.collapsed
     q = 0
