@@ -529,6 +529,17 @@ def noise_odds(T, starts, sizes, obs, acts, off, alpha, scale, horizon, n_obs, e
 
 
 @njit(cache=True)
+def _side_counts(M, side, s, base, out):
+    """``out[f] = base + sum_k M[k, f]`` over the keys ``k`` with ``side[k] == s``."""
+    for f in range(out.shape[0]):
+        out[f] = base
+    for k in range(M.shape[0]):
+        if side[k] == s:
+            for f in range(out.shape[0]):
+                out[f] += M[k, f]
+
+
+@njit(cache=True)
 def split_tests(seg, key, fut, cnt, n_fut, min_visits):
     """Whether each clone's visits fall into two groups by the way they came in, with different futures.
 
@@ -602,13 +613,8 @@ def split_tests(seg, key, fut, cnt, n_fut, min_visits):
         P = np.empty((2, nf))
         for _ in range(20):
             for s in range(2):
+                _side_counts(M, side, s, 0.5, P[s])
                 z = 0.0
-                for f in range(nf):
-                    P[s, f] = 0.5
-                for k in range(nk):
-                    if side[k] == s:
-                        for f in range(nf):
-                            P[s, f] += M[k, f]
                 for f in range(nf):
                     z += P[s, f]
                 for f in range(nf):
@@ -628,14 +634,11 @@ def split_tests(seg, key, fut, cnt, n_fut, min_visits):
         # G with maximum-likelihood distributions (0 when one group is empty)
         g = 0.0
         for s in range(2):
+            _side_counts(M, side, s, 0.0, P[s])
             ns = 0.0
-            for f in range(nf):
-                P[s, f] = 0.0
             for k in range(nk):
                 if side[k] == s:
                     ns += nkey[k]
-                    for f in range(nf):
-                        P[s, f] += M[k, f]
             if ns <= 0.0 or ns >= n:
                 g = -1.0
                 break
