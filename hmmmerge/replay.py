@@ -543,7 +543,6 @@ class ReplayMerger(Estimator):
         H, A, K = self._H, self._A, self._K
         post = d.alpha * d.bk * np.repeat(d.scale, d.sizes[d.obs])
         clone = self._starts[d.obs] + _block_argmax(post, d.off)
-        visits = _CoVisits(post, d.obs, d.off, self._starts, self._sizes)
         acts, obs = d.acts, d.obs
         t = np.flatnonzero(acts[1:] >= 0)          # steps followed by a move of the same episode
         way_in = np.where(acts[t] < 0, A * H, acts[t] * H + clone[np.maximum(t - 1, 0)])
@@ -571,7 +570,7 @@ class ReplayMerger(Estimator):
             h = int(clones[c])
             if touched[h]:
                 continue
-            j = self._spare(h, w, touched, visits)
+            j = self._spare(h, w, touched)
             if j < 0:
                 continue
             rows = slice(seg[c], seg[c + 1])
@@ -600,15 +599,15 @@ class ReplayMerger(Estimator):
         self._evidence = (code, count)
         return n_split
 
-    def _spare(self, h: int, w, touched, visits=None) -> int:
+    def _spare(self, h: int, w, touched) -> int:
         """A clone of ``h``'s view to split ``h`` into, or -1: an unused one (expected visits at most 5% of
         ``h``'s), else the least visited one that the last lumping found in a block with other clones (a
-        duplicate), its kept counts first folded into the mate it shares its visits with most
-        (``visits``: a :class:`_CoVisits` of the batch; without it, or for a clone the batch did not visit,
-        the most visited mate).  Stepwise EM spreads a place over several clones of its view: without the
-        duplicates freed, a view whose clones are all in use could not split a clone that holds two
-        places; and a block (lumped by a tolerant test) may hold clones of two places, of which the one
-        that shares the spare's visits is its place (BENCHMARKS.md, "Spares from duplicates")."""
+        duplicate), its kept counts first folded into the mate whose future is nearest its own (L1 distance
+        of the next-block distributions, summed over actions, as :meth:`_fold_unheld` measures it).
+        Stepwise EM spreads a place over several clones of its view: without the duplicates freed, a view
+        whose clones are all in use could not split a clone that holds two places; and a block (lumped by
+        a tolerant test) may hold clones of two places, of which the nearest future is the spare's place
+        (BENCHMARKS.md, "Spares from duplicates")."""
         v = self._colour[h]
         lo, n_v = self._starts[v], self._sizes[v]
         for j in (lo + np.argsort(w[lo:lo + n_v], kind="stable")).tolist():
@@ -620,8 +619,7 @@ class ReplayMerger(Estimator):
             mates = mates[(mates != j) & (mates != h)]
             if not len(mates):
                 continue
-            shared = visits.shared(j, mates) if visits is not None else None
-            t = int(mates[np.argmax(shared if shared is not None else w[mates])])
+            t = int(mates[np.argmin(self._future_distance(j, mates))])
             self._S[:, :, t] += self._S[:, :, j]
             self._S[:, :, j] = 0.0
             self._S[:, t, :] += self._S[:, j, :]
@@ -632,6 +630,14 @@ class ReplayMerger(Estimator):
             touched[t] = True
             return j
         return -1
+
+    def _future_distance(self, j: int, others) -> np.ndarray:
+        """``sum_a || P_a(j) - P_a(o) ||_1`` for each clone ``o`` of ``others``, ``P_a(c)`` the distribution of
+        the block of the next clone after an ``a`` from ``c`` (under ``T``)."""
+        order = np.argsort(self._block, kind="stable")
+        bounds = np.flatnonzero(np.diff(self._block[order], prepend=-1))
+        P = np.add.reduceat(self._T[:, np.concatenate([[j], others])][:, :, order], bounds, axis=2)
+        return np.abs(P[:, 1:] - P[:, :1]).sum(axis=(0, 2))
 
     def _views_read_as_noise(self, d, obs, acts):
         """Estimate the rate of random views and replace the views that are more likely random than not.
@@ -986,37 +992,6 @@ class ReplayMerger(Estimator):
         self._block = block
         self._block_of = block_of
         self._cluster_of[block_of] = np.arange(len(block_of))
-
-
-class _CoVisits:
-    """How much two clones of one view share the batch's visits: the cosine of their smoothed posteriors over
-    the steps of their view (1: every visit split between them alike, 0: never the same steps).  Counted per
-    view when first asked (views x clones^2, over the view's steps only).
-
-    >>> import numpy as np
-    >>> post = np.array([0.5, 0.5, 0.0, 0.5, 0.5, 0.0, 0.0, 0.0, 1.0])   # 3 steps of view 0 (clones 0-2)
-    >>> cv = _CoVisits(post, np.zeros(3, dtype=np.int64), np.array([0, 3, 6, 9]), np.array([0]), np.array([3]))
-    >>> np.round(cv.shared(0, np.array([1, 2])), 3).tolist()
-    [1.0, 0.0]
-    """
-
-    def __init__(self, post, obs, off, starts, sizes):
-        self.post, self.obs, self.off, self.starts, self.sizes = post, obs, off, starts, sizes
-        self._views = {}
-
-    def shared(self, j: int, mates) -> np.ndarray | None:
-        """Cosines of clone ``j`` with each of ``mates`` (clones of its view); None when the batch never
-        visited ``j``."""
-        v = int(np.searchsorted(self.starts, j, side="right") - 1)
-        if v not in self._views:
-            steps = np.flatnonzero(self.obs == v)
-            P = self.post[self.off[steps][:, None] + np.arange(self.sizes[v])]
-            self._views[v] = P.T @ P
-        G, lo = self._views[v], self.starts[v]
-        if G[j - lo, j - lo] <= 0.0:
-            return None
-        m = np.asarray(mates) - lo
-        return G[j - lo, m] / np.sqrt(G[j - lo, j - lo] * np.maximum(G[m, m], 1e-300))
 
 
 class _Reader:
