@@ -496,15 +496,15 @@ class ReplayMerger(Estimator):
             if first:
                 self._S, self._Sb, self._Sslip = np.zeros_like(C), np.zeros(self._H), 0.0
             keep, add = (0.0, 1.0 / len(batch)) if first else (1.0 - eta, eta / len(batch))
-            slipped, *sums = absorb_counts(self._S, C, self._Q, self._T, self._pairs, self._starts, self._sizes,
-                                           self._slip, keep, add)
-            self._sums = tuple(sums)
+            slipped, w, total, row_sums = absorb_counts(self._S, C, self._Q, self._T, self._pairs, self._starts,
+                                                        self._sizes, self._slip, keep, add)
+            self._sums = (w, total)
             self._Sb *= keep
             self._Sb += add * Bc
             self._Sslip = keep * self._Sslip + add * slipped
             self._var = (1.0 - eta) ** 2 * self._var + eta ** 2 / len(batch) if self._updates else 1.0 / len(batch)
             self._updates += 1
-            self._m_step()
+            self._m_step(row_sums=row_sums)
         n_split = self._split(d) if self.split else 0
         self._n_new = 0
         # the batch's level-1 states take their most probable clone under the new model; clones are
@@ -666,10 +666,11 @@ class ReplayMerger(Estimator):
         views[swap] = expected[swap]
         return views, int(swap.sum())
 
-    def _m_step(self, redo=None) -> None:
+    def _m_step(self, redo=None, row_sums=None) -> None:
         """``Q`` from the kept counts (pseudocount on the observed pairs' blocks), the slip share
         ``e = slipped / all`` kept moves, ``T = (1 - e) Q + e mean_b Q_b``; rows of the observations in
-        ``redo`` only (default all)."""
+        ``redo`` only (default all).  ``row_sums``: ``S.sum(axis=2)`` as the last
+        :func:`~hmmmerge._replay_kernels.absorb_counts` returned it (else summed here)."""
         from ._replay_kernels import m_step_pairs
 
         scale, pc = float(self.window), float(self.pseudocount)
@@ -677,7 +678,8 @@ class ReplayMerger(Estimator):
             total = self._kept_sums()[1]
             self._slip = min(self._Sslip / total, 0.99) if total > 0 else self._slip
         m_step_pairs(self._S, self._Q, self._T, self._pairs, self._starts, self._sizes, scale, pc, self._slip,
-                     np.ones(self._K, dtype=np.bool_) if redo is None else redo)
+                     np.ones(self._K, dtype=np.bool_) if redo is None else redo,
+                     np.zeros((0, 0)) if row_sums is None or redo is not None else row_sums)
         if redo is None:
             B = self._Sb * scale + pc
             self._B = B / B.sum()
