@@ -225,13 +225,17 @@ def lumped_model(T, B, weight, block, nb, pairs, starts, sizes):
 
 
 @njit(cache=True)
-def m_step_pairs(S, Q, T, pairs, starts, sizes, scale, pc, slip, redo, row_sums=np.zeros((0, 0))):
+def m_step_pairs(S, Q, T, pairs, starts, sizes, scale, pc, slip, redo, row_sums=np.zeros((0, 0)),
+                 pair_on=np.zeros(0, dtype=np.bool_)):
     """The M-step on the blocks of the observation pairs (``T``, ``Q`` zero elsewhere), rows of the
     observations with ``redo`` only: ``Q[a, i, :] ~ scale * S[a, i, :] + pc`` over the pairs' blocks, and
     ``T_a = (1 - slip) Q_a + slip mean_b Q_b``.  ``row_sums``: ``S.sum(axis=2)`` summed pair by pair as
-    :func:`absorb_counts` returns it (the pass over ``S`` that computes it is then skipped), or empty."""
+    :func:`absorb_counts` returns it (the pass over ``S`` that computes it is then skipped), or empty.
+    ``pair_on``: when not empty, ``Q`` and ``T`` are written on the blocks of the pairs it marks only
+    (normalised over all the pairs; the other blocks keep stale values until the next full M-step)."""
     A, H, _ = S.shape
     given = row_sums.shape[0] > 0
+    every = pair_on.shape[0] == 0
     Z = row_sums if given else np.zeros((A, H))
     width = np.zeros(sizes.shape[0])
     for p in range(pairs.shape[0]):
@@ -251,7 +255,7 @@ def m_step_pairs(S, Q, T, pairs, starts, sizes, scale, pc, slip, redo, row_sums=
     mean = np.empty(H)
     for p in range(pairs.shape[0]):
         o, o2 = pairs[p, 0], pairs[p, 1]
-        if not redo[o]:
+        if not redo[o] or not (every or pair_on[p]):
             continue
         s0, n0, s1, n1 = starts[o], sizes[o], starts[o2], sizes[o2]
         for i in range(s0, s0 + n0):

@@ -347,7 +347,7 @@ def _absorb_dense(S, C, Q, T, inside, slip, keep, add):
 def test_absorb_skips_rows_without_counts_and_gives_the_m_step_its_row_sums(K, n, A, seed, slip, keep, empty):
     """Rows of a pair's block where the batch left no count only decay (bit for bit ``keep * S``), the others
     follow the dense formula; the row sums absorb_counts hands to the M-step are bit for bit the ones the
-    M-step sums itself (same Q, same T)."""
+    M-step sums itself (same Q, same T); an M-step on some pairs writes their blocks as the full one does."""
     from hmmmerge._replay_kernels import absorb_counts, m_step_pairs
 
     rng = np.random.default_rng(seed)
@@ -377,3 +377,30 @@ def test_absorb_skips_rows_without_counts_and_gives_the_m_step_its_row_sums(K, n
     m_step_pairs(kept, Q1, T1, pairs, starts, sizes, 200.0, 1e-3, slip, redo)
     m_step_pairs(kept, Q2, T2, pairs, starts, sizes, 200.0, 1e-3, slip, redo, Z)
     assert np.array_equal(Q1, Q2) and np.array_equal(T1, T2)
+    # the M-step of an iteration before the last writes the marked pairs' blocks only, bit for bit the full one's
+    on = rng.random(len(pairs)) < 0.5
+    Q3, T3 = np.full_like(S, -1.0), np.full_like(S, -1.0)
+    m_step_pairs(kept, Q3, T3, pairs, starts, sizes, 200.0, 1e-3, slip, redo, Z, on)
+    mark = np.zeros((K, K), dtype=bool)
+    mark[pairs[on, 0], pairs[on, 1]] = True
+    mark = np.broadcast_to(np.repeat(np.repeat(mark, n, axis=0), n, axis=1)[None], S.shape)
+    assert np.array_equal(Q3[mark], Q1[mark]) and np.array_equal(T3[mark], T1[mark]) and (T3[~mark] == -1).all()
+
+
+def test_sleeps_with_m_steps_on_the_batch_pairs_equal_sleeps_with_full_m_steps(monkeypatch):
+    """Writing T and Q on the batch's pairs only before the last EM iteration of a sleep changes nothing:
+    the same model, counts and C, bit for bit, as full M-steps at every iteration (3 iterations, slips)."""
+    env = gridworld(6, 6, n_colours=9, seed=1, slip=0.1)
+    walk = random_walk(env, 60, 30, seed=4)
+
+    def fit():
+        return TwoLevelMemory(9, 4, merger=ReplayMerger(n_iter=3), seed=2).fit(walk)
+
+    fast = fit()
+    monkeypatch.setattr(ReplayMerger, "_pairs_in", lambda self, d: np.ones(len(self._pairs), dtype=bool))
+    full = fit()
+    a, b = fast.merger_, full.merger_
+    assert 0 < len(a._pairs) < 81   # some pairs of views never seen: the model is not one dense block
+    for name in ("_T", "_Q", "_S", "_B", "_block"):
+        assert np.array_equal(getattr(a, name), getattr(b, name)), name
+    assert np.array_equal(fast.clusters_.assignment, full.clusters_.assignment)
