@@ -305,7 +305,7 @@ def test_counts_are_split_by_the_executed_action_by_bayes_rule_keeping_the_total
     C = np.random.default_rng(2).random(S.shape) * inside
     kept = S.copy()
     buf = C.copy()
-    slipped, w, total = absorb_counts(kept, buf, Q, T, pairs, starts, sizes, e, 0.25, 2.0)
+    slipped, w, total, Z = absorb_counts(kept, buf, Q, T, pairs, starts, sizes, e, 0.25, 2.0)
     # brute force: a move i -> j recorded as a was made by b with P(b | a, i, j) ~ [(1-e) 1{b=a} + e/A] Q_b[i, j]
     want = np.zeros_like(C)
     want_slipped = 0.0
@@ -317,6 +317,7 @@ def test_counts_are_split_by_the_executed_action_by_bayes_rule_keeping_the_total
     assert np.isclose(want.sum(), C.sum()) and np.isclose(slipped, want_slipped)
     assert np.allclose(kept, 0.25 * S + 2.0 * want) and (buf == 0).all()
     assert np.allclose(w, kept.sum(axis=(0, 2))) and np.isclose(total, kept.sum())
+    assert np.allclose(Z, kept.sum(axis=2))
 
 
 def test_lumping_on_pairs_is_lumping_of_the_whole_array():
