@@ -85,6 +85,23 @@ class CloneHMM(ModelLearner):
     split_surprise : float >= 0
         The threshold of ``split_rounds`` in nats (20: well above the
         ~10 nats the pseudocount alone gives a clone on the paper's world).
+    merge_rounds : int >= 0
+        After EM and splits (before any Viterbi refinement), rounds of
+        merging and splitting on the decoded clone graph, for worlds whose
+        moves are deterministic: the most probable clone path is decoded; the
+        clones it never visits are dropped and the clones that stand for one
+        place are merged (:func:`~hmmmerge.baselines.clone_merge.merge_duplicates`:
+        compatible on every move both tried, recursively; an untried move is
+        a wildcard); the visits after which the next view is not the usual
+        one for that clone and move move to a clone of their own
+        (:func:`~hmmmerge.baselines.clone_merge.odd_visits`); the map is
+        re-estimated from the path and EM resumes.  Stops early when a round
+        neither merges nor splits.  EM spreads a rarely visited place over
+        several clones, each with moves never tried from it (a belief there
+        then goes everywhere after such a move), and can leave it inside the
+        clone of a busy place of the same view; this repairs both.  The
+        number of clones per view then varies (``n_clones_``).  0 (the
+        default) changes nothing.
 
     Attributes (after :meth:`fit`)
     ------------------------------
@@ -97,6 +114,8 @@ class CloneHMM(ModelLearner):
         ``pseudocount * (sum log T + sum log B)``; EM never decreases it.
     viterbi_log_likelihood_ : (k,) ``log P(best path, X)`` per hard-EM iteration.
     split_log_ : (rounds, 2) per splitting round: clones split, training log-likelihood after EM resumed.
+    merge_log_ : (rounds, 4) per merging round: clones dropped (never visited), clones merged into another,
+        classes split, training log-likelihood after EM resumed.
     log_likelihood_ : training log-likelihood of the final model.
     fit_time_ : wall seconds of :meth:`fit`.
 
@@ -132,6 +151,7 @@ class CloneHMM(ModelLearner):
         n_init: int = 1,
         split_rounds: int = 0,
         split_surprise: float = 20.0,
+        merge_rounds: int = 0,
     ):
         self.n_clones = n_clones
         self.n_iter = n_iter
@@ -144,6 +164,7 @@ class CloneHMM(ModelLearner):
         self.n_init = n_init
         self.split_rounds = split_rounds
         self.split_surprise = split_surprise
+        self.merge_rounds = merge_rounds
 
     # ------------------------------------------------------------ validation
     # n_clones' length is checked against the data's alphabet by _clone_counts
@@ -151,6 +172,7 @@ class CloneHMM(ModelLearner):
         "n_clones": _check_n_clones, "n_iter": Int(0), "n_viterbi_iter": Int(0), "n_init": Int(1),
         "pseudocount": Float(0), "tol": Float(0), "viterbi_pseudocount": Float(0, none=True),
         "viterbi_refine": Bool(), "seed": check_seed, "split_rounds": Int(0), "split_surprise": Float(0),
+        "merge_rounds": Int(0),
     }
 
     def _clone_counts(self, n_obs: int) -> np.ndarray:
@@ -214,6 +236,10 @@ class CloneHMM(ModelLearner):
         split_log = []
         if self.split_rounds:
             T, B, split_log = _run_splits(K, data, T, B, self, rng)
+        merge_log = []
+        if self.merge_rounds:
+            T, B, data, merge_log = _run_merges(K, data, T, B, self)
+            nc = data.sizes.copy()
         vit_ll = []
         if self.viterbi_refine:
             vp = self.pseudocount if self.viterbi_pseudocount is None else self.viterbi_pseudocount
@@ -230,6 +256,7 @@ class CloneHMM(ModelLearner):
         self.train_objective_ = np.asarray(best["objectives"])
         self.viterbi_log_likelihood_ = np.asarray(vit_ll)
         self.split_log_ = np.asarray(split_log, dtype=np.float64).reshape(-1, 2)
+        self.merge_log_ = np.asarray(merge_log, dtype=np.float64).reshape(-1, 4)
         self.log_likelihood_ = data.log_likelihood(T, B)
         self.fit_time_ = time.perf_counter() - t0
         return self
@@ -560,6 +587,46 @@ def _run_splits(K, data, T, B, params, rng):
         T, B = run["T"], run["B"]
         log.append((n_split, run["log_likelihood"]))
     return T, B, log
+
+
+def _run_merges(K, data, T, B, params):
+    """``params.merge_rounds`` rounds of merging and splitting on the decoded path, each followed by EM;
+    ``(T, B, data, [(dropped, merged, split, log-lik), ...])`` (``data`` laid out for the new clones)."""
+    from .clone_merge import merge_duplicates, odd_visits
+
+    A, O = T.shape[0], data.sizes.shape[0]
+    pc = float(params.pseudocount)
+    log = []
+    for _ in range(params.merge_rounds):
+        lp, path = data.viterbi(T, B)
+        if not np.isfinite(lp):
+            break
+        C, Bc = data.path_counts(path, A)
+        view = np.repeat(np.arange(O), data.sizes)
+        labels = merge_duplicates(C, view, min_count=0.5, initial=Bc)
+        n_used = int((labels >= 0).sum())
+        n_class = int(labels.max()) + 1
+        class_view = np.zeros(n_class, dtype=np.int64)
+        class_view[labels[labels >= 0]] = view[labels >= 0]
+        path = labels[path]  # every state on the path is used
+        odd = odd_visits(path, data.obs, data.acts, n_class)
+        split = np.unique(path[odd])
+        if n_used == n_class and not split.size:
+            break
+        path[odd] = n_class + np.searchsorted(split, path[odd])
+        class_view = np.concatenate([class_view, class_view[split],
+                                     np.setdiff1d(np.arange(O), class_view)])  # >= 1 clone per view
+        order = np.argsort(class_view, kind="stable")  # clones of a view in one block
+        rank = np.empty_like(order)
+        rank[order] = np.arange(order.size)
+        sizes = np.bincount(class_view, minlength=O).astype(np.int64)
+        data = _Data(K, data.obs, data.acts, sizes)
+        C, Bc = data.path_counts(rank[path], A)
+        T, B = _normalise(C, Bc, pc)
+        run = _run_em(K, data, T, B, params.n_iter, pc, float(params.tol))
+        T, B = run["T"], run["B"]
+        log.append((view.size - n_used, n_used - n_class, split.size, run["log_likelihood"]))
+    return T, B, data, log
 
 
 def _run_hard_em(K, data, T, B, n_iter, pseudocount, tol):
