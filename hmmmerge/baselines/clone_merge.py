@@ -58,8 +58,8 @@ class _Classes:
                                  for a in range(C.shape[0])]
 
     def find(self, x: int) -> int:
+        # no path compression: a tentative merge is undone by resetting the parents it set
         while self.parent[x] != x:
-            self.parent[x] = self.parent[self.parent[x]]
             x = int(self.parent[x])
         return int(x)
 
