@@ -87,21 +87,20 @@ class CloneHMM(ModelLearner):
         ~10 nats the pseudocount alone gives a clone on the paper's world).
     merge_rounds : int >= 0
         After EM and splits (before any Viterbi refinement), rounds of
-        merging and splitting on the decoded clone graph, for worlds whose
-        moves are deterministic: the most probable clone path is decoded; the
-        clones it never visits are dropped and the clones that stand for one
-        place are merged (:func:`~hmmmerge.baselines.clone_merge.merge_duplicates`:
+        merging and splitting, for worlds whose moves are deterministic.
+        The clones that stand for one place are merged on EM's expected
+        counts (:func:`~hmmmerge.baselines.clone_merge.merge_duplicates`:
         compatible on every move both tried, recursively; an untried move is
-        a wildcard); the visits after which the next view is not the usual
-        one for that clone and move move to a clone of their own
-        (:func:`~hmmmerge.baselines.clone_merge.odd_visits`); the map is
-        re-estimated from the path and EM resumes.  Stops early when a round
-        neither merges nor splits.  EM spreads a rarely visited place over
-        several clones, each with moves never tried from it (a belief there
-        then goes everywhere after such a move), and can leave it inside the
-        clone of a busy place of the same view; this repairs both.  The
-        number of clones per view then varies (``n_clones_``).  0 (the
-        default) changes nothing.
+        a wildcard; clones with expected visits < 0.5 are dropped) and EM
+        resumes; then the visits of the decoded clone path after which the
+        next view is not the usual one for that clone and move get a clone
+        of their own (:func:`~hmmmerge.baselines.clone_merge.odd_visits`) and
+        EM resumes again.  Stops early when a round neither merges, drops nor
+        splits.  EM spreads a rarely visited place over several clones, each
+        with moves never tried from it (a belief there then goes everywhere
+        after such a move), and can leave it inside the clone of a busy place
+        of the same view; this repairs both.  The number of clones per view
+        then varies (``n_clones_``).  0 (the default) changes nothing.
 
     Attributes (after :meth:`fit`)
     ------------------------------
@@ -114,7 +113,7 @@ class CloneHMM(ModelLearner):
         ``pseudocount * (sum log T + sum log B)``; EM never decreases it.
     viterbi_log_likelihood_ : (k,) ``log P(best path, X)`` per hard-EM iteration.
     split_log_ : (rounds, 2) per splitting round: clones split, training log-likelihood after EM resumed.
-    merge_log_ : (rounds, 4) per merging round: clones dropped (never visited), clones merged into another,
+    merge_log_ : (rounds, 4) per merging round: clones dropped (expected visits < 0.5), clones merged into another,
         classes split, training log-likelihood after EM resumed.
     log_likelihood_ : training log-likelihood of the final model.
     fit_time_ : wall seconds of :meth:`fit`.
@@ -589,43 +588,71 @@ def _run_splits(K, data, T, B, params, rng):
     return T, B, log
 
 
+def _relaid(K, data, C, Bc, class_of, class_view, pseudocount):
+    """The map of ``C``, ``Bc`` lumped by ``class_of`` (state -> class, -1: dropped), its clones laid out in
+    view blocks (every view keeps >= 1 clone): ``(data, T, B)``."""
+    O = data.sizes.shape[0]
+    class_view = np.concatenate([class_view, np.setdiff1d(np.arange(O), class_view)])
+    order = np.argsort(class_view, kind="stable")  # clones of a view in one block
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    sizes = np.bincount(class_view, minlength=O).astype(np.int64)
+    new = _Data(K, data.obs, data.acts, sizes)
+    keep = class_of >= 0
+    M = np.zeros((class_of.size, new.H))
+    M[np.flatnonzero(keep), rank[class_of[keep]]] = 1.0
+    T, B = _normalise(np.einsum("ih,aij,jk->ahk", M, C, M, optimize=True), M.T @ Bc, pseudocount)
+    return new, T, B
+
+
 def _run_merges(K, data, T, B, params):
-    """``params.merge_rounds`` rounds of merging and splitting on the decoded path, each followed by EM;
-    ``(T, B, data, [(dropped, merged, split, log-lik), ...])`` (``data`` laid out for the new clones)."""
+    """``params.merge_rounds`` rounds of merging and splitting, each followed by EM;
+    ``(T, B, data, [(dropped, merged, split, log-lik), ...])`` (``data`` laid out for the new clones).
+
+    A round: the clones that stand for one place are merged on EM's expected counts
+    (:func:`~hmmmerge.baselines.clone_merge.merge_duplicates`; the clones the data hardly use, expected
+    visits < 0.5, are dropped) and EM resumes; then the visits of the decoded path after which the next view
+    is not the usual one for that clone and move move to a clone of their own
+    (:func:`~hmmmerge.baselines.clone_merge.odd_visits`), and EM resumes again.
+    """
     from .clone_merge import merge_duplicates, odd_visits
 
     A, O = T.shape[0], data.sizes.shape[0]
-    pc = float(params.pseudocount)
+    pc, n_iter, tol = float(params.pseudocount), params.n_iter, float(params.tol)
     log = []
     for _ in range(params.merge_rounds):
-        lp, path = data.viterbi(T, B)
-        if not np.isfinite(lp):
+        ll, C, Bc = data.expected_counts(T, B)
+        if not np.isfinite(ll):
             break
-        C, Bc = data.path_counts(path, A)
         view = np.repeat(np.arange(O), data.sizes)
         labels = merge_duplicates(C, view, min_count=0.5, initial=Bc)
-        n_used = int((labels >= 0).sum())
-        n_class = int(labels.max()) + 1
+        n_used, n_class = int((labels >= 0).sum()), int(labels.max()) + 1
+        changed = n_class < view.size  # something merged or dropped
+        entry = (view.size - n_used, n_used - n_class)
         class_view = np.zeros(n_class, dtype=np.int64)
         class_view[labels[labels >= 0]] = view[labels >= 0]
-        path = labels[path]  # every state on the path is used
-        odd = odd_visits(path, data.obs, data.acts, n_class)
+        if changed:
+            data, T, B = _relaid(K, data, C, Bc, labels, class_view, pc)
+            run = _run_em(K, data, T, B, n_iter, pc, tol)
+            T, B, ll = run["T"], run["B"], run["log_likelihood"]
+        lp, path = data.viterbi(T, B)
+        odd = odd_visits(path, data.obs, data.acts, data.H) if np.isfinite(lp) else np.zeros(0, dtype=np.int64)
         split = np.unique(path[odd])
-        if n_used == n_class and not split.size:
+        if split.size:
+            path[odd] = data.H + np.searchsorted(split, path[odd])
+            view = np.repeat(np.arange(O), data.sizes)
+            Cp = np.zeros((A, data.H + split.size, data.H + split.size))
+            moves = data.acts >= 0
+            prev = np.concatenate([[0], path[:-1]])
+            np.add.at(Cp, (data.acts[moves], prev[moves], path[moves]), 1.0)
+            Bp = np.bincount(path[~moves], minlength=data.H + split.size).astype(np.float64)
+            data, T, B = _relaid(K, data, Cp, Bp, np.arange(data.H + split.size),
+                                 np.concatenate([view, view[split]]), pc)
+            run = _run_em(K, data, T, B, n_iter, pc, tol)
+            T, B, ll = run["T"], run["B"], run["log_likelihood"]
+        log.append((*entry, split.size, ll))
+        if not changed and not split.size:
             break
-        path[odd] = n_class + np.searchsorted(split, path[odd])
-        class_view = np.concatenate([class_view, class_view[split],
-                                     np.setdiff1d(np.arange(O), class_view)])  # >= 1 clone per view
-        order = np.argsort(class_view, kind="stable")  # clones of a view in one block
-        rank = np.empty_like(order)
-        rank[order] = np.arange(order.size)
-        sizes = np.bincount(class_view, minlength=O).astype(np.int64)
-        data = _Data(K, data.obs, data.acts, sizes)
-        C, Bc = data.path_counts(rank[path], A)
-        T, B = _normalise(C, Bc, pc)
-        run = _run_em(K, data, T, B, params.n_iter, pc, float(params.tol))
-        T, B = run["T"], run["B"]
-        log.append((view.size - n_used, n_used - n_class, split.size, run["log_likelihood"]))
     return T, B, data, log
 
 
