@@ -598,10 +598,12 @@ def _relaid(K, data, C, Bc, class_of, class_view, pseudocount):
     rank[order] = np.arange(order.size)
     sizes = np.bincount(class_view, minlength=O).astype(np.int64)
     new = _Data(K, data.obs, data.acts, sizes)
-    keep = class_of >= 0
-    M = np.zeros((class_of.size, new.H))
-    M[np.flatnonzero(keep), rank[class_of[keep]]] = 1.0
-    T, B = _normalise(np.einsum("ih,aij,jk->ahk", M, C, M, optimize=True), M.T @ Bc, pseudocount)
+    import scipy.sparse as sp
+
+    keep = np.flatnonzero(class_of >= 0)
+    M = sp.csr_matrix((np.ones(keep.size), (keep, rank[class_of[keep]])), shape=(class_of.size, new.H))
+    lumped = np.stack([np.asarray((M.T @ (M.T @ C[a]).T).T) for a in range(C.shape[0])])
+    T, B = _normalise(lumped, M.T @ Bc, pseudocount)
     return new, T, B
 
 
