@@ -160,3 +160,12 @@ def test_merge_rounds_shrink_the_clone_hmm_and_keep_its_likelihood():
     # the model still describes fresh walks as well
     fresh = random_walk(env, 40, 30, seed=9)
     assert merged.score(fresh) >= plain.score(fresh) - 1.0
+
+
+def test_moves_into_hardly_used_states_are_left_out():
+    """Moves into states below ``min_count`` (dropped, label -1) are no successors: state 2's move 0 leads
+    only there (0.3 + 0.3), so it counts as untried and state 2 joins state 0."""
+    C = np.zeros((1, 5, 5))
+    C[0, 0, 1] = C[0, 1, 0] = 5; C[0, 1, 2] = 3; C[0, 2, 3] = C[0, 2, 4] = 0.3
+    labels = merge_duplicates(C, [0, 1, 0, 1, 1])
+    assert labels.tolist() == [0, 1, 0, -1, -1]

@@ -53,8 +53,9 @@ class _Classes:
         self.view, self.min_count = view, min_count
         self.parent = np.arange(C.shape[1])
         self.succ = {}
-        for h in used:
-            self.succ[int(h)] = [{int(j): float(C[a, h, j]) for j in np.flatnonzero(C[a, h] > 0)}
+        sub = C[:, used][:, :, used]  # moves into states the counts hardly use are left out
+        for i, h in enumerate(used):
+            self.succ[int(h)] = [{int(used[j]): float(sub[a, i, j]) for j in np.flatnonzero(sub[a, i] > 0)}
                                  for a in range(C.shape[0])]
 
     def find(self, x: int) -> int:
