@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 import numpy as np
+import scipy.sparse as sp
 
 from .._estimator import ModelLearner
 from .._random import as_generator
@@ -598,8 +599,6 @@ def _relaid(K, data, C, Bc, class_of, class_view, pseudocount):
     rank[order] = np.arange(order.size)
     sizes = np.bincount(class_view, minlength=O).astype(np.int64)
     new = _Data(K, data.obs, data.acts, sizes)
-    import scipy.sparse as sp
-
     keep = np.flatnonzero(class_of >= 0)
     M = sp.csr_matrix((np.ones(keep.size), (keep, rank[class_of[keep]])), shape=(class_of.size, new.H))
     lumped = np.stack([np.asarray((M.T @ (M.T @ C[a]).T).T) for a in range(C.shape[0])])
