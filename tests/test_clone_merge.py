@@ -169,3 +169,24 @@ def test_moves_into_hardly_used_states_are_left_out():
     C[0, 0, 1] = C[0, 1, 0] = 5; C[0, 1, 2] = 3; C[0, 2, 3] = C[0, 2, 4] = 0.3
     labels = merge_duplicates(C, [0, 1, 0, 1, 1])
     assert labels.tolist() == [0, 1, 0, -1, -1]
+
+
+def test_odd_visits_at_the_worlds_own_rate_are_not_kept_with_significance():
+    """200 places on a cycle (move 0 goes round; place h shows view h % 5), 100 laps.  Slipping walk: on
+    every fifth lap every next view is 5, at every place alike, so no place has more odd views than the
+    path's rate (20 of 100 each).  Deterministic walk: a single odd view is far beyond a rate of 1 in
+    20,000, so it is kept."""
+    path = np.arange(20_000) % 200
+    acts = np.zeros(path.size, dtype=int)
+    acts[0] = -1
+    views = path % 5
+    slipping = views.copy()
+    lap = np.arange(path.size) // 200
+    slipping[1:][lap[:-1] % 5 == 0] = 5
+    assert odd_visits(path, slipping, acts, 200).size == 4000
+    assert odd_visits(path, slipping, acts, 200, significance=0.01).size == 0
+    clean = views.copy()
+    clean[1001] = 5
+    assert odd_visits(path, clean, acts, 200, significance=0.01).tolist() == [1000]
+    with pytest.raises(ValueError, match="significance"):
+        odd_visits(path, clean, acts, 200, significance=0.0)

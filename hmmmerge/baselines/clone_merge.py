@@ -170,7 +170,7 @@ def merge_duplicates(counts, state_obs, min_count: float = 0.5, initial=None) ->
     return labels
 
 
-def odd_visits(path, obs, acts, n_states: int) -> np.ndarray:
+def odd_visits(path, obs, acts, n_states: int, significance: float | None = None) -> np.ndarray:
     """The steps of a decoded path after which the next view is not the usual one for that state and move.
 
     ``path``, ``obs``, ``acts``: one flat sequence (``acts[t] = -1`` starts an
@@ -178,6 +178,13 @@ def odd_visits(path, obs, acts, n_states: int) -> np.ndarray:
     ``h`` and move ``a``, the usual next view is the one most often seen after
     ``h`` and ``a`` along the path (the lowest of ties); a visit of ``h``
     followed by ``a`` and another view is odd.  Returns their indices.
+
+    ``significance``: keep only the odd visits of the (state, move) pairs that
+    have more of them than the world's own rate of odd views explains: with
+    ``r`` the share of odd visits over the whole path, a pair with ``m`` odd
+    visits among ``n`` is kept when ``P(Binomial(n, r) >= m) < significance``.
+    In a world whose moves are deterministic ``r`` is tiny and one odd visit
+    is enough; where moves slip, odd visits at the slip rate are not kept.
 
     >>> odd_visits([0, 1, 0, 1, 0, 2], [0, 1, 0, 1, 0, 2], [-1, 0, 0, 0, 0, 0], 3).tolist()
     [4]
@@ -188,6 +195,8 @@ def odd_visits(path, obs, acts, n_states: int) -> np.ndarray:
                          f"{acts.shape}")
     if path.size and (path.min() < 0 or path.max() >= n_states):
         raise ValueError(f"path holds a state outside 0..{n_states - 1}")
+    if significance is not None:
+        significance = check_float(significance, "significance", low=0.0, high=1.0, low_open=True)
     t = np.flatnonzero(np.r_[acts[1:] >= 0, False])
     if not t.size:
         return t
@@ -195,4 +204,12 @@ def odd_visits(path, obs, acts, n_states: int) -> np.ndarray:
     n_obs = int(obs.max()) + 1
     counts = np.zeros((int(key.max()) + 1, n_obs))
     np.add.at(counts, (key, obs[t + 1]), 1)
-    return t[obs[t + 1] != counts.argmax(axis=1)[key]]
+    odd = obs[t + 1] != counts.argmax(axis=1)[key]
+    if significance is not None and odd.any():
+        from scipy.stats import binom
+
+        n = counts.sum(axis=1)
+        m = n - counts.max(axis=1)
+        surprising = binom.sf(m - 1, n, odd.mean()) < significance
+        odd &= surprising[key]
+    return t[odd]

@@ -95,8 +95,10 @@ class CloneHMM(ModelLearner):
         a wildcard; clones with expected visits < 0.5 are dropped) and EM
         resumes; then the visits of the decoded clone path after which the
         next view is not the usual one for that clone and move get a clone
-        of their own (:func:`~hmmmerge.baselines.clone_merge.odd_visits`) and
-        EM resumes again.  Stops early when a round neither merges, drops nor
+        of their own (:func:`~hmmmerge.baselines.clone_merge.odd_visits`:
+        only where they are more than the path's overall rate of odd views
+        explains, binomial tail < 0.01, so slipping moves are not split off)
+        and EM resumes again.  Stops early when a round neither merges, drops nor
         splits.  EM spreads a rarely visited place over several clones, each
         with moves never tried from it (a belief there then goes everywhere
         after such a move), and can leave it inside the clone of a busy place
@@ -614,7 +616,7 @@ def _run_merges(K, data, T, B, params):
     (:func:`~hmmmerge.baselines.clone_merge.merge_duplicates`; the clones the data hardly use, expected
     visits < 0.5, are dropped) and EM resumes; then the visits of the decoded path after which the next view
     is not the usual one for that clone and move move to a clone of their own
-    (:func:`~hmmmerge.baselines.clone_merge.odd_visits`), and EM resumes again.
+    (:func:`~hmmmerge.baselines.clone_merge.odd_visits`, significance 0.01), and EM resumes again.
     """
     from .clone_merge import merge_duplicates, odd_visits
 
@@ -637,7 +639,8 @@ def _run_merges(K, data, T, B, params):
             run = _run_em(K, data, T, B, n_iter, pc, tol)
             T, B, ll = run["T"], run["B"], run["log_likelihood"]
         lp, path = data.viterbi(T, B)
-        odd = odd_visits(path, data.obs, data.acts, data.H) if np.isfinite(lp) else np.zeros(0, dtype=np.int64)
+        odd = (odd_visits(path, data.obs, data.acts, data.H, significance=0.01) if np.isfinite(lp)
+               else np.zeros(0, dtype=np.int64))
         split = np.unique(path[odd])
         if split.size:
             path[odd] = data.H + np.searchsorted(split, path[odd])
