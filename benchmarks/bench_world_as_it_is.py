@@ -147,13 +147,18 @@ def _em_params(env) -> dict:
 
 def run_one(config: dict) -> dict:
     """Fit one learner on one walk and score it; the body of a run's subprocess."""
+    env = build_world(config["world"], int(config["colouring"]), config["condition"])
+    train, fresh = walks(env, config)
+    return fit_and_score(config, env, train, fresh, CONDITIONS[config["condition"]]["start"])
+
+
+def fit_and_score(config: dict, env, train, fresh, start) -> dict:
+    """Fit ``config["learner"]`` on the walk ``train`` of ``env`` and score it on ``fresh`` (episodes from
+    ``start``); the record of a run (also used by ``bench_unseen_worlds.py``, with its own worlds)."""
     from hmmmerge.agent import TwoLevelMemory
     from hmmmerge.models import MERGERS as MERGE_MODES
     from hmmmerge.models import MODELS, build_model
 
-    env = build_world(config["world"], int(config["colouring"]), config["condition"])
-    start = CONDITIONS[config["condition"]]["start"]
-    train, fresh = walks(env, config)
     learner = config["learner"]
     seed = [int(config["colouring"]), int(config["seed"]), 2]
     out = {"n_world_states": env.n_states, "n_obs": env.n_obs}
@@ -215,12 +220,13 @@ def _limits(cpu_limit: float, memory_gb: float):
     return apply
 
 
-def execute(config: dict, path: str, cpu_limit: float, memory_gb: float) -> dict:
-    """Run ``config`` in a subprocess under the limits; write and return its record."""
+def execute(config: dict, path: str, cpu_limit: float, memory_gb: float, script: str | None = None) -> dict:
+    """Run ``config`` in a subprocess under the limits (``script --run-one CONFIG``, this file by default);
+    write and return its record."""
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
                NUMBA_NUM_THREADS="1")
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--run-one", json.dumps(config)],
+    proc = subprocess.run([sys.executable, os.path.abspath(script or __file__), "--run-one", json.dumps(config)],
                           capture_output=True, text=True, env=env, preexec_fn=_limits(cpu_limit, memory_gb))
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     process_cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
@@ -521,20 +527,21 @@ DOC_BEGIN = "<!-- bench_world_as_it_is.py tables: begin -->"
 DOC_END = "<!-- bench_world_as_it_is.py tables: end -->"
 
 
-def doc_parts(path: str) -> tuple[str, str]:
-    """The text of ``path`` before :data:`DOC_BEGIN` and after :data:`DOC_END` (a clear error without them)."""
+def doc_parts(path: str, begin: str = DOC_BEGIN, end: str = DOC_END) -> tuple[str, str]:
+    """The text of ``path`` before ``begin`` and after ``end`` (default :data:`DOC_BEGIN`, :data:`DOC_END`;
+    a clear error without them)."""
     with open(path, encoding="utf-8") as f:
         text = f.read()
-    if text.count(DOC_BEGIN) != 1 or text.count(DOC_END) != 1 or text.index(DOC_BEGIN) > text.index(DOC_END):
-        raise ValueError(f"{path}: needs exactly one line {DOC_BEGIN!r} followed by one line {DOC_END!r}")
-    head, rest = text.split(DOC_BEGIN)
-    return head, rest.split(DOC_END)[1]
+    if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
+        raise ValueError(f"{path}: needs exactly one line {begin!r} followed by one line {end!r}")
+    head, rest = text.split(begin)
+    return head, rest.split(end)[1]
 
 
-def update_doc(path: str, lines: list[str]) -> None:
-    """Replace the text between :data:`DOC_BEGIN` and :data:`DOC_END` in ``path`` by ``lines`` (atomically)."""
-    head, tail = doc_parts(path)
-    atomic_write_text(path, head + DOC_BEGIN + "\n" + "\n".join(lines) + "\n" + DOC_END + tail)
+def update_doc(path: str, lines: list[str], begin: str = DOC_BEGIN, end: str = DOC_END) -> None:
+    """Replace the text between ``begin`` and ``end`` in ``path`` by ``lines`` (atomically)."""
+    head, tail = doc_parts(path, begin, end)
+    atomic_write_text(path, head + begin + "\n" + "\n".join(lines) + "\n" + end + tail)
 
 
 def doc_tables(md: list[str]) -> list[str]:

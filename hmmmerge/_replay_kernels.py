@@ -40,19 +40,16 @@ def lump_clones_pairs(counts, factor, pairs, starts, sizes, colour, bound, floor
     """:func:`lump_clones` of ``factor * counts`` read on the blocks of the observation pairs ``pairs``
     only (the rest of ``counts`` is zero)."""
     A, H, _ = counts.shape
-    # the entries worth a thousandth of a transition or more, as a list (refinement rounds then cost O(entries))
-    m = 0
+    # the entries worth a thousandth of a transition or more, as a list (refinement rounds then cost O(entries));
+    # one pass over the pairs' blocks into lists with room for all their entries (np.empty: the pages past
+    # the entries kept are never touched)
+    room = 0
     for p in range(pairs.shape[0]):
-        s0, n0, s1, n1 = starts[pairs[p, 0]], sizes[pairs[p, 0]], starts[pairs[p, 1]], sizes[pairs[p, 1]]
-        for a in range(A):
-            for i in range(s0, s0 + n0):
-                for j in range(s1, s1 + n1):
-                    if factor * counts[a, i, j] >= 1e-3:
-                        m += 1
-    e_a = np.empty(m, dtype=np.int64)
-    e_i = np.empty(m, dtype=np.int64)
-    e_j = np.empty(m, dtype=np.int64)
-    e_c = np.empty(m)
+        room += A * sizes[pairs[p, 0]] * sizes[pairs[p, 1]]
+    e_a = np.empty(room, dtype=np.int64)
+    e_i = np.empty(room, dtype=np.int64)
+    e_j = np.empty(room, dtype=np.int64)
+    e_c = np.empty(room)
     n_out = np.zeros((H, A))
     occ = np.zeros(H)
     m = 0
@@ -67,6 +64,7 @@ def lump_clones_pairs(counts, factor, pairs, starts, sizes, colour, bound, floor
                         n_out[i, a] += c
                         occ[i] += c
                         m += 1
+    e_a, e_i, e_j, e_c = e_a[:m], e_i[:m], e_j[:m], e_c[:m]
     order = np.argsort(-occ, kind="mergesort")
     # colours renumbered 0..nb-1 in order of first appearance by clone index
     block = np.full(H, -1, dtype=np.int64)
@@ -227,18 +225,26 @@ def lumped_model(T, B, weight, block, nb, pairs, starts, sizes):
 
 
 @njit(cache=True)
-def m_step_pairs(S, Q, T, pairs, starts, sizes, scale, pc, slip, redo):
+def m_step_pairs(S, Q, T, pairs, starts, sizes, scale, pc, slip, redo, row_sums=np.zeros((0, 0)),
+                 pair_on=np.zeros(0, dtype=np.bool_)):
     """The M-step on the blocks of the observation pairs (``T``, ``Q`` zero elsewhere), rows of the
     observations with ``redo`` only: ``Q[a, i, :] ~ scale * S[a, i, :] + pc`` over the pairs' blocks, and
-    ``T_a = (1 - slip) Q_a + slip mean_b Q_b``."""
+    ``T_a = (1 - slip) Q_a + slip mean_b Q_b``.  ``row_sums``: ``S.sum(axis=2)`` summed pair by pair as
+    :func:`absorb_counts` returns it (the pass over ``S`` that computes it is then skipped), or empty.
+    ``pair_on``: when not empty, ``Q`` and ``T`` are written on the blocks of the pairs it marks only
+    (normalised over all the pairs; the other blocks keep stale values until the next full M-step)."""
     A, H, _ = S.shape
-    Z = np.zeros((A, H))
+    given = row_sums.shape[0] > 0
+    every = pair_on.shape[0] == 0
+    Z = row_sums if given else np.zeros((A, H))
     width = np.zeros(sizes.shape[0])
     for p in range(pairs.shape[0]):
         o, o2 = pairs[p, 0], pairs[p, 1]
         if not redo[o]:
             continue
         width[o] += sizes[o2]
+        if given:
+            continue
         s0, n0, s1, n1 = starts[o], sizes[o], starts[o2], sizes[o2]
         for a in range(A):
             for i in range(s0, s0 + n0):
@@ -249,7 +255,7 @@ def m_step_pairs(S, Q, T, pairs, starts, sizes, scale, pc, slip, redo):
     mean = np.empty(H)
     for p in range(pairs.shape[0]):
         o, o2 = pairs[p, 0], pairs[p, 1]
-        if not redo[o]:
+        if not redo[o] or not (every or pair_on[p]):
             continue
         s0, n0, s1, n1 = starts[o], sizes[o], starts[o2], sizes[o2]
         for i in range(s0, s0 + n0):
@@ -272,14 +278,38 @@ def absorb_counts(S, C, Q, T, pairs, starts, sizes, slip, keep, add):
     action, on the pairs' blocks: a move ``i -> j`` recorded as ``a`` was made by ``a`` with weight
     ``(1 - slip) Q_a[i, j]`` and by each ``b`` with ``slip / A Q_b[i, j]`` (over their sum ``T_a[i, j]``);
     ``S <- keep * S + add * executed``; ``C`` is zeroed there (the buffer is reused).
-    Returns ``(slipped, S.sum(axis=(0, 2)), S.sum())``: the expected slipped moves of ``C``."""
+    Returns ``(slipped, S.sum(axis=(0, 2)), S.sum(), Z)``: the expected slipped moves of ``C``, and
+    ``Z = S.sum(axis=2)`` summed pair by pair (as :func:`m_step_pairs` sums it).
+
+    A row of a pair's block where ``C`` is zero for every action (the batch never made that pair of
+    views in sequence: about half the blocks on many-view worlds) only decays, ``S <- keep * S``,
+    without the reads of ``T`` and ``Q`` (the same numbers: ``keep * S + add * 0`` is ``keep * S``)."""
     A, H, _ = C.shape
     rsum = np.empty(H)
     w = np.zeros(H)
+    Z = np.zeros((A, H))
     slipped = 0.0
     for p in range(pairs.shape[0]):
         s0, n0, s1, n1 = starts[pairs[p, 0]], sizes[pairs[p, 0]], starts[pairs[p, 1]], sizes[pairs[p, 1]]
         for i in range(s0, s0 + n0):
+            empty = True
+            for a in range(A):
+                for j in range(s1, s1 + n1):
+                    if C[a, i, j] != 0.0:
+                        empty = False
+                        break
+                if not empty:
+                    break
+            if empty:
+                for a in range(A):
+                    acc = 0.0
+                    for j in range(s1, s1 + n1):
+                        x = keep * S[a, i, j]
+                        S[a, i, j] = x
+                        acc += x
+                    w[i] += acc
+                    Z[a, i] += acc
+                continue
             for j in range(s1, s1 + n1):
                 rsum[j] = 0.0
             if slip > 0.0:
@@ -305,7 +335,8 @@ def absorb_counts(S, C, Q, T, pairs, starts, sizes, slip, keep, add):
                     acc += x
                     C[a, i, j] = 0.0
                 w[i] += acc
-    return slipped, w, w.sum()
+                Z[a, i] += acc
+    return slipped, w, w.sum(), Z
 
 
 @njit(cache=True)

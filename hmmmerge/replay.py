@@ -487,7 +487,11 @@ class ReplayMerger(Estimator):
             self._add_pairs(noise, acts)
             d = self._data(noise, acts)
         ll = np.nan
-        for _ in range(int(self.n_iter)):
+        # until the last iteration, the M-step writes T and Q on the batch's pairs only: until the next
+        # M-step nothing reads the others (the E-step and absorb_counts read the batch's pairs), and the
+        # last iteration's M-step writes them all
+        on = self._pairs_in(d)
+        for it in range(int(self.n_iter)):
             ll, C, Bc = self._expected_counts(d)
             if not np.isfinite(ll):
                 raise ValueError("replayed episodes have probability 0 under level 2 (pseudocount too small?)")
@@ -496,15 +500,15 @@ class ReplayMerger(Estimator):
             if first:
                 self._S, self._Sb, self._Sslip = np.zeros_like(C), np.zeros(self._H), 0.0
             keep, add = (0.0, 1.0 / len(batch)) if first else (1.0 - eta, eta / len(batch))
-            slipped, *sums = absorb_counts(self._S, C, self._Q, self._T, self._pairs, self._starts, self._sizes,
-                                           self._slip, keep, add)
-            self._sums = tuple(sums)
+            slipped, w, total, row_sums = absorb_counts(self._S, C, self._Q, self._T, self._pairs, self._starts,
+                                                        self._sizes, self._slip, keep, add)
+            self._sums = (w, total)
             self._Sb *= keep
             self._Sb += add * Bc
             self._Sslip = keep * self._Sslip + add * slipped
             self._var = (1.0 - eta) ** 2 * self._var + eta ** 2 / len(batch) if self._updates else 1.0 / len(batch)
             self._updates += 1
-            self._m_step()
+            self._m_step(row_sums=row_sums, pair_on=on if it + 1 < int(self.n_iter) else None)
         n_split = self._split(d) if self.split else 0
         self._n_new = 0
         # the batch's level-1 states take their most probable clone under the new model; clones are
@@ -601,8 +605,13 @@ class ReplayMerger(Estimator):
 
     def _spare(self, h: int, w, touched) -> int:
         """A clone of ``h``'s view to split ``h`` into, or -1: an unused one (expected visits at most 5% of
-        ``h``'s), else one with at most half ``h``'s visits that the last lumping found in a block with
-        other clones (a duplicate: its kept counts are first folded into the most visited of them)."""
+        ``h``'s), else the least visited one that the last lumping found in a block with other clones (a
+        duplicate), its kept counts first folded into the mate whose future is nearest its own (L1 distance
+        of the next-block distributions, summed over actions, as :meth:`_fold_unheld` measures it).
+        Stepwise EM spreads a place over several clones of its view: without the duplicates freed, a view
+        whose clones are all in use could not split a clone that holds two places; and a block (lumped by
+        a tolerant test) may hold clones of two places, of which the nearest future is the spare's place
+        (BENCHMARKS.md, "Spares from duplicates")."""
         v = self._colour[h]
         lo, n_v = self._starts[v], self._sizes[v]
         for j in (lo + np.argsort(w[lo:lo + n_v], kind="stable")).tolist():
@@ -610,13 +619,11 @@ class ReplayMerger(Estimator):
                 continue
             if w[j] <= 0.05 * w[h]:
                 return j
-            if w[j] > 0.5 * w[h]:
-                return -1
             mates = np.flatnonzero((self._block == self._block[j]) & ~touched)
             mates = mates[(mates != j) & (mates != h)]
             if not len(mates):
                 continue
-            t = int(mates[np.argmax(w[mates])])
+            t = int(mates[np.argmin(self._future_distance(j, mates))])
             self._S[:, :, t] += self._S[:, :, j]
             self._S[:, :, j] = 0.0
             self._S[:, t, :] += self._S[:, j, :]
@@ -627,6 +634,14 @@ class ReplayMerger(Estimator):
             touched[t] = True
             return j
         return -1
+
+    def _future_distance(self, j: int, others) -> np.ndarray:
+        """``sum_a || P_a(j) - P_a(o) ||_1`` for each clone ``o`` of ``others``, ``P_a(c)`` the distribution of
+        the block of the next clone after an ``a`` from ``c`` (under ``T``)."""
+        order = np.argsort(self._block, kind="stable")
+        bounds = np.flatnonzero(np.diff(self._block[order], prepend=-1))
+        P = np.add.reduceat(self._T[:, np.concatenate([[j], others])][:, :, order], bounds, axis=2)
+        return np.abs(P[:, 1:] - P[:, :1]).sum(axis=(0, 2))
 
     def _views_read_as_noise(self, d, obs, acts):
         """Estimate the rate of random views and replace the views that are more likely random than not.
@@ -666,10 +681,19 @@ class ReplayMerger(Estimator):
         views[swap] = expected[swap]
         return views, int(swap.sum())
 
-    def _m_step(self, redo=None) -> None:
+    def _pairs_in(self, d) -> np.ndarray:
+        """Whether each observation pair is made by a move of the batch ``d``."""
+        moves = np.flatnonzero(d.acts >= 0)
+        seen = np.zeros((self._K, self._K), dtype=bool)
+        seen[d.obs[moves - 1], d.obs[moves]] = True
+        return seen[self._pairs[:, 0], self._pairs[:, 1]]
+
+    def _m_step(self, redo=None, row_sums=None, pair_on=None) -> None:
         """``Q`` from the kept counts (pseudocount on the observed pairs' blocks), the slip share
         ``e = slipped / all`` kept moves, ``T = (1 - e) Q + e mean_b Q_b``; rows of the observations in
-        ``redo`` only (default all)."""
+        ``redo`` only (default all).  ``row_sums``: ``S.sum(axis=2)`` as the last
+        :func:`~hmmmerge._replay_kernels.absorb_counts` returned it (else summed here); ``pair_on``: write
+        ``Q`` and ``T`` on the blocks of these pairs only (see :func:`~hmmmerge._replay_kernels.m_step_pairs`)."""
         from ._replay_kernels import m_step_pairs
 
         scale, pc = float(self.window), float(self.pseudocount)
@@ -677,7 +701,9 @@ class ReplayMerger(Estimator):
             total = self._kept_sums()[1]
             self._slip = min(self._Sslip / total, 0.99) if total > 0 else self._slip
         m_step_pairs(self._S, self._Q, self._T, self._pairs, self._starts, self._sizes, scale, pc, self._slip,
-                     np.ones(self._K, dtype=np.bool_) if redo is None else redo)
+                     np.ones(self._K, dtype=np.bool_) if redo is None else redo,
+                     np.zeros((0, 0)) if row_sums is None or redo is not None else row_sums,
+                     np.zeros(0, dtype=np.bool_) if pair_on is None else pair_on)
         if redo is None:
             B = self._Sb * scale + pc
             self._B = B / B.sum()

@@ -329,3 +329,78 @@ def test_replay_emission_rows_hold_the_stated_floor_off_each_cluster_colour():
     assert np.array_equal(np.where(off, arrays.soft, arrays.soft_floor[:, None]),
                           np.broadcast_to(arrays.soft_floor[:, None], arrays.soft.shape))
     assert (arrays.soft[np.arange(agent.n_clusters_), arrays.cluster_obs] > arrays.soft_floor).all()
+
+
+def _absorb_dense(S, C, Q, T, inside, slip, keep, add):
+    """absorb_counts in whole-array numpy: the counts of the recorded action split by Bayes' rule between the
+    actions that could have made each move, folded into ``keep * S``."""
+    A = S.shape[0]
+    r = np.divide(C, T, out=np.zeros_like(C), where=T > 0)
+    executed = Q * ((1.0 - slip) * r + slip / A * r.sum(axis=0)) if slip > 0 else C
+    slipped = (slip / A * r.sum(axis=0) * Q.sum(axis=0)).sum() if slip > 0 else 0.0
+    return (keep * S + add * executed) * inside, slipped
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 4), st.integers(1, 4), st.integers(1, 3), st.integers(0, 10**6),
+       st.sampled_from([0.0, 0.05, 0.3]), st.sampled_from([0.0, 0.4, 1.0]), st.floats(0.0, 1.0))
+def test_absorb_skips_rows_without_counts_and_gives_the_m_step_its_row_sums(K, n, A, seed, slip, keep, empty):
+    """Rows of a pair's block where the batch left no count only decay (bit for bit ``keep * S``), the others
+    follow the dense formula; the row sums absorb_counts hands to the M-step are bit for bit the ones the
+    M-step sums itself (same Q, same T); an M-step on some pairs writes their blocks as the full one does."""
+    from hmmmerge._replay_kernels import absorb_counts, m_step_pairs
+
+    rng = np.random.default_rng(seed)
+    H = K * n
+    starts, sizes = np.arange(0, H, n, dtype=np.int64), np.full(K, n, dtype=np.int64)
+    has = rng.random((K, K)) < 0.7
+    has[:, 0] = True
+    pairs = np.argwhere(has).astype(np.int64)
+    rng.shuffle(pairs)                                     # pairs come in the order they were first seen
+    inside = np.repeat(np.repeat(has, n, axis=0), n, axis=1)[None]
+    S = rng.random((A, H, H)) * inside
+    Q, T = np.zeros_like(S), np.zeros_like(S)
+    redo = np.ones(K, dtype=np.bool_)
+    m_step_pairs(S, Q, T, pairs, starts, sizes, 3.0, 0.01, slip, redo)
+    C = rng.random((A, H, H)) * inside
+    for o, o2 in pairs.tolist():                           # some rows of some blocks: no count for any action
+        rows = starts[o] + np.flatnonzero(rng.random(n) < empty)
+        C[:, rows, starts[o2]:starts[o2] + n] = 0.0
+    blank = (C == 0).all(axis=0)[None] & inside
+    want, want_slipped = _absorb_dense(S, C, Q, T, inside, slip, keep, 0.7)
+    kept, buf = S.copy(), C.copy()
+    slipped, w, total, Z = absorb_counts(kept, buf, Q, T, pairs, starts, sizes, slip, keep, 0.7)
+    assert np.array_equal(kept[np.broadcast_to(blank, S.shape)], (keep * S)[np.broadcast_to(blank, S.shape)])
+    assert np.allclose(kept, want) and np.isclose(slipped, want_slipped) and (buf == 0).all()
+    assert np.allclose(Z, kept.sum(axis=2)) and np.allclose(w, kept.sum(axis=(0, 2)))
+    Q1, T1, Q2, T2 = (np.zeros_like(S) for _ in range(4))
+    m_step_pairs(kept, Q1, T1, pairs, starts, sizes, 200.0, 1e-3, slip, redo)
+    m_step_pairs(kept, Q2, T2, pairs, starts, sizes, 200.0, 1e-3, slip, redo, Z)
+    assert np.array_equal(Q1, Q2) and np.array_equal(T1, T2)
+    # the M-step of an iteration before the last writes the marked pairs' blocks only, bit for bit the full one's
+    on = rng.random(len(pairs)) < 0.5
+    Q3, T3 = np.full_like(S, -1.0), np.full_like(S, -1.0)
+    m_step_pairs(kept, Q3, T3, pairs, starts, sizes, 200.0, 1e-3, slip, redo, Z, on)
+    mark = np.zeros((K, K), dtype=bool)
+    mark[pairs[on, 0], pairs[on, 1]] = True
+    mark = np.broadcast_to(np.repeat(np.repeat(mark, n, axis=0), n, axis=1)[None], S.shape)
+    assert np.array_equal(Q3[mark], Q1[mark]) and np.array_equal(T3[mark], T1[mark]) and (T3[~mark] == -1).all()
+
+
+def test_sleeps_with_m_steps_on_the_batch_pairs_equal_sleeps_with_full_m_steps(monkeypatch):
+    """Writing T and Q on the batch's pairs only before the last EM iteration of a sleep changes nothing:
+    the same model, counts and C, bit for bit, as full M-steps at every iteration (3 iterations, slips)."""
+    env = gridworld(6, 6, n_colours=9, seed=1, slip=0.1)
+    walk = random_walk(env, 60, 30, seed=4)
+
+    def fit():
+        return TwoLevelMemory(9, 4, merger=ReplayMerger(n_iter=3), seed=2).fit(walk)
+
+    fast = fit()
+    monkeypatch.setattr(ReplayMerger, "_pairs_in", lambda self, d: np.ones(len(self._pairs), dtype=bool))
+    full = fit()
+    a, b = fast.merger_, full.merger_
+    assert 0 < len(a._pairs) < 81   # some pairs of views never seen: the model is not one dense block
+    for name in ("_T", "_Q", "_S", "_B", "_block"):
+        assert np.array_equal(getattr(a, name), getattr(b, name)), name
+    assert np.array_equal(fast.clusters_.assignment, full.clusters_.assignment)
