@@ -111,13 +111,12 @@ class ReplayMerger(Estimator):
         "step_exponent": Float(0.5, 1.0, low_open=True), "pseudocount": Float(0.0, 1e6, low_open=True),
         "prune": Float(0.0, 1.0), "risk": Float(0.0, 1.0, low_open=True),
         "tolerance": Float(0.0, 1.0), "slip": Float(0.0, 0.99), "min_new": Int(1, 10**6),
-        "split": Float(0.0, 1e9), "dedupe": Float(0.0, 1.0),
+        "split": Float(0.0, 1e9),
     }
 
     def __init__(self, n_clones: int | None = None, replay: int = 20, window: int = 200, n_iter: int = 2,
                  step_exponent: float = 0.51, pseudocount: float = 1e-3, prune: float = 1e-3, risk: float = 0.05,
-                 tolerance: float = 0.2, slip: float = 0.05, min_new: int = 10, split: float = 25.0,
-                 dedupe: float = float(__import__("os").environ.get("HMMMERGE_DEDUPE", "1.0"))):
+                 tolerance: float = 0.2, slip: float = 0.05, min_new: int = 10, split: float = 25.0):
         self.n_clones = n_clones
         self.replay = replay
         self.window = window
@@ -130,7 +129,6 @@ class ReplayMerger(Estimator):
         self.slip = slip
         self.min_new = min_new
         self.split = split
-        self.dedupe = dedupe
         self._A = None
 
     # ------------------------------------------------------------ set-up
@@ -480,7 +478,6 @@ class ReplayMerger(Estimator):
         self._add_pairs(obs, acts)
         if self._T is None:
             self._init_model(rng)
-        n_merged = self._merge_duplicates(memory) if self.dedupe < 1.0 and self._S is not None else 0
         d = self._data(obs, acts)
         # the rate of random views is estimated from the first update on, but in the first NOISE_AFTER
         # updates no view is replaced: an unlearned model's surprises look like noise, and views repaired
@@ -525,7 +522,7 @@ class ReplayMerger(Estimator):
         self._lump()
         self._fold_unheld()
         self._write_clusters(clusters, memory.n_states)
-        report.update(replayed=len(picks), views_read_as_noise=int(repaired), clones_split=n_split, clones_merged=n_merged, noise_rate=self._noise, log_likelihood_per_step=float(ll) / len(obs), clusters=clusters.n_clusters)
+        report.update(replayed=len(picks), views_read_as_noise=int(repaired), clones_split=n_split, noise_rate=self._noise, log_likelihood_per_step=float(ll) / len(obs), clusters=clusters.n_clusters)
         return [report]
 
     def _split(self, d) -> int:
@@ -605,76 +602,6 @@ class ReplayMerger(Estimator):
             self._m_step()
         self._evidence = (code, count)
         return n_split
-
-    def _merge_duplicates(self, memory) -> int:
-        """Merge the clones of one block (the last lumping) whose futures a G-test does not tell apart.
-
-        Per clone, the kept counts of its next block per action (``S`` times the effective number of
-        episodes, ``1 / var``); within a block, heaviest first, a clone with at least
-        :data:`SPLIT_MIN_VISITS` visits is merged into the first kept clone whose 2 x next-block tables
-        (summed over actions) give a G-statistic with p-value above ``dedupe``; its kept counts in and out
-        and its level-1 states move there, and it becomes a spare.  Returns the clones merged."""
-        from scipy.stats import chi2
-
-        if self._block is None or int(self._block.max()) + 1 == self._H:
-            return 0
-        n_eff = 1.0 / self._var if self._var > 0 else 1.0
-        w = self._weights() * n_eff
-        order = np.argsort(self._block, kind="stable")
-        bounds = np.flatnonzero(np.diff(self._block[order], prepend=-1))
-        remap = np.arange(self._H)
-        n_merged = 0
-        nb = len(bounds)
-        ends = np.append(bounds[1:], len(order))
-        for b in range(nb):
-            members = order[bounds[b]:ends[b]]
-            members = members[w[members] >= float(__import__("os").environ.get("HMMMERGE_DEDUPE_MIN", SPLIT_MIN_VISITS))]
-            if len(members) < 2:
-                continue
-            members = members[np.argsort(-w[members], kind="stable")]
-            # next-block counts per action: (members, A, blocks)
-            F = np.add.reduceat(self._S[:, members][:, :, order], bounds, axis=2).transpose(1, 0, 2) * n_eff
-            kept = [0]
-            for m in range(1, len(members)):
-                for r in kept:
-                    x, y = F[m], F[r]
-                    tot = x + y
-                    nx, ny = x.sum(axis=1, keepdims=True), y.sum(axis=1, keepdims=True)
-                    nt = nx + ny
-                    with np.errstate(divide="ignore", invalid="ignore"):
-                        ex, ey = tot * nx / nt, tot * ny / nt
-                        g = 2.0 * (np.where(x > 0, x * np.log(x / ex), 0.0).sum()
-                                   + np.where(y > 0, y * np.log(y / ey), 0.0).sum())
-                    df = int(((tot > 1e-9).sum(axis=1) - 1).clip(0)[(nt[:, 0] > 0)].sum())
-                    if df == 0 or chi2.sf(g, df) > float(self.dedupe):
-                        j, t = int(members[m]), int(members[r])
-                        self._S[:, :, t] += self._S[:, :, j]
-                        self._S[:, :, j] = 0.0
-                        self._S[:, t, :] += self._S[:, j, :]
-                        self._S[:, j, :] = 0.0
-                        self._Sb[t] += self._Sb[j]
-                        self._Sb[j] = 0.0
-                        remap[j] = t
-                        n_merged += 1
-                        break
-                else:
-                    kept.append(m)
-        if n_merged:
-            n = min(self._n_seen, len(self._clone_state))
-            cs = self._clone_state[:n]
-            moved = np.flatnonzero((cs >= 0) & (remap[np.maximum(cs, 0)] != cs))
-            if len(moved):
-                self._remember(moved, remap[cs[moved]], memory.labels[moved])
-            if self._evidence is not None:
-                A, H, K = self._A, self._H, self._K
-                of = self._evidence[0] // ((A * H + 1) * (A * K))
-                keep = remap[of] == of
-                keep &= ~np.isin(of, remap[remap != np.arange(H)])
-                self._evidence = (self._evidence[0][keep], self._evidence[1][keep])
-            self._sums = None
-            self._lumped = None
-            self._m_step()
-        return n_merged
 
     def _spare(self, h: int, w, touched) -> int:
         """A clone of ``h``'s view to split ``h`` into, or -1: an unused one (expected visits at most 5% of
