@@ -158,6 +158,27 @@ def unseen_moves(est, train, env, visits, rare: int = 30) -> None:
           f"{int((~cells[:, rare_cells]).sum())} of {int(env.n_actions * rare_cells.sum())} at those cells", flush=True)
 
 
+def untried_as_unknown(est, train, env):
+    """A navigator update in which a move never tried from a clone (< 0.5 expected moves on the training
+    walks) is unknown: the belief that took it goes uniformly to the clones of the view seen next, with
+    probability 1 for that view (the map's pseudocount row would give it the view's share of all clones)."""
+    from hmmmerge.baselines import _em_kernels
+    from hmmmerge.baselines.em import _Data
+
+    obs, acts, _, _ = est._sequence(train, env.n_obs, env.n_actions)
+    _, C, _ = _Data(_em_kernels, obs, acts, est.n_clones_).expected_counts(est.T_, est.B_)
+    untried = C.sum(axis=2) < 0.5  # (A, H)
+
+    def update(self, b, a, o):
+        E = self.model.E[:, o]
+        wild = untried[a]
+        pred = b[~wild] @ self.model.T[a][~wild] + b[wild].sum() * E / E.sum()
+        post = pred * E
+        return post / post.sum(), float(post.sum())
+
+    return update
+
+
 def levers(seed: int) -> None:
     from hmmmerge.models import fit_model
 
@@ -178,6 +199,15 @@ def levers(seed: int) -> None:
     fit_s = f"{time.process_time() - c:.1f}"
     model = est.to_hmm()
     row("em-split", model, fit_s)
+    c = time.process_time()
+    row("em-split without merges (merge_rounds=0)", build_model("em-split", train, env=env, seed=seed,
+                                                                 merge_rounds=0), f"{time.process_time() - c:.1f}")
+    plain_update = P._Navigator.update
+    P._Navigator.update = untried_as_unknown(est, train, env)
+    try:
+        row("em-split, a move never tried from a clone unknown in the filter", model, fit_s)
+    finally:
+        P._Navigator.update = plain_update
     fresh = random_walk(env, 2000, 50, seed=99, start="random")
     row("em-split, correspondence from 2,000 random-start walks", model, fit_s,
         P.estimate_correspondence(model, fresh, env.n_states))

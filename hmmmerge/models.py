@@ -11,8 +11,8 @@ scripts and the notebooks take their names and defaults from here.
 **Names** are lower case, words joined by ``-``:
 
 * ``oracle`` (the true world), ``first-order``, ``context``, ``level1`` (the
-  episodic memory), ``em``, ``em-split`` (EM with ``split_rounds=3``: the EM map
-  for planning, ``hmmmerge plan --learner em-split``), ``bfmm``;
+  episodic memory), ``em``, ``em-split`` (EM with ``split_rounds=3`` and
+  ``merge_rounds=3``: the EM map for planning, ``hmmmerge plan --learner em-split``), ``bfmm``;
 * ``level2-NAME`` for every merger ``NAME`` of :data:`MERGERS` (``sf``,
   ``random``, ``none``, ``fold``, ``fold-noisy``, ``replay``): level 2 of the paper's agent,
   :class:`~hmmmerge.agent.TwoLevelMemory` with ``merge=NAME``;
@@ -249,8 +249,10 @@ def _entries():
                      options=(Option("n_clones", "--clones", "EM: clones per observation"),
                               Option("n_iter", "--em-iter", "EM: iterations")))
     yield ModelEntry("em-split", "baselines.em:CloneHMM",
-                     "EM whose clones standing for two places are split (split_rounds=3): the EM map to plan with",
-                     takes=("seed",), overrides={"n_clones": 30, "n_iter": 150, "split_rounds": 3},
+                     "EM whose clones standing for two places are split and whose duplicate clones are merged "
+                     "(split_rounds=3, merge_rounds=3): the EM map to plan with",
+                     takes=("seed",), overrides={"n_clones": 30, "n_iter": 150, "split_rounds": 3,
+                                                 "merge_rounds": 3},
                      options=(Option("n_clones", "--clones", "EM: clones per observation"),
                               Option("n_iter", "--em-iter", "EM: iterations")), table=False)
     yield ModelEntry("bfmm", "baselines.bfmm:BestFirstMerging",

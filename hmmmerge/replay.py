@@ -605,8 +605,13 @@ class ReplayMerger(Estimator):
 
     def _spare(self, h: int, w, touched) -> int:
         """A clone of ``h``'s view to split ``h`` into, or -1: an unused one (expected visits at most 5% of
-        ``h``'s), else one with at most half ``h``'s visits that the last lumping found in a block with
-        other clones (a duplicate: its kept counts are first folded into the most visited of them)."""
+        ``h``'s), else the least visited one that the last lumping found in a block with other clones (a
+        duplicate), its kept counts first folded into the mate whose future is nearest its own (L1 distance
+        of the next-block distributions, summed over actions, as :meth:`_fold_unheld` measures it).
+        Stepwise EM spreads a place over several clones of its view: without the duplicates freed, a view
+        whose clones are all in use could not split a clone that holds two places; and a block (lumped by
+        a tolerant test) may hold clones of two places, of which the nearest future is the spare's place
+        (BENCHMARKS.md, "Spares from duplicates")."""
         v = self._colour[h]
         lo, n_v = self._starts[v], self._sizes[v]
         for j in (lo + np.argsort(w[lo:lo + n_v], kind="stable")).tolist():
@@ -614,13 +619,11 @@ class ReplayMerger(Estimator):
                 continue
             if w[j] <= 0.05 * w[h]:
                 return j
-            if w[j] > 0.5 * w[h]:
-                return -1
             mates = np.flatnonzero((self._block == self._block[j]) & ~touched)
             mates = mates[(mates != j) & (mates != h)]
             if not len(mates):
                 continue
-            t = int(mates[np.argmax(w[mates])])
+            t = int(mates[np.argmin(self._future_distance(j, mates))])
             self._S[:, :, t] += self._S[:, :, j]
             self._S[:, :, j] = 0.0
             self._S[:, t, :] += self._S[:, j, :]
@@ -631,6 +634,14 @@ class ReplayMerger(Estimator):
             touched[t] = True
             return j
         return -1
+
+    def _future_distance(self, j: int, others) -> np.ndarray:
+        """``sum_a || P_a(j) - P_a(o) ||_1`` for each clone ``o`` of ``others``, ``P_a(c)`` the distribution of
+        the block of the next clone after an ``a`` from ``c`` (under ``T``)."""
+        order = np.argsort(self._block, kind="stable")
+        bounds = np.flatnonzero(np.diff(self._block[order], prepend=-1))
+        P = np.add.reduceat(self._T[:, np.concatenate([[j], others])][:, :, order], bounds, axis=2)
+        return np.abs(P[:, 1:] - P[:, :1]).sum(axis=(0, 2))
 
     def _views_read_as_noise(self, d, obs, acts):
         """Estimate the rate of random views and replace the views that are more likely random than not.

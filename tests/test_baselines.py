@@ -53,7 +53,8 @@ def test_registry_builds_what_direct_construction_builds(small):
         "first-order": FirstOrderModel(pseudocount=0.5).fit(train, env.n_obs, env.n_actions).to_hmm(),
         "context": ContextModel(order=2).fit(train, env.n_obs, env.n_actions).to_hmm(),
         "em": CloneHMM(n_clones=2, n_iter=4, seed=[3, 1]).fit(train, env.n_obs, env.n_actions).to_hmm(),
-        "em-split": CloneHMM(n_clones=12, n_iter=60, seed=[3, 1], split_rounds=3, split_surprise=0.5)  # splits 3
+        "em-split": CloneHMM(n_clones=12, n_iter=60, seed=[3, 1], split_rounds=3, split_surprise=0.5,  # splits 3
+                             merge_rounds=3)
         .fit(train, env.n_obs, env.n_actions).to_hmm(),
         "bfmm": BestFirstMerging(seed=[3, 1]).fit(train[:5], env.n_obs, env.n_actions).to_hmm(),
         "level2-random": TwoLevelMemory(env.n_obs, env.n_actions, merge="random", initial_size=3,

@@ -338,6 +338,8 @@ def test_recovers_aliased_cycle():
         ({"seed": [1, -2]}, "seed"),
         ({"split_rounds": -1}, "split_rounds"),
         ({"split_surprise": -1.0}, "split_surprise"),
+        ({"merge_rounds": -1}, "merge_rounds"),
+        ({"merge_rounds": 1.5}, "merge_rounds"),
     ],
 )
 def test_bad_parameters_raise(kwargs, field):

@@ -433,3 +433,48 @@ def test_the_split_test_is_a_two_group_likelihood_ratio_no_better_than_brute_for
             assert G[c] == pytest.approx(_two_group_statistic(M, side))
     assert G[1] == pytest.approx(brute)
     assert (side == planted).all() or (side != planted).all()
+
+
+def test_a_split_frees_the_least_visited_duplicate_even_when_every_clone_of_its_view_is_in_use():
+    """Stepwise EM spreads a place over several clones of its view: with every clone in use, the spare for a
+    split is the least visited clone that the lumping found in a block with others, of any weight; its
+    kept counts go to the mate whose next-block distributions are nearest its own (brute force below),
+    not to the most visited one (S' = M^T S M, M the merge of the two clones)."""
+    agent = TwoLevelMemory(5, 1, merger=ReplayMerger(n_clones=4), sleep_every=20, seed=0)
+    agent.fit(slip_walk(LOOP, LOOP_COLOURS, 20, 12, 0.0, seed=0))
+    m = agent.merger_
+    rng = np.random.default_rng(0)
+    inside = m._has_pair[m._colour][:, m._colour]
+    S = rng.random(m._S.shape) * inside[None]
+    S[:, 10] = S[:, 9] * (0.8 / 0.9) + 0.01 * rng.random(S[:, 9].shape) * inside[10]   # 10's future near 9's
+    view2 = np.arange(8, 12)   # the clones of view 2: the one to split (8) is lighter than twice each other
+    out = S[:, view2, :].sum(axis=(0, 2))
+    S[:, view2, :] *= (np.array([1.0, 0.9, 0.8, 2.0]) / out)[None, :, None]
+    block = np.arange(m._H)
+    block[[9, 10, 11]] = 9            # 9, 10, 11 are duplicates, 8 is alone
+    _, block = np.unique(block, return_inverse=True)
+    m._S, m._sums, m._block = S.copy(), None, block.astype(np.int64)
+    m._m_step()
+    w = m._weights().copy()
+    np.testing.assert_allclose(w[view2], [1.0, 0.9, 0.8, 2.0])
+
+    def next_blocks(c):   # brute force: P[a, b] = sum of T[a, c, k] over the clones k of block b
+        P = np.zeros((m._A, block.max() + 1))
+        for a in range(m._A):
+            for k in range(m._H):
+                P[a, block[k]] += m._T[a, c, k]
+        return P
+
+    dist = {t: np.abs(next_blocks(10) - next_blocks(t)).sum() for t in (9, 11)}
+    assert dist[9] < dist[11]
+    np.testing.assert_allclose(m._future_distance(10, np.array([9, 11])), [dist[9], dist[11]])
+    touched = np.zeros(m._H, dtype=bool)
+    assert m._spare(8, w, touched) == 10
+    M = np.eye(m._H)
+    M[10] = 0.0
+    M[10, 9] = 1.0
+    np.testing.assert_allclose(m._S, np.einsum("ji,ajk,kl->ail", M, S, M))
+    assert touched[9] and touched.sum() == 1
+    # no unused clone and no duplicate: no spare
+    m._S, m._sums, m._block = S.copy(), None, np.arange(m._H)
+    assert m._spare(8, m._weights().copy(), np.zeros(m._H, dtype=bool)) == -1

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 import numpy as np
+import scipy.sparse as sp
 
 from .._estimator import ModelLearner
 from .._random import as_generator
@@ -85,6 +86,24 @@ class CloneHMM(ModelLearner):
     split_surprise : float >= 0
         The threshold of ``split_rounds`` in nats (20: well above the
         ~10 nats the pseudocount alone gives a clone on the paper's world).
+    merge_rounds : int >= 0
+        After EM and splits (before any Viterbi refinement), rounds of
+        merging and splitting, for worlds whose moves are deterministic.
+        The clones that stand for one place are merged on EM's expected
+        counts (:func:`~hmmmerge.baselines.clone_merge.merge_duplicates`:
+        compatible on every move both tried, recursively; an untried move is
+        a wildcard; clones with expected visits < 0.5 are dropped) and EM
+        resumes; then the visits of the decoded clone path after which the
+        next view is not the usual one for that clone and move get a clone
+        of their own (:func:`~hmmmerge.baselines.clone_merge.odd_visits`:
+        only where they are more than the path's overall rate of odd views
+        explains, binomial tail < 0.01, so slipping moves are not split off)
+        and EM resumes again.  Stops early when a round neither merges, drops nor
+        splits.  EM spreads a rarely visited place over several clones, each
+        with moves never tried from it (a belief there then goes everywhere
+        after such a move), and can leave it inside the clone of a busy place
+        of the same view; this repairs both.  The number of clones per view
+        then varies (``n_clones_``).  0 (the default) changes nothing.
 
     Attributes (after :meth:`fit`)
     ------------------------------
@@ -97,6 +116,8 @@ class CloneHMM(ModelLearner):
         ``pseudocount * (sum log T + sum log B)``; EM never decreases it.
     viterbi_log_likelihood_ : (k,) ``log P(best path, X)`` per hard-EM iteration.
     split_log_ : (rounds, 2) per splitting round: clones split, training log-likelihood after EM resumed.
+    merge_log_ : (rounds, 4) per merging round: clones dropped (expected visits < 0.5), clones merged into another,
+        classes split, training log-likelihood after EM resumed.
     log_likelihood_ : training log-likelihood of the final model.
     fit_time_ : wall seconds of :meth:`fit`.
 
@@ -132,6 +153,7 @@ class CloneHMM(ModelLearner):
         n_init: int = 1,
         split_rounds: int = 0,
         split_surprise: float = 20.0,
+        merge_rounds: int = 0,
     ):
         self.n_clones = n_clones
         self.n_iter = n_iter
@@ -144,6 +166,7 @@ class CloneHMM(ModelLearner):
         self.n_init = n_init
         self.split_rounds = split_rounds
         self.split_surprise = split_surprise
+        self.merge_rounds = merge_rounds
 
     # ------------------------------------------------------------ validation
     # n_clones' length is checked against the data's alphabet by _clone_counts
@@ -151,6 +174,7 @@ class CloneHMM(ModelLearner):
         "n_clones": _check_n_clones, "n_iter": Int(0), "n_viterbi_iter": Int(0), "n_init": Int(1),
         "pseudocount": Float(0), "tol": Float(0), "viterbi_pseudocount": Float(0, none=True),
         "viterbi_refine": Bool(), "seed": check_seed, "split_rounds": Int(0), "split_surprise": Float(0),
+        "merge_rounds": Int(0),
     }
 
     def _clone_counts(self, n_obs: int) -> np.ndarray:
@@ -214,6 +238,10 @@ class CloneHMM(ModelLearner):
         split_log = []
         if self.split_rounds:
             T, B, split_log = _run_splits(K, data, T, B, self, rng)
+        merge_log = []
+        if self.merge_rounds:
+            T, B, data, merge_log = _run_merges(K, data, T, B, self)
+            nc = data.sizes.copy()
         vit_ll = []
         if self.viterbi_refine:
             vp = self.pseudocount if self.viterbi_pseudocount is None else self.viterbi_pseudocount
@@ -230,6 +258,7 @@ class CloneHMM(ModelLearner):
         self.train_objective_ = np.asarray(best["objectives"])
         self.viterbi_log_likelihood_ = np.asarray(vit_ll)
         self.split_log_ = np.asarray(split_log, dtype=np.float64).reshape(-1, 2)
+        self.merge_log_ = np.asarray(merge_log, dtype=np.float64).reshape(-1, 4)
         self.log_likelihood_ = data.log_likelihood(T, B)
         self.fit_time_ = time.perf_counter() - t0
         return self
@@ -560,6 +589,75 @@ def _run_splits(K, data, T, B, params, rng):
         T, B = run["T"], run["B"]
         log.append((n_split, run["log_likelihood"]))
     return T, B, log
+
+
+def _relaid(K, data, C, Bc, class_of, class_view, pseudocount):
+    """The map of ``C``, ``Bc`` lumped by ``class_of`` (state -> class, -1: dropped), its clones laid out in
+    view blocks (every view keeps >= 1 clone): ``(data, T, B)``."""
+    O = data.sizes.shape[0]
+    class_view = np.concatenate([class_view, np.setdiff1d(np.arange(O), class_view)])
+    order = np.argsort(class_view, kind="stable")  # clones of a view in one block
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    sizes = np.bincount(class_view, minlength=O).astype(np.int64)
+    new = _Data(K, data.obs, data.acts, sizes)
+    keep = np.flatnonzero(class_of >= 0)
+    M = sp.csr_matrix((np.ones(keep.size), (keep, rank[class_of[keep]])), shape=(class_of.size, new.H))
+    lumped = np.stack([np.asarray((M.T @ (M.T @ C[a]).T).T) for a in range(C.shape[0])])
+    T, B = _normalise(lumped, M.T @ Bc, pseudocount)
+    return new, T, B
+
+
+def _run_merges(K, data, T, B, params):
+    """``params.merge_rounds`` rounds of merging and splitting, each followed by EM;
+    ``(T, B, data, [(dropped, merged, split, log-lik), ...])`` (``data`` laid out for the new clones).
+
+    A round: the clones that stand for one place are merged on EM's expected counts
+    (:func:`~hmmmerge.baselines.clone_merge.merge_duplicates`; the clones the data hardly use, expected
+    visits < 0.5, are dropped) and EM resumes; then the visits of the decoded path after which the next view
+    is not the usual one for that clone and move move to a clone of their own
+    (:func:`~hmmmerge.baselines.clone_merge.odd_visits`, significance 0.01), and EM resumes again.
+    """
+    from .clone_merge import merge_duplicates, odd_visits
+
+    A, O = T.shape[0], data.sizes.shape[0]
+    pc, n_iter, tol = float(params.pseudocount), params.n_iter, float(params.tol)
+    log = []
+    for _ in range(params.merge_rounds):
+        ll, C, Bc = data.expected_counts(T, B)
+        if not np.isfinite(ll):
+            break
+        view = np.repeat(np.arange(O), data.sizes)
+        labels = merge_duplicates(C, view, min_count=0.5, initial=Bc)
+        n_used, n_class = int((labels >= 0).sum()), int(labels.max()) + 1
+        changed = n_class < view.size  # something merged or dropped
+        entry = (view.size - n_used, n_used - n_class)
+        class_view = np.zeros(n_class, dtype=np.int64)
+        class_view[labels[labels >= 0]] = view[labels >= 0]
+        if changed:
+            data, T, B = _relaid(K, data, C, Bc, labels, class_view, pc)
+            run = _run_em(K, data, T, B, n_iter, pc, tol)
+            T, B, ll = run["T"], run["B"], run["log_likelihood"]
+        lp, path = data.viterbi(T, B)
+        odd = (odd_visits(path, data.obs, data.acts, data.H, significance=0.01) if np.isfinite(lp)
+               else np.zeros(0, dtype=np.int64))
+        split = np.unique(path[odd])
+        if split.size:
+            path[odd] = data.H + np.searchsorted(split, path[odd])
+            view = np.repeat(np.arange(O), data.sizes)
+            Cp = np.zeros((A, data.H + split.size, data.H + split.size))
+            moves = data.acts >= 0
+            prev = np.concatenate([[0], path[:-1]])
+            np.add.at(Cp, (data.acts[moves], prev[moves], path[moves]), 1.0)
+            Bp = np.bincount(path[~moves], minlength=data.H + split.size).astype(np.float64)
+            data, T, B = _relaid(K, data, Cp, Bp, np.arange(data.H + split.size),
+                                 np.concatenate([view, view[split]]), pc)
+            run = _run_em(K, data, T, B, n_iter, pc, tol)
+            T, B, ll = run["T"], run["B"], run["log_likelihood"]
+        log.append((*entry, split.size, ll))
+        if not changed and not split.size:
+            break
+    return T, B, data, log
 
 
 def _run_hard_em(K, data, T, B, n_iter, pseudocount, tol):
