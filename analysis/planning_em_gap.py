@@ -2,7 +2,7 @@
 
 For each seed (``world("paper-grid", seed=s)``, 1,000 training walks of 50 moves from the start, as in
 ``benchmarks/bench_planning.py``), the maps of the oracle, fold, EM (the catalogue's ``em``) and EM with
-``split_rounds=3`` (``em-split``):
+``split_rounds=3`` and ``merge_rounds=3`` (``em-split``):
 
 1. **The filter on the same walks.**  300 walks of 50 moves from uniformly random cells; every map filters
    them from its long-run occupancy (the prior :func:`hmmmerge.planning.navigate` gives a random start) and

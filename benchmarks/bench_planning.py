@@ -9,7 +9,8 @@ Sections (``--sections``, default all):
   localisation from move 10 on in those navigations (random starts) and in 500 navigations that start at
   the world's start (the start of every training walk), and the share of successful routes shorter than
   any connection from that place to that colour in the training walks ("shortcuts").  ``em-split`` (the
-  catalogue's) is EM with ``split_rounds=3`` (clones that stand for two places split after EM).
+  catalogue's) is EM with ``split_rounds=3`` and ``merge_rounds=3`` (clones that stand for two places split
+  after EM, clones that stand for one place merged).
   ``alergia`` when AALpy is installed, and ``rpni`` with ``--rpni`` (seed 0 only: 2-3 CPU minutes for
   1,000 walks).
 * ``detour`` -- the same maps, after learning, in the world with passages blocked (walls put between cells
