@@ -30,7 +30,6 @@ import importlib.util
 import json
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -204,25 +203,7 @@ def main(argv=None) -> int:
         except (OSError, ValueError) as e:
             parser.error(f"--doc: {e}")
 
-    runs_dir = os.path.join(args.out, "runs")
-    os.makedirs(runs_dir, exist_ok=True)
-    configs = configurations(args)
-    records = []
-    started = time.time()
-    for i, (config, limit) in enumerate(configs):
-        path = os.path.join(runs_dir, W.run_key(config) + ".json")
-        record = W.load(path)
-        stale = record is not None and record["status"] == "cpu-limit" and record["cpu_limit"] < limit
-        if (record is None or stale) and not args.table_only:
-            record = W.execute(config, path, limit, args.memory_gb, script=__file__)
-            acc = record.get("heldout_accuracy")
-            print(f"[{i + 1}/{len(configs)} {time.time() - started:.0f} s] {config['world']} {config['condition']} "
-                  f"s{config['seed']} {config['learner']}: {record['status']}"
-                  + (f" held-out {acc:.3f} (oracle {record['oracle_accuracy']:.3f}) fit {record['fit_cpu_s']:.1f} s"
-                     if acc is not None and record["status"] == "ok" else f" {record.get('message', '')}"),
-                  file=sys.stderr, flush=True)
-        if record is not None and record["status"] != "error":
-            records.append(record)
+    records = W.run_all(configurations(args), args, script=__file__)
     W.write_csv(records, os.path.join(args.out, "results.csv"))
     worlds = [w for w in WORLDS if any(r["config"]["world"] == w for r in records)]
     head = [f"# Unseen worlds: {len(records)} runs", "",

@@ -289,6 +289,31 @@ def load(path: str) -> dict | None:
         return None
 
 
+def run_all(configs: list, args, script: str | None = None) -> list[dict]:
+    """Every run of ``configs`` (``(config, cpu_limit)`` pairs): a stored record is reused, a missing one (or
+    one stopped under a lower CPU limit) is run by :func:`execute` unless ``args.table_only``; returns the
+    records that are not errors, in order."""
+    runs_dir = os.path.join(args.out, "runs")
+    os.makedirs(runs_dir, exist_ok=True)
+    records = []
+    started = time.time()
+    for i, (config, limit) in enumerate(configs):
+        path = os.path.join(runs_dir, run_key(config) + ".json")
+        record = load(path)
+        stale = record is not None and record["status"] == "cpu-limit" and record["cpu_limit"] < limit
+        if (record is None or stale) and not args.table_only:
+            record = execute(config, path, limit, args.memory_gb, script=script)
+            acc = record.get("heldout_accuracy")
+            print(f"[{i + 1}/{len(configs)} {time.time() - started:.0f} s] {config['world']} {config['condition']} "
+                  f"c{config['colouring']} s{config['seed']} {config['learner']}: {record['status']}"
+                  + (f" held-out {acc:.3f} (oracle {record['oracle_accuracy']:.3f}) fit {record['fit_cpu_s']:.1f} s"
+                     if acc is not None and record["status"] == "ok" else f" {record.get('message', '')}"),
+                  file=sys.stderr, flush=True)
+        if record is not None and record["status"] != "error":
+            records.append(record)
+    return records
+
+
 # --------------------------------------------------------------------------- tables
 def cpu_per_1000(record: dict) -> float:
     """Fit CPU seconds per 1,000 training episodes."""
@@ -617,25 +642,7 @@ def main(argv=None) -> int:
             parser.error(f"--doc: {e}")
     target = args.target or next((lr for lr in reversed(args.learners) if lr in MERGE_MODES), args.learners[-1])
 
-    runs_dir = os.path.join(args.out, "runs")
-    os.makedirs(runs_dir, exist_ok=True)
-    configs = configurations(args)
-    records = []
-    started = time.time()
-    for i, (config, limit) in enumerate(configs):
-        path = os.path.join(runs_dir, run_key(config) + ".json")
-        record = load(path)
-        stale = record is not None and record["status"] == "cpu-limit" and record["cpu_limit"] < limit
-        if (record is None or stale) and not args.table_only:
-            record = execute(config, path, limit, args.memory_gb)
-            acc = record.get("heldout_accuracy")
-            print(f"[{i + 1}/{len(configs)} {time.time() - started:.0f} s] {config['world']} {config['condition']} "
-                  f"c{config['colouring']} s{config['seed']} {config['learner']}: {record['status']}"
-                  + (f" held-out {acc:.3f} (oracle {record['oracle_accuracy']:.3f}) fit {record['fit_cpu_s']:.1f} s"
-                     if acc is not None and record["status"] == "ok" else f" {record.get('message', '')}"),
-                  file=sys.stderr, flush=True)
-        if record is not None and record["status"] != "error":
-            records.append(record)
+    records = run_all(configurations(args), args)
     write_csv(records, os.path.join(args.out, "results.csv"))
     worlds = [w for w in WORLDS if any(r["config"]["world"] == w for r in records)]
     runs = ("colouring i paired with walk seed i" if args.pairs else "colourings x walk seeds")
