@@ -119,11 +119,9 @@ def configurations(args) -> list[tuple[dict, float]]:
         for condition in args.conditions:
             for i, seed in enumerate(args.seeds):
                 for learner in args.learners:
-                    limit = args.cpu_limit
-                    if learner in args.capped:
-                        if condition != "clean" and i >= args.capped_runs:
-                            continue
-                        limit = min(limit, args.capped_limit)
+                    limit = W.cpu_limit(learner, condition, i, args)
+                    if limit is None:
+                        continue
                     out.append(({"world": world, "condition": condition, "colouring": seed, "seed": seed,
                                  "learner": learner, "episodes": args.episodes,
                                  "episode_length": args.episode_length, "eval_episodes": args.eval_episodes,

@@ -259,6 +259,17 @@ def runs_of(world: str, args) -> list[tuple[int, int]]:
     return [(c, s) for c in args.colourings for s in args.seeds]
 
 
+def cpu_limit(learner: str, condition: str, run: int, args) -> float | None:
+    """The CPU limit of a learner's ``run``-th run of a world under ``condition``: ``--capped`` learners get
+    ``--capped-limit`` on every clean run and on the first ``--capped-runs`` runs of the other conditions, and
+    are not run (None) beyond them; every other run gets ``--cpu-limit``."""
+    if learner not in args.capped:
+        return args.cpu_limit
+    if condition != "clean" and run >= args.capped_runs:
+        return None
+    return min(args.cpu_limit, args.capped_limit)
+
+
 def configurations(args) -> list[dict]:
     """Every run of the protocol, with its CPU limit: ``--capped`` learners run under ``--capped-limit``,
     on every run of the clean condition and on the first ``--capped-runs`` runs of a world under the others."""
@@ -270,11 +281,9 @@ def configurations(args) -> list[dict]:
         for condition in conditions:
             for i, (colouring, seed) in enumerate(runs):
                 for learner in args.learners:
-                    limit = args.cpu_limit
-                    if learner in args.capped:
-                        if condition != "clean" and i >= args.capped_runs:
-                            continue
-                        limit = min(limit, args.capped_limit)
+                    limit = cpu_limit(learner, condition, i, args)
+                    if limit is None:
+                        continue
                     out.append(({"world": world, "condition": condition, "colouring": colouring, "seed": seed,
                                  "learner": learner, "episodes": args.episodes, "episode_length": length,
                                  "eval_episodes": args.eval_episodes}, limit))
