@@ -135,7 +135,7 @@ def maze_layout(rows: int, cols: int, seed=0, loops: int = 0) -> tuple[str, ...]
         stack.append((r + dr, c + dc))
     walls = [(r, c) for r in range(rows) for c in range(cols) if not open_[r][c] and (r % 2) != (c % 2)]
     if loops > len(walls):
-        raise ValueError(f"loops={loops}: a {rows}x{cols} maze has only {len(walls)} walls between two rooms")
+        raise ValueError(f"loops={loops}: a {rows}x{cols} maze has only {len(walls)} walls left between two rooms")
     for i in rng.choice(len(walls), size=loops, replace=False):
         r, c = walls[int(i)]
         open_[r][c] = True
