@@ -80,13 +80,13 @@ PROBE_WORLDS = {
     "torus-9x9-c3": ("torus", {"rows": 9, "cols": 9, "n_colours": 3}),
     "four-rooms-11-c8": ("four_rooms", {"size": 11, "n_colours": 8}),
     "graph-200-a3-c10": ("random_graph", {"n_states": 200, "n_actions": 3, "n_colours": 10}),
-    "fourrooms-5x5": ("minigrid", {"agent_view_size": 5}),
-    "fourrooms-7x7": ("minigrid", {"agent_view_size": 7}),
+    "minigrid-fourrooms-5x5": ("minigrid", {"agent_view_size": 5}),
+    "minigrid-fourrooms-7x7": ("minigrid", {"agent_view_size": 7}),
 }
 """``--set probe``: name -> (builder, its arguments), coloured (MiniGrid: laid out) with seed
 :data:`PROBE_SEED` + the run's colouring.  Appended only: a world's index is part of its walks' seed."""
 PROBE_SEED = 100
-PROBE_CONDITIONS = {"fourrooms-7x7": ("random-start",)}
+PROBE_CONDITIONS = {"minigrid-fourrooms-7x7": ("random-start",)}
 """Probe worlds run under some conditions only (FourRooms 7x7 from the start pose is the main benchmark's)."""
 MINIGRID_EPISODE_LENGTH = 100
 SETS = {"default": WORLDS, "probe": PROBE_WORLDS}

@@ -118,7 +118,8 @@ def test_four_rooms_are_four_rooms_joined_by_doorways(bench):
 def test_probe_set_worlds_conditions_and_walks(bench):
     sizes = {name: bench.build_world(name, 0, "clean").n_states for name in bench.PROBE_WORLDS}
     assert sizes == {"grid-10x10-c4": 100, "grid-30x30-c10": 900, "maze-13x13-c6": 101, "torus-9x9-c3": 81,
-                     "four-rooms-11-c8": 104, "graph-200-a3-c10": 200, "fourrooms-5x5": 1040, "fourrooms-7x7": 1040}
+                     "four-rooms-11-c8": 104, "graph-200-a3-c10": 200, "minigrid-fourrooms-5x5": 1040,
+                     "minigrid-fourrooms-7x7": 1040}
     # coloured with seed 100 + i: not the colouring i that other benchmarks use
     from hmmmerge import gridworld
 
@@ -126,13 +127,14 @@ def test_probe_set_worlds_conditions_and_walks(bench):
     assert (grid.obs == gridworld(10, 10, n_colours=4, seed=101).obs).all()
     assert not (grid.obs == gridworld(10, 10, n_colours=4, seed=1).obs).all()
     assert bench.build_world("graph-200-a3-c10", 0, "slip-0.05").n_actions == 3
-    five, seven = bench.build_world("fourrooms-5x5", 0, "clean"), bench.build_world("fourrooms-7x7", 0, "clean")
+    five = bench.build_world("minigrid-fourrooms-5x5", 0, "clean")
+    seven = bench.build_world("minigrid-fourrooms-7x7", 0, "clean")
     assert five.n_actions == 3 and five.n_obs < seven.n_obs
-    args = argparse.Namespace(worlds=["torus-9x9-c3", "fourrooms-7x7"], conditions=list(bench.CONDITIONS),
+    args = argparse.Namespace(worlds=["torus-9x9-c3", "minigrid-fourrooms-7x7"], conditions=list(bench.CONDITIONS),
                               seeds=[0], learners=["oracle"], cpu_limit=120.0, capped=[], capped_limit=20.0,
                               capped_runs=1, episodes=1000, episode_length=50, eval_episodes=100)
     configs = [c for c, _ in bench.configurations(args)]
-    assert [c["condition"] for c in configs if c["world"] == "fourrooms-7x7"] == ["random-start"]
+    assert [c["condition"] for c in configs if c["world"] == "minigrid-fourrooms-7x7"] == ["random-start"]
     assert {c["episode_length"] for c in configs} == {50, 100} and len(configs) == len(bench.CONDITIONS) + 1
     # walks seeded apart from the default set's: the same colouring, seed and condition give other walks
     config = {"colouring": 0, "seed": 0, "condition": "clean", "episodes": 5, "episode_length": 10,
@@ -153,7 +155,8 @@ def test_probe_set_option_and_its_own_doc_markers(bench, tmp_path):
     out = str(tmp_path / "out")
     assert bench.main(["--set", "probe", "--out", out, "--table-only", "--doc", str(doc)]) == 0
     text = doc.read_text()
-    assert "OLD-TABLES" not in text and "Unseen worlds, probe set: 0 runs." in text and text.endswith(f"{bench.PROBE_DOC_END}\ny\n")
+    assert "OLD-TABLES" not in text and "Unseen worlds, probe set: 0 runs." in text
+    assert text.endswith(f"{bench.PROBE_DOC_END}\ny\n")
     with pytest.raises(SystemExit):   # the default set's markers are not in that file
         bench.main(["--out", out, "--table-only", "--doc", str(doc)])
     with pytest.raises(SystemExit):   # a default-set world is not in the probe set
