@@ -273,7 +273,7 @@ def m_step_pairs(S, Q, T, pairs, starts, sizes, scale, pc, slip, redo, row_sums=
 
 
 @njit(cache=True)
-def absorb_counts(S, C, Q, Z, pairs, on, starts, sizes, slip, add):
+def absorb_counts(S, C, Q, Z, pairs, on, starts, sizes, slip, add, floor=0.0):
     """Fold the E-step's counts ``C`` of the recorded action into the kept counts ``S`` of the executed
     action, on the blocks of the pairs marked ``on`` (the batch's: ``C`` is zero elsewhere): a move
     ``i -> j`` recorded as ``a`` was made by ``a`` with weight ``(1 - slip) Q_a[i, j]`` and by each ``b``
@@ -283,7 +283,8 @@ def absorb_counts(S, C, Q, Z, pairs, on, starts, sizes, slip, add):
 
     The decay of the stepwise update is not applied here: the caller keeps ``S`` as ``g * S`` with a
     global scale ``g`` (decay: ``g <- keep * g``, ``add = eta / (n g)``), so the blocks the batch did not
-    make cost nothing.  A row of an ``on`` block where ``C`` is zero for every action is skipped too."""
+    make cost nothing.  A row of an ``on`` block where ``C`` is at most ``floor`` for every action (the
+    batch hardly passed through that clone) only decays too: its counts are dropped (``C`` is zeroed)."""
     A, H, _ = C.shape
     rsum = np.empty(H)
     qsum = np.empty(H)
@@ -296,12 +297,16 @@ def absorb_counts(S, C, Q, Z, pairs, on, starts, sizes, slip, add):
             empty = True
             for a in range(A):
                 for j in range(s1, s1 + n1):
-                    if C[a, i, j] != 0.0:
+                    if C[a, i, j] > floor:
                         empty = False
                         break
                 if not empty:
                     break
             if empty:
+                if floor > 0.0:
+                    for a in range(A):
+                        for j in range(s1, s1 + n1):
+                            C[a, i, j] = 0.0
                 continue
             if slip > 0.0:
                 # T_a = (1 - slip) Q_a + slip mean_b Q_b as the M-step writes it, from Q (one array less read)

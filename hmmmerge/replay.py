@@ -75,6 +75,9 @@ SPLIT_MEMORY = 0.5
 CLONE_BUDGET = 600
 #: the scale of the kept counts below which it is folded into them (``S`` stays far from the float range)
 SCALE_FLOOR = 1e-100
+#: a clone's row of a batch's counts is dropped when every count in it would add less than this share of
+#: the pseudocount at the M-step (``window * add * count``): clones the batch hardly passed through only decay
+COUNT_FLOOR = 1e-3
 #: the largest per-clone table of true labels kept for purity (entries; beyond it the agent counts purity
 #: from level 1 at every sleep)
 CLONE_LABEL_TABLE_MAX = 4_000_000
@@ -511,8 +514,10 @@ class ReplayMerger(Estimator):
                 self._g *= keep
                 if self._g < SCALE_FLOOR:
                     self._rescale()
+            # a row whose counts all stay under COUNT_FLOOR of the pseudocount at the M-step only decays
+            floor = COUNT_FLOOR * float(self.pseudocount) / (float(self.window) * add)
             slipped = absorb_counts(self._S, C, self._Q, self._Z, self._pairs, on, self._starts,
-                                    self._sizes, self._slip, add / self._g)
+                                    self._sizes, self._slip, add / self._g, floor)
             self._Sb *= keep
             self._Sb += add * Bc
             self._Sslip = keep * self._Sslip + add * slipped
