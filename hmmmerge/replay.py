@@ -11,7 +11,8 @@ What a sleep does (:meth:`ReplayMerger.sleep`):
 * the episodes lived since the last sleep and ``replay`` episodes drawn at
   random from the last ``window`` ones (level 1 stores every episode; this
   merger keeps their (action, observation) sequences) form a batch;
-* ``n_iter`` EM iterations on the batch, warm-started from the current
+* ``n_iter`` EM iterations on the batch (by default more on small models, see
+  :data:`ITER_BUDGET`), warm-started from the current
   model: an E-step (forward-backward on the clone blocks, the numba kernels of
   :mod:`hmmmerge.baselines._em_kernels`) gives the batch's expected counts per
   episode ``s``; the kept statistics move towards them,
@@ -73,6 +74,12 @@ SPLIT_MIN_VISITS = 20
 SPLIT_MEMORY = 0.5
 #: clones in all above which the default ``n_clones`` shrinks (to at least 20 per observation, 5 beyond 100)
 CLONE_BUDGET = 600
+#: ``n_iter=None``: iterations per sleep ``clip(ITER_BUDGET // H, 2, 8)`` for ``H`` clones in all, decided once
+#: for the life. A model of few views (3 views x 30 clones: 8 iterations) learns slowly by stepwise EM and its
+#: passes are cheap; every model of 300 clones or more (10 views x 30, 20 x 30, MiniGrid's 5 per view) keeps 2
+ITER_BUDGET = 720
+#: the fewest and the most iterations per sleep of ``n_iter=None``
+ITER_MIN, ITER_MAX = 2, 8
 #: the scale of the kept counts below which it is folded into them (``S`` stays far from the float range)
 SCALE_FLOOR = 1e-100
 #: a clone's row of a batch's counts is dropped when every count in it would add less than this share of
@@ -94,7 +101,9 @@ class ReplayMerger(Estimator):
         but at least 20 (5 with more than 100 observations, as the benchmark's EM).
     replay : episodes replayed per sleep besides the new ones.
     window : replayed episodes are drawn from the last ``window`` episodes (the buffer).
-    n_iter : EM iterations per sleep.
+    n_iter : EM iterations per sleep; None: ``clip(ITER_BUDGET // H, 2, 8)`` for ``H`` clones in all
+        (:data:`ITER_BUDGET` = 720: 8 with 3 views of 30 clones, 6 with 4, 4 with 6, 3 with 8, 2 from 10 views
+        on), decided when the merger first sees data (:attr:`n_iter_`).
     step_exponent : ``eta = (u + 2) ** -step_exponent`` (0.5 < exponent <= 1: the stepwise-EM conditions).
     pseudocount : added to every expected count of ``window * S`` at the M-step.
     prune : transitions below it are dropped from the agent's online level 2.
@@ -112,14 +121,14 @@ class ReplayMerger(Estimator):
     """
 
     _parameter_constraints = {
-        "n_clones": Int(1, 4096, none=True), "replay": Int(0, 10**6), "window": Int(1, 10**6), "n_iter": Int(1, 1000),
+        "n_clones": Int(1, 4096, none=True), "replay": Int(0, 10**6), "window": Int(1, 10**6), "n_iter": Int(1, 1000, none=True),
         "step_exponent": Float(0.5, 1.0, low_open=True), "pseudocount": Float(0.0, 1e6, low_open=True),
         "prune": Float(0.0, 1.0), "risk": Float(0.0, 1.0, low_open=True),
         "tolerance": Float(0.0, 1.0), "slip": Float(0.0, 0.99), "min_new": Int(1, 10**6),
         "split": Float(0.0, 1e9),
     }
 
-    def __init__(self, n_clones: int | None = None, replay: int = 20, window: int = 200, n_iter: int = 2,
+    def __init__(self, n_clones: int | None = None, replay: int = 20, window: int = 200, n_iter: int | None = None,
                  step_exponent: float = 0.51, pseudocount: float = 1e-3, prune: float = 1e-3, risk: float = 0.05,
                  tolerance: float = 0.2, slip: float = 0.05, min_new: int = 10, split: float = 25.0):
         self.n_clones = n_clones
@@ -143,6 +152,7 @@ class ReplayMerger(Estimator):
         self._sizes = np.full(self._K, self._clones_per_observation(self._K), dtype=np.int64)
         self._starts = np.concatenate([[0], np.cumsum(self._sizes)[:-1]]).astype(np.int64)
         self._H = int(self._sizes.sum())
+        self._n_iter = self._iterations(self._H)
         from ._limits import check_memory
 
         check_memory(f"replay merger: {self._H} clones x {self._A} actions", 3 * 8 * self._A * self._H ** 2)
@@ -202,6 +212,21 @@ class ReplayMerger(Estimator):
         if self.n_clones is not None:
             return int(self.n_clones)
         return 30 if 30 * n_obs <= CLONE_BUDGET else max(20 if n_obs <= 100 else 5, CLONE_BUDGET // n_obs)
+
+    def _iterations(self, n_clones_total: int) -> int:
+        """``n_iter``, or its default for ``n_clones_total`` clones in all (see :data:`ITER_BUDGET`).
+
+        >>> [ReplayMerger()._iterations(30 * k) for k in (3, 4, 6, 8, 10, 20)]
+        [8, 6, 4, 3, 2, 2]
+        """
+        if self.n_iter is not None:
+            return int(self.n_iter)
+        return int(min(ITER_MAX, max(ITER_MIN, ITER_BUDGET // int(n_clones_total))))
+
+    @property
+    def n_iter_(self) -> int:
+        """EM iterations per sleep of this life (``n_iter``, or its default for the capacity); 0 before any data."""
+        return 0 if self._A is None else self._n_iter
 
     @property
     def n_clones_total(self) -> int:
@@ -499,7 +524,7 @@ class ReplayMerger(Estimator):
         # nothing reads the others (the E-step and absorb_counts read the batch's pairs), and the last
         # iteration's M-step writes them all
         on = self._pairs_in(d)
-        for it in range(int(self.n_iter)):
+        for it in range(self._n_iter):
             ll, C, Bc = self._expected_counts(d)
             if not np.isfinite(ll):
                 raise ValueError("replayed episodes have probability 0 under level 2 (pseudocount too small?)")
@@ -523,7 +548,7 @@ class ReplayMerger(Estimator):
             self._Sslip = keep * self._Sslip + add * slipped
             self._var = (1.0 - eta) ** 2 * self._var + eta ** 2 / len(batch) if self._updates else 1.0 / len(batch)
             self._updates += 1
-            self._m_step(pair_on=on if it + 1 < int(self.n_iter) else None)
+            self._m_step(pair_on=on if it + 1 < self._n_iter else None)
         n_split = self._split(d) if self.split else 0
         self._n_new = 0
         # the batch's level-1 states take their most probable clone under the new model; clones are
