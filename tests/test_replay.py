@@ -502,3 +502,36 @@ def test_a_split_frees_the_least_visited_duplicate_even_when_every_clone_of_its_
     # no unused clone and no duplicate: no spare
     m._S, m._g, m._Z, m._block = S.copy(), 1.0, None, np.arange(m._H)
     assert m._spare(8, m._weights().copy(), np.zeros(m._H, dtype=bool)) == -1
+
+
+@pytest.mark.parametrize("n_obs, expected", [(3, 8), (4, 6), (6, 4), (8, 3), (10, 2), (20, 2), (30, 2), (149, 2)])
+def test_default_iterations_per_sleep_are_the_documented_counts(n_obs, expected):
+    merger = ReplayMerger()
+    merger._init(n_obs, 4)
+    assert merger.n_iter_ == expected    # the class docstring's table: 30 clones per view up to 20 views
+    merger = ReplayMerger(n_iter=5)      # an explicit count is kept
+    merger._init(n_obs, 4)
+    assert merger.n_iter_ == 5
+
+
+def test_the_paper_grid_keeps_two_iterations_per_sleep_and_a_file_keeps_the_count(tmp_path):
+    agent = TwoLevelMemory(10, 4, merge="replay", seed=0).fit(random_walk(gridworld(), 20, seed=0))
+    assert agent.merger_.n_iter_ == 2 and agent.merger_.n_iter is None
+    back = ReplayMerger()
+    back.load_state_dict(agent.merger_.state_dict())
+    assert back.n_iter_ == 2
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_three_colour_torus_is_learned_better_with_the_default_iterations_than_with_two(seed):
+    from hmmmerge.gallery import torus
+
+    env = torus(6, 6, n_colours=3, seed=seed)
+    train, fresh = random_walk(env, 200, 30, seed=seed), random_walk(env, 100, 30, seed=100 + seed)
+    acc = {}
+    for n_iter in (2, None):
+        agent = TwoLevelMemory(3, 4, merger=ReplayMerger(n_iter=n_iter), seed=seed).fit(train)
+        acc[n_iter] = score_trajectories(agent.level2_hmm(), fresh).accuracy
+    assert agent.merger_.n_iter_ == 8
+    # 200 episodes: two iterations per sleep are still far from the torus (0.68-0.71), eight near it (0.90-0.92)
+    assert acc[None] >= acc[2] + 0.1 and acc[None] >= 0.85
