@@ -225,7 +225,13 @@ class ReplayMerger(Estimator):
 
     @property
     def n_iter_(self) -> int:
-        """EM iterations per sleep of this life (``n_iter``, or its default for the capacity); 0 before any data."""
+        """EM iterations per sleep of this life (``n_iter``, or its default for the capacity); 0 before any data.
+
+        >>> from hmmmerge import gridworld, random_walk
+        >>> from hmmmerge.agent import TwoLevelMemory
+        >>> TwoLevelMemory(10, 4, merge="replay", seed=0).fit(random_walk(gridworld(), 5, seed=0)).merger_.n_iter_
+        2
+        """
         return 0 if self._A is None else self._n_iter
 
     @property
