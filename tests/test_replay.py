@@ -399,7 +399,8 @@ def conflated_agent(split):
     """An agent on the loop whose level 2 has one clone (4) for both places of view 2, as a local optimum of
     EM: clone 5 of view 2 has no kept counts, so EM alone never uses it."""
     train = slip_walk(LOOP, LOOP_COLOURS, 40, 12, 0.0, seed=0)
-    agent = TwoLevelMemory(5, 1, merger=ReplayMerger(n_clones=2, split=split), sleep_every=20, seed=0)
+    # two iterations per sleep, as when the state was planted (the default gives this 10-clone model 8)
+    agent = TwoLevelMemory(5, 1, merger=ReplayMerger(n_clones=2, split=split, n_iter=2), sleep_every=20, seed=0)
     agent.fit(train[:20])
     m = agent.merger_
     clone_of_place = np.array([0, 4, 6, 2, 4, 8])
