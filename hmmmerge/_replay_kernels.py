@@ -14,12 +14,14 @@ Imported lazily (numba is slow to import).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numba import njit
 
 
 @njit(cache=True)
-def lump_clones(counts, colour, bound, floor, max_rounds):
+def lump_clones(counts, colour, bound, floor, max_rounds, test=0, sharp=0.0, threshold=0.0):
     """Blocks of clones (ids ``0..nb-1``) from expected transition counts ``counts`` (A, H, H).
 
     Starts from one block per colour (observation) and refines until no block
@@ -32,11 +34,13 @@ def lump_clones(counts, colour, bound, floor, max_rounds):
     pairs[0, 1] = 0
     starts = np.zeros(1, dtype=np.int64)
     sizes = np.full(1, H, dtype=np.int64)
-    return lump_clones_pairs(counts, 1.0, pairs, starts, sizes, colour, bound, floor, max_rounds)
+    return lump_clones_pairs(counts, 1.0, pairs, starts, sizes, colour, bound, floor, max_rounds, test, sharp,
+                             threshold)
 
 
 @njit(cache=True)
-def lump_clones_pairs(counts, factor, pairs, starts, sizes, colour, bound, floor, max_rounds):
+def lump_clones_pairs(counts, factor, pairs, starts, sizes, colour, bound, floor, max_rounds, test=0, sharp=0.0,
+                      threshold=0.0):
     """:func:`lump_clones` of ``factor * counts`` read on the blocks of the observation pairs ``pairs``
     only (the rest of ``counts`` is zero)."""
     A, H, _ = counts.shape
@@ -88,7 +92,7 @@ def lump_clones_pairs(counts, factor, pairs, starts, sizes, colour, bound, floor
         by_clone[fill[e_i[q]]] = q
         fill[e_i[q]] += 1
     for _ in range(max_rounds):
-        new = _refine(block, nb, order, ptr, by_clone, e_a, e_j, e_c, n_out, A, bound, floor)
+        new = _refine(block, nb, order, ptr, by_clone, e_a, e_j, e_c, n_out, A, bound, floor, test, sharp, threshold)
         # number the new blocks in order of their first clone (stable ids)
         ng = 0
         for i in range(H):
@@ -110,7 +114,7 @@ def lump_clones_pairs(counts, factor, pairs, starts, sizes, colour, bound, floor
 
 
 @njit(cache=True)
-def _refine(block, nb, order, ptr, by_clone, e_a, e_j, e_c, n_out, A, bound, floor):
+def _refine(block, nb, order, ptr, by_clone, e_a, e_j, e_c, n_out, A, bound, floor, test, sharp, threshold):
     """One round of the refinement: clone ``order[q]`` (heaviest first) joins the first group of its block
     whose pooled next-block counts pass the Hoeffding test against its own (else it starts a group).
     Blocks are taken one after the other (a clone meets only its own block's groups, so the groups are
@@ -139,6 +143,10 @@ def _refine(block, nb, order, ptr, by_clone, e_a, e_j, e_c, n_out, A, bound, flo
     plen = np.zeros(big, dtype=np.int64)
     g_n = np.zeros((big, A))
     tol = np.empty(A)
+    mx = np.zeros(A)
+    my = np.zeros(A)
+    mxy = np.zeros(A)
+    kn = np.zeros(A)
     new = np.full(H, -1, dtype=np.int64)
     offset = 0
     for b in range(nb):
@@ -173,6 +181,9 @@ def _refine(block, nb, order, ptr, by_clone, e_a, e_j, e_c, n_out, A, bound, flo
                         if tol[a] >= 0.0 and vec[x] == 0.0 and abs(0.0 - pool[g, x] / g_n[g, a]) >= tol[a]:
                             ok = False
                             break
+                if ok and test != 0:
+                    ok = _sharp_statistic(vec, vsup, vlen, pool[g], psup[g], plen[g], tol, nb, A, test, sharp,
+                                          mx, my, mxy, kn, n_out[i], g_n[g]) <= threshold
                 if ok:
                     break
                 g += 1
@@ -196,6 +207,65 @@ def _refine(block, nb, order, ptr, by_clone, e_a, e_j, e_c, n_out, A, bound, flo
                 g_n[g, a] = 0.0
         offset += ng
     return new
+
+
+@njit(cache=True)
+def _sharp_statistic(vec, vsup, vlen, pool, psup, plen, tol, nb, A, test, sharp, mx, my, mxy, kn, nx, ny):
+    """The evidence that two next-block count vectors (over (action, next block): ``vec`` with support
+    ``vsup[:vlen]``, ``pool`` with ``psup[:plen]``) come from different distributions, summed over the
+    actions both took (``tol[a] >= 0``).  ``test`` 1: the modal likelihood ratio,
+    ``sharp * (max x + max y - max(x + y))`` per action, ``sharp = log((1 - eps) / eps)`` (each (place,
+    action) has one main successor, any other with ``eps`` in all); 2: the log Bayes factor of two
+    Dirichlet-multinomial marginals against one (concentration ``sharp`` per next block, the blocks either
+    side saw)."""
+    for a in range(A):
+        mx[a] = 0.0
+        my[a] = 0.0
+        mxy[a] = 0.0
+        kn[a] = 0.0
+    for s in range(vlen):
+        x = vsup[s]
+        a = x // nb
+        if tol[a] < 0.0:
+            continue
+        u, v = vec[x], pool[x]
+        if test == 1:
+            mx[a] = max(mx[a], u)
+            my[a] = max(my[a], v)
+            mxy[a] = max(mxy[a], u + v)
+        else:
+            kn[a] += 1.0
+            mx[a] += math.lgamma(u + sharp)
+            my[a] += math.lgamma(v + sharp)
+            mxy[a] += math.lgamma(u + v + sharp)
+    for s in range(plen):
+        x = psup[s]
+        a = x // nb
+        if tol[a] < 0.0 or vec[x] != 0.0:
+            continue
+        v = pool[x]
+        if test == 1:
+            my[a] = max(my[a], v)
+            mxy[a] = max(mxy[a], v)
+        else:
+            kn[a] += 1.0
+            mx[a] += math.lgamma(sharp)
+            my[a] += math.lgamma(v + sharp)
+            mxy[a] += math.lgamma(v + sharp)
+    out = 0.0
+    for a in range(A):
+        if tol[a] < 0.0:
+            continue
+        if test == 1:
+            out += sharp * (mx[a] + my[a] - mxy[a])
+        else:
+            # log DM(x) + log DM(y) - log DM(x + y) - log DM(0): the lgamma(sharp) terms of the
+            # categories cancel but one set; K the categories either side saw
+            c = kn[a] * sharp
+            out += (math.lgamma(c) - math.lgamma(nx[a] + c) + mx[a] - kn[a] * math.lgamma(sharp)
+                    + math.lgamma(c) - math.lgamma(ny[a] + c) + my[a] - kn[a] * math.lgamma(sharp)
+                    - math.lgamma(c) + math.lgamma(nx[a] + ny[a] + c) - mxy[a] + kn[a] * math.lgamma(sharp))
+    return out
 
 
 @njit(cache=True)

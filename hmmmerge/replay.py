@@ -76,6 +76,12 @@ CLONE_BUDGET = 600
 #: the largest per-clone table of true labels kept for purity (entries; beyond it the agent counts purity
 #: from level 1 at every sleep)
 CLONE_LABEL_TABLE_MAX = 4_000_000
+LUMP_TEST = 0
+LUMP_EPS_FLOOR = 0.01
+LUMP_EPS_NOISE = 1.0
+LUMP_EPS_SLIP = 0.0
+LUMP_THRESHOLD = 1.0
+LUMP_ALPHA = 1.0
 _NO_LABELS = (np.zeros((0, 0), dtype=np.int64), np.zeros(0, dtype=np.int64))
 
 
@@ -729,9 +735,21 @@ class ReplayMerger(Estimator):
         from ._replay_kernels import lump_clones_pairs
 
         bound = float(np.sqrt(0.5 * np.log(2.0 / float(self.risk))))
+        test, sharp, threshold = self._sharp_test()
         self._block = lump_clones_pairs(self._S, 1.0 / self._var, self._pairs, self._starts, self._sizes,
-                                        self._colour, bound, float(self.tolerance), 50)
+                                        self._colour, bound, float(self.tolerance), 50, test, sharp, threshold)
         self._lumped = None
+
+    def _sharp_test(self):
+        """``(test, sharp, threshold)`` of :func:`~hmmmerge._replay_kernels.lump_clones_pairs` (experiment)."""
+        test = LUMP_TEST
+        if test == 0:
+            return 0, 0.0, 0.0
+        eps = min(max(LUMP_EPS_FLOOR, LUMP_EPS_NOISE * self._noise + LUMP_EPS_SLIP * self._slip), 0.5)
+        threshold = float(np.log(1.0 / float(self.risk))) * LUMP_THRESHOLD
+        if test == 1:
+            return 1, float(np.log((1.0 - eps) / eps)), threshold
+        return 2, float(eps * LUMP_ALPHA), threshold
 
     def _fold_unheld(self) -> None:
         """Blocks that hold no level-1 state (no state has its most probable clone there) join the block of
