@@ -9,7 +9,8 @@ fresh episodes:
 * ``level2``: the learner's level 2 (the lumped model on the clusters, what the benchmark scores);
 * ``clones``: the unlumped clone HMM of the same merger (``T``, ``B`` of all clones, each clone emitting
   its view, with the learner's noise rate): the ceiling of any lumping of this merger;
-* ``relump:NAME``: the final merger's clones lumped again by another test (``--variants``; the clone HMM
+* ``relump:NAME``: the final merger's clones lumped again by another test (``--variants``: ``hoeffding``, the
+  Hoeffding test alone, or ``dm-X``, the Bayes-factor test beside it with ``dirichlet=X``; the clone HMM
   is the same, only the blocks differ; a post-hoc proxy for a life lived with that test, which can also
   change the spares a split takes), with its number of clusters.
 
@@ -79,28 +80,15 @@ def run_sets(names):
     return out
 
 
-VARIANTS = {
-    # name: (test, eps floor, eps per noise, eps per slip, threshold factor, alpha factor)
-    "hoeffding": (0, 0.0, 0.0, 0.0, 1.0, 1.0),
-}
+VARIANTS = {"hoeffding": 0.0}
+"""Name -> ``dirichlet`` of the merger (0: the Hoeffding test alone; else the least concentration of the
+Bayes-factor test beside it).  The modal likelihood-ratio test measured beside it (BENCHMARKS.md) is the
+code of commit 1ea92dd."""
 for _f in (0.001, 0.01, 0.03, 0.1):
-    VARIANTS[f"modal-{_f}"] = (1, _f, 1.0, 0.0, 1.0, 1.0)
-    VARIANTS[f"modal-{_f}-s"] = (1, _f, 1.0, 1.0, 1.0, 1.0)
-    VARIANTS[f"dm-{_f}"] = (2, _f, 1.0, 0.0, 1.0, 1.0)
-    VARIANTS[f"dm-{_f}-s"] = (2, _f, 1.0, 1.0, 1.0, 1.0)
-for _t in (2.0, 3.0):
-    VARIANTS[f"modal-0.01-t{_t:g}"] = (1, 0.01, 1.0, 0.0, _t, 1.0)
-    VARIANTS[f"dm-0.01-t{_t:g}"] = (2, 0.01, 1.0, 0.0, _t, 1.0)
-
-
-def set_variant(v):
-    import hmmmerge.replay as R
-
-    R.LUMP_TEST, R.LUMP_EPS_FLOOR, R.LUMP_EPS_NOISE, R.LUMP_EPS_SLIP, R.LUMP_THRESHOLD, R.LUMP_ALPHA = v
+    VARIANTS[f"dm-{_f}"] = _f
 
 
 def one_run(bench, cfg, variants, life=None):
-    import hmmmerge.replay as R
     from hmmmerge.agent import TwoLevelMemory
     from hmmmerge.hmm import ActionHMM
 
@@ -113,15 +101,14 @@ def one_run(bench, cfg, variants, life=None):
     env = B.build_world(config["world"], int(config["colouring"]), config["condition"])
     train, fresh = B.walks(env, config)
     start = B.CONDITIONS[config["condition"]]["start"]
-    saved = (R.LUMP_TEST, R.LUMP_EPS_FLOOR, R.LUMP_EPS_NOISE, R.LUMP_EPS_SLIP, R.LUMP_THRESHOLD, R.LUMP_ALPHA)
-    if life is not None:
-        set_variant(VARIANTS[life])
-    a = TwoLevelMemory(env.n_obs, env.n_actions, merge="replay", seed=[int(config["colouring"]), int(config["seed"]), 1])
+    from hmmmerge.replay import ReplayMerger
+
+    merger = ReplayMerger() if life is None else ReplayMerger(dirichlet=VARIANTS[life])
+    a = TwoLevelMemory(env.n_obs, env.n_actions, merger=merger, seed=[int(config["colouring"]), int(config["seed"]), 1])
     c = time.process_time()
     for b in range(0, train.n_episodes, W.BLOCK):
         a.partial_fit(train[b:b + W.BLOCK])
     fit = time.process_time() - c
-    set_variant(saved)
     m = a.merger_
     out = {"bench": bench, "config": cfg, "life": life or "default", "fit_cpu_s": fit,
            "noise": float(m._noise), "slip": float(m._slip), "effective_episodes": float(1.0 / m._var)}
@@ -138,13 +125,10 @@ def one_run(bench, cfg, variants, life=None):
     out["used_clones"] = int((m._weights() > 1e-3).sum())
     for name in variants:
         mm, cl = copy.deepcopy(m), copy.deepcopy(a.clusters_)
-        set_variant(VARIANTS[name])
-        try:
-            mm._lump()
-            mm._fold_unheld()
-            mm._write_clusters(cl, a.memory_.n_states)
-        finally:
-            set_variant(saved)
+        mm.dirichlet = VARIANTS[name]
+        mm._lump()
+        mm._fold_unheld()
+        mm._write_clusters(cl, a.memory_.n_states)
         out[f"relump:{name}"] = W._score(env, mm.level2_hmm(a.memory_, cl), fresh, start)["heldout_accuracy"]
         out[f"C:{name}"] = int(cl.n_clusters)
     return out
@@ -155,7 +139,8 @@ def main():
     p.add_argument("--out", required=True)
     p.add_argument("--sets", default="unseen-clean,main-thin")
     p.add_argument("--variants", default="hoeffding")
-    p.add_argument("--life", default=None, help="the variant the life itself lumps with (default: the code's)")
+    p.add_argument("--life", default=None, help="the variant the life itself lumps with (default: the merger's "
+                   "defaults)")
     p.add_argument("--worlds", default=None)
     p.add_argument("--table-only", action="store_true")
     args = p.parse_args()
