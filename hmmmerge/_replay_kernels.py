@@ -15,7 +15,8 @@ world that is decisive, so a second test may be required too (``alpha > 0``):
 the log Bayes factor of two next-block distributions against one, with
 Dirichlet-multinomial marginals of concentration ``alpha`` per next block
 (small: one main successor per (place, action)), must not exceed ``threshold``
-(:func:`_log_bayes_factor`).  Two identical count vectors always pass it (the
+(:func:`_log_bayes_factor`; as in the Hoeffding test, an action whose next-block
+frequencies all differ by less than ``floor`` is taken to agree: EM's own imprecision).  Two identical count vectors always pass it (the
 factor is then at most 0: Jensen), and so does a clone with no action in common
 with the group.
 
@@ -158,6 +159,7 @@ def _refine(block, nb, order, ptr, by_clone, e_a, e_j, e_c, n_out, A, bound, flo
     ly = np.zeros(A)
     lxy = np.zeros(A)
     kn = np.zeros(A)
+    wide = np.zeros(A)
     new = np.full(H, -1, dtype=np.int64)
     offset = 0
     for b in range(nb):
@@ -193,8 +195,8 @@ def _refine(block, nb, order, ptr, by_clone, e_a, e_j, e_c, n_out, A, bound, flo
                             ok = False
                             break
                 if ok and alpha > 0.0:
-                    ok = _log_bayes_factor(vec, vsup, vlen, pool[g], psup[g], plen[g], tol, nb, A, alpha,
-                                           n_out[i], g_n[g], lx, ly, lxy, kn) <= threshold
+                    ok = _log_bayes_factor(vec, vsup, vlen, pool[g], psup[g], plen[g], tol, nb, A, alpha, floor,
+                                           n_out[i], g_n[g], lx, ly, lxy, kn, wide) <= threshold
                 if ok:
                     break
                 g += 1
@@ -221,18 +223,21 @@ def _refine(block, nb, order, ptr, by_clone, e_a, e_j, e_c, n_out, A, bound, flo
 
 
 @njit(cache=True)
-def _log_bayes_factor(vec, vsup, vlen, pool, psup, plen, tol, nb, A, alpha, nx, ny, lx, ly, lxy, kn):
+def _log_bayes_factor(vec, vsup, vlen, pool, psup, plen, tol, nb, A, alpha, floor, nx, ny, lx, ly, lxy, kn, wide):
     """``log P(x | two distributions) - log P(x + y | one)`` for two next-block count vectors over (action,
     next block) -- ``vec`` with support ``vsup[:vlen]``, ``pool`` with ``psup[:plen]``, per-action totals
-    ``nx``, ``ny`` -- summed over the actions both took (``tol[a] >= 0``): per action, Dirichlet-multinomial
-    marginals of the sequences (concentration ``alpha`` on each of the ``k`` next blocks either side saw),
+    ``nx``, ``ny`` -- summed over the actions both took (``tol[a] >= 0``) where some next-block frequency
+    differs by ``floor`` or more (closer ones are EM's own imprecision, as for the Hoeffding test): per
+    action, Dirichlet-multinomial marginals of the sequences (concentration ``alpha`` on each of the ``k``
+    next blocks either side saw),
     ``log DM(v) = lgamma(k alpha) - lgamma(n + k alpha) + sum_b [lgamma(v_b + alpha) - lgamma(alpha)]``.
-    ``lx``, ``ly``, ``lxy``, ``kn``: scratch (A,)."""
+    ``lx``, ``ly``, ``lxy``, ``kn``, ``wide``: scratch (A,)."""
     for a in range(A):
         lx[a] = 0.0
         ly[a] = 0.0
         lxy[a] = 0.0
         kn[a] = 0.0
+        wide[a] = 0.0
     g0 = math.lgamma(alpha)
     for s in range(vlen):
         x = vsup[s]
@@ -240,6 +245,8 @@ def _log_bayes_factor(vec, vsup, vlen, pool, psup, plen, tol, nb, A, alpha, nx, 
         if tol[a] < 0.0:
             continue
         u, v = vec[x], pool[x]
+        if abs(u / nx[a] - v / ny[a]) >= floor:
+            wide[a] = 1.0
         kn[a] += 1.0
         lx[a] += math.lgamma(u + alpha)
         ly[a] += math.lgamma(v + alpha) if v > 0.0 else g0
@@ -250,13 +257,15 @@ def _log_bayes_factor(vec, vsup, vlen, pool, psup, plen, tol, nb, A, alpha, nx, 
         if tol[a] < 0.0 or vec[x] != 0.0:
             continue
         v = pool[x]
+        if v / ny[a] >= floor:
+            wide[a] = 1.0
         kn[a] += 1.0
         lx[a] += g0
         ly[a] += math.lgamma(v + alpha)
         lxy[a] += math.lgamma(v + alpha)
     out = 0.0
     for a in range(A):
-        if tol[a] < 0.0:
+        if tol[a] < 0.0 or wide[a] == 0.0:
             continue
         c = kn[a] * alpha
         # log DM(x) + log DM(y) - log DM(x + y): one set of the sum_b lgamma(alpha) terms is left

@@ -170,14 +170,17 @@ def test_rewritten_refuses_a_missing_representative():
         cl.rewritten(2, [0, -1])
 
 
-def _log_bf_dense(x, y, alpha):
+def _log_bf_dense(x, y, alpha, floor):
     """Log Bayes factor of (A, nb) next-block counts: Dirichlet-multinomial marginals, two against one, per
-    action both took, on the blocks either side saw (scipy's gammaln)."""
+    action both took where some frequency differs by ``floor`` or more, on the blocks either side saw
+    (scipy's gammaln)."""
     from scipy.special import gammaln
 
     out = 0.0
     for a in range(x.shape[0]):
         if x[a].sum() <= 0 or y[a].sum() <= 0:
+            continue
+        if not (np.abs(x[a] / x[a].sum() - y[a] / y[a].sum()) >= floor).any():
             continue
         seen = (x[a] > 0) | (y[a] > 0)
         c = seen.sum() * alpha
@@ -224,7 +227,7 @@ def lump_dense(counts, colour, bound, floor, max_rounds=50, alpha=0.0, threshold
                         ok = False
                         break
                 if ok and alpha > 0:
-                    ok = _log_bf_dense(succ[i], pool, alpha) <= threshold
+                    ok = _log_bf_dense(succ[i], pool, alpha, floor) <= threshold
                 if ok:
                     break
             else:
