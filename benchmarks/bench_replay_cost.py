@@ -11,9 +11,9 @@ e.g. a worktree of the commit before a change) when given, on the walks of
   episodes of 100 moves in blocks of 100: fit CPU, the 10th block over the 2nd, held-out;
 * ``paper-grid``: the paper's world, every condition, colouring 0 and walk seed 0, 1,000 episodes of
   50 moves in blocks of 100: fit CPU, the 10th block over the 2nd, held-out;
-* ``many-views``: the grids of ``bench_unseen_worlds.py`` with the most views (30x30 with 20 colours, clean;
-  20x20 with 15 colours, clean and slip 0.05; 600 and 450 clones, nearly every pair of views seen),
-  its walks of seeds ``--seeds``, 1,000 episodes of 50 moves.
+* ``many-views``: the grids of ``bench_unseen_worlds.py`` with the most views (30x30 with 20 colours, clean,
+  slip 0.05, noise 0.05 and random starts; 20x20 with 15 colours, clean and slip 0.05; 600 and 450 clones,
+  nearly every pair of views seen), its walks of seeds ``--seeds``, 1,000 episodes of 50 moves.
 
 CPU is ``time.process_time`` of the fit alone (``partial_fit`` calls), as in ``bench_world_as_it_is.py``.
 Writes ``OUT/replay_cost.json`` and ``OUT/replay_cost.md``.  Timings on a shared machine are noisy:
@@ -75,7 +75,8 @@ def runs(args) -> list[tuple[str, dict]]:
         out += [("paper-grid", {"world": "paper-grid", "condition": c, "colouring": 0, "seed": 0, "episodes": 1000,
                                 "episode_length": 50, "block": 100}) for c in CONDITIONS]
     if "many-views" in args.sections:
-        cells = [("grid-30x30-c20", "clean"), ("grid-20x20-c15", "clean"), ("grid-20x20-c15", "slip-0.05")]
+        cells = [("grid-30x30-c20", "clean"), ("grid-20x20-c15", "clean"), ("grid-20x20-c15", "slip-0.05"),
+                 ("grid-30x30-c20", "slip-0.05"), ("grid-30x30-c20", "noise-0.05"), ("grid-30x30-c20", "random-start")]
         out += [("many-views", {"world": w, "condition": c, "colouring": s, "seed": s, "episodes": 1000,
                                 "episode_length": 50, "block": 100, "bench": "unseen"})
                 for w, c in cells for s in args.seeds]

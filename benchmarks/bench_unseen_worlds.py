@@ -19,8 +19,17 @@ condition, every learner's detail (CPU, gaps to EM and to the oracle run by run)
 EM and fold, and issue 22's targets for ``--target`` (slip+noise left out); ``--doc`` writes them into a
 markdown file between :data:`DOC_BEGIN` and :data:`DOC_END`.
 
+``--set probe`` runs a second set of worlds instead (:data:`PROBE_WORLDS`: kinds and sizes the default set
+does not cover -- a heavily aliased grid, a 30x30 grid with 10 colours, a generated maze, a torus with 3
+colours, four rooms, a 200-state random graph with 3 actions, MiniGrid FourRooms with a 5x5 view and with a
+7x7 view from random poses), coloured (or laid out) with seed ``100 + i`` and walked apart from every other
+benchmark's walks; MiniGrid episodes are 100 moves long, as in the main benchmark.  Its tables go between
+:data:`PROBE_DOC_BEGIN` and :data:`PROBE_DOC_END`.
+
     nice -n 10 python benchmarks/bench_unseen_worlds.py --out /work/bench_out/unseen [--quick] [--seeds 0,1,2]
         [--learners oracle,...] [--worlds grid-30x30-c20,...] [--conditions clean,...] [--doc BENCHMARKS.md]
+    nice -n 10 python benchmarks/bench_unseen_worlds.py --set probe --out /work/bench_out/probe
+        --learners oracle,context,em,fold,replay [--doc BENCHMARKS.md]
 """
 
 from __future__ import annotations
@@ -64,10 +73,91 @@ WORLDS = {
 }
 """Name -> (builder, its arguments); the colouring seed is the run's.  Appended only: a world's index is
 part of its walks' seed."""
+PROBE_WORLDS = {
+    "grid-10x10-c4": ("gridworld", {"rows": 10, "cols": 10, "n_colours": 4}),
+    "grid-30x30-c10": ("gridworld", {"rows": 30, "cols": 30, "n_colours": 10}),
+    "maze-13x13-c6": ("maze", {"rows": 13, "cols": 13, "loops": 4, "n_colours": 6}),
+    "torus-9x9-c3": ("torus", {"rows": 9, "cols": 9, "n_colours": 3}),
+    "four-rooms-11-c8": ("four_rooms", {"size": 11, "n_colours": 8}),
+    "graph-200-a3-c10": ("random_graph", {"n_states": 200, "n_actions": 3, "n_colours": 10}),
+    "minigrid-fourrooms-5x5": ("minigrid", {"agent_view_size": 5}),
+    "minigrid-fourrooms-7x7": ("minigrid", {"agent_view_size": 7}),
+}
+"""``--set probe``: name -> (builder, its arguments), coloured (MiniGrid: laid out) with seed
+:data:`PROBE_SEED` + the run's colouring.  Appended only: a world's index is part of its walks' seed."""
+PROBE_SEED = 100
+PROBE_CONDITIONS = {"minigrid-fourrooms-7x7": ("random-start",)}
+"""Probe worlds run under some conditions only (FourRooms 7x7 from the start pose is the main benchmark's)."""
+MINIGRID_EPISODE_LENGTH = 100
+SETS = {"default": WORLDS, "probe": PROBE_WORLDS}
 LEARNERS = ("oracle", "first-order", "context", "em", "fold", "replay")
-QUICK_WORLDS = ("grid-20x20-c15", "torus-12x12-c6")
+QUICK_WORLDS = ("grid-20x20-c15", "torus-12x12-c6", "grid-10x10-c4", "torus-9x9-c3")
 DOC_BEGIN = "<!-- bench_unseen_worlds.py tables: begin -->"
 DOC_END = "<!-- bench_unseen_worlds.py tables: end -->"
+PROBE_DOC_BEGIN = "<!-- bench_unseen_worlds.py --set probe tables: begin -->"
+PROBE_DOC_END = "<!-- bench_unseen_worlds.py --set probe tables: end -->"
+
+
+def maze_layout(rows: int, cols: int, seed=0, loops: int = 0) -> tuple[str, ...]:
+    """A random maze of ``rows`` x ``cols`` cells (both odd), for :func:`hmmmerge.gallery.maze`.
+
+    Rooms sit at even (row, col); a depth-first search from the bottom-left room opens the wall between a
+    room and an unvisited neighbour (a spanning tree: every room reachable, corridors one cell wide), then
+    ``loops`` more walls between two rooms are opened at random.  No border: the maze fills the grid.
+
+    >>> maze_layout(5, 5, seed=0)
+    ('...#.', '.#.#.', '.#...', '.###.', '.#...')
+    >>> sum(line.count(".") for line in maze_layout(13, 13, seed=1, loops=4))   # 49 rooms, 48 + 4 passages
+    101
+    """
+    from hmmmerge._random import as_generator
+    from hmmmerge._validation import check_int
+
+    for name, v in (("rows", rows), ("cols", cols)):
+        check_int(v, name, low=1)
+        if v % 2 == 0:
+            raise ValueError(f"{name} must be odd (rooms at even positions, walls between), got {v}")
+    check_int(loops, "loops", low=0)
+    rng = as_generator(seed)
+    open_ = [[False] * cols for _ in range(rows)]
+    start = (rows - 1, 0)
+    open_[start[0]][start[1]] = True
+    stack = [start]
+    while stack:
+        r, c = stack[-1]
+        steps = [(dr, dc) for dr, dc in ((0, 2), (0, -2), (2, 0), (-2, 0))
+                 if 0 <= r + dr < rows and 0 <= c + dc < cols and not open_[r + dr][c + dc]]
+        if not steps:
+            stack.pop()
+            continue
+        dr, dc = steps[int(rng.integers(len(steps)))]
+        open_[r + dr // 2][c + dc // 2] = open_[r + dr][c + dc] = True
+        stack.append((r + dr, c + dc))
+    walls = [(r, c) for r in range(rows) for c in range(cols) if not open_[r][c] and (r % 2) != (c % 2)]
+    if loops > len(walls):
+        raise ValueError(f"loops={loops}: a {rows}x{cols} maze has only {len(walls)} walls left between two rooms")
+    for i in rng.choice(len(walls), size=loops, replace=False):
+        r, c = walls[int(i)]
+        open_[r][c] = True
+    return tuple("".join("." if x else "#" for x in line) for line in open_)
+
+
+def four_rooms_obstacles(size: int) -> list[tuple[int, int]]:
+    """The walls of four rooms in a ``size`` x ``size`` grid (odd, >= 5): a cross through the middle row and
+    column, with a doorway in the middle of each of its four arms.
+
+    >>> len(four_rooms_obstacles(11))   # 21 cells of the cross, 4 doorways
+    17
+    """
+    from hmmmerge._validation import check_int
+
+    check_int(size, "size", low=5)
+    if size % 2 == 0:
+        raise ValueError(f"size must be odd (a middle row and column), got {size}")
+    mid, door = size // 2, size // 4
+    doors = {(mid, door), (mid, size - 1 - door), (door, mid), (size - 1 - door, mid)}
+    cross = {(mid, c) for c in range(size)} | {(r, mid) for r in range(size)}
+    return sorted(cross - doors)
 
 
 def build_world(name: str, colouring: int, condition: str):
@@ -77,27 +167,53 @@ def build_world(name: str, colouring: int, condition: str):
     100
     >>> build_world("grid-15x15-c8", 1, "slip+noise").is_deterministic
     False
+    >>> build_world("four-rooms-11-c8", 0, "clean").n_states   # probe set: 121 cells, 17 of them walls
+    104
     """
     from hmmmerge import gallery, worlds
     from hmmmerge.reproduce.beyond import random_graph
 
-    if name not in WORLDS:
-        raise ValueError(f"unknown world {name!r}; choose from {', '.join(WORLDS)}")
-    builder, kw = WORLDS[name]
-    make = {"gridworld": worlds.gridworld, "torus": gallery.torus, "two_rooms": gallery.two_rooms,
-            "random_graph": random_graph}[builder]
-    env = make(seed=int(colouring), **kw)
+    if name in PROBE_WORLDS:
+        env = _probe_world(name, PROBE_SEED + int(colouring))
+    elif name in WORLDS:
+        builder, kw = WORLDS[name]
+        make = {"gridworld": worlds.gridworld, "torus": gallery.torus, "two_rooms": gallery.two_rooms,
+                "random_graph": random_graph}[builder]
+        env = make(seed=int(colouring), **kw)
+    else:
+        raise ValueError(f"unknown world {name!r}; choose from {', '.join([*WORLDS, *PROBE_WORLDS])}")
     c = CONDITIONS[condition]
     return env.with_noise(slip=c["slip"], obs_noise=c["obs_noise"]) if c["slip"] or c["obs_noise"] else env
 
 
+def _probe_world(name: str, seed: int):
+    """World ``name`` of :data:`PROBE_WORLDS`, built with ``seed``."""
+    from hmmmerge import gallery, worlds
+    from hmmmerge.reproduce.beyond import random_graph
+
+    builder, kw = PROBE_WORLDS[name]
+    if builder == "minigrid":
+        from hmmmerge import from_gymnasium
+
+        return from_gymnasium(W.MINIGRID, seed=seed, **kw)
+    if builder == "maze":
+        layout = maze_layout(kw["rows"], kw["cols"], seed=[seed, 1], loops=kw["loops"])
+        return gallery.maze(n_colours=kw["n_colours"], seed=seed, layout=layout)
+    if builder == "four_rooms":
+        return worlds.gridworld(kw["size"], kw["size"], n_colours=kw["n_colours"], seed=seed,
+                                obstacles=four_rooms_obstacles(kw["size"]))
+    make = {"gridworld": worlds.gridworld, "torus": gallery.torus, "random_graph": random_graph}[builder]
+    return make(seed=seed, **kw)
+
+
 def walks(env, config: dict):
     """(training walk, held-out walk) of a run: the same for every learner of (world, seed, condition);
-    seeded apart from the main benchmark's walks (world index from 100 on)."""
+    seeded apart from the main benchmark's walks (world index from 100 on; the probe set's from 200 on)."""
     from hmmmerge import random_walk
 
-    salt = [int(config["colouring"]), int(config["seed"]), list(CONDITIONS).index(config["condition"]),
-            100 + list(WORLDS).index(config["world"])]
+    world = config["world"]
+    index = 200 + list(PROBE_WORLDS).index(world) if world in PROBE_WORLDS else 100 + list(WORLDS).index(world)
+    salt = [int(config["colouring"]), int(config["seed"]), list(CONDITIONS).index(config["condition"]), index]
     start = CONDITIONS[config["condition"]]["start"]
     length = int(config["episode_length"])
     train = random_walk(env, int(config["episodes"]), length, seed=salt + [0], start=start)
@@ -116,7 +232,11 @@ def configurations(args) -> list[tuple[dict, float]]:
     learners: every clean run and the first ``--capped-runs`` seeds of the other conditions)."""
     out = []
     for world in args.worlds:
+        minigrid = PROBE_WORLDS.get(world, ("",))[0] == "minigrid"
+        length = MINIGRID_EPISODE_LENGTH if minigrid else args.episode_length
         for condition in args.conditions:
+            if condition not in PROBE_CONDITIONS.get(world, CONDITIONS):
+                continue
             for i, seed in enumerate(args.seeds):
                 for learner in args.learners:
                     limit = W.cpu_limit(learner, condition, i, args)
@@ -124,14 +244,14 @@ def configurations(args) -> list[tuple[dict, float]]:
                         continue
                     out.append(({"world": world, "condition": condition, "colouring": seed, "seed": seed,
                                  "learner": learner, "episodes": args.episodes,
-                                 "episode_length": args.episode_length, "eval_episodes": args.eval_episodes,
+                                 "episode_length": length, "eval_episodes": args.eval_episodes,
                                  "bench": "unseen"}, limit))
     return out
 
 
 def report(records, learners, conditions, target: str) -> list[str]:
     """The tables: held-out per learner x condition, the detail, per world (target, EM, fold), the targets."""
-    worlds = [w for w in WORLDS if any(r["config"]["world"] == w for r in records)]
+    worlds = [w for w in [*WORLDS, *PROBE_WORLDS] if any(r["config"]["world"] == w for r in records)]
     md = ["## Held-out accuracy, mean ± sd over worlds x seeds (runs over the CPU limit counted beside)", ""]
     md += W.heldout_table(records, learners, conditions)
     md += ["", "## Every learner x every condition: held-out, online (last 50 episodes), CPU per 1,000 episodes, "
@@ -158,7 +278,11 @@ def main(argv=None) -> int:
                              "20 held out, 30 s CPU limit")
     parser.add_argument("--learners", type=W._csv_list(str), default=list(LEARNERS))
     parser.add_argument("--conditions", type=W._csv_list(str, CONDITIONS), default=list(CONDITIONS))
-    parser.add_argument("--worlds", type=W._csv_list(str, WORLDS), default=list(WORLDS))
+    parser.add_argument("--set", choices=list(SETS), default="default",
+                        help="the worlds: the default set (WORLDS) or the probe set (PROBE_WORLDS; its tables go "
+                             f"between {PROBE_DOC_BEGIN} and {PROBE_DOC_END})")
+    parser.add_argument("--worlds", type=W._csv_list(str, [*WORLDS, *PROBE_WORLDS]), default=None,
+                        help="worlds of the chosen --set (default: all of them)")
     parser.add_argument("--seeds", type=W._csv_list(int), default=[0, 1],
                         help="run i: colouring i walked with seed i (default 0,1)")
     parser.add_argument("--episodes", type=int, default=1000)
@@ -171,12 +295,19 @@ def main(argv=None) -> int:
     parser.add_argument("--memory-gb", type=float, default=6.0)
     parser.add_argument("--target", default="replay")
     parser.add_argument("--doc", default=None, help=f"write the tables into this file between {DOC_BEGIN} and "
-                                                    f"{DOC_END}")
+                                                    f"{DOC_END} (--set probe: its own markers)")
     parser.add_argument("--table-only", action="store_true", help="write the tables from finished runs only")
     args = parser.parse_args(argv)
     if args.run_one:
         print(json.dumps(run_one(json.loads(args.run_one)), default=W._json_default))
         return 0
+    chosen = SETS[args.set]
+    if args.worlds is None:
+        args.worlds = list(chosen)
+    elif any(w not in chosen for w in args.worlds):
+        parser.error(f"--worlds: {[w for w in args.worlds if w not in chosen]} not in --set {args.set}; "
+                     f"choose from {', '.join(chosen)}")
+    begin, end = (PROBE_DOC_BEGIN, PROBE_DOC_END) if args.set == "probe" else (DOC_BEGIN, DOC_END)
     if args.quick:
         args.worlds = [w for w in args.worlds if w in QUICK_WORLDS] or args.worlds[:1]
         args.conditions = [c for c in args.conditions if c in ("clean", "slip-0.05")] or args.conditions[:1]
@@ -197,23 +328,29 @@ def main(argv=None) -> int:
         parser.error(f"unknown learners {unknown}; merge modes: {', '.join(MERGERS)}; catalogue: {', '.join(MODELS)}")
     if args.doc:
         try:
-            W.doc_parts(args.doc, DOC_BEGIN, DOC_END)
+            W.doc_parts(args.doc, begin, end)
         except (OSError, ValueError) as e:
             parser.error(f"--doc: {e}")
 
     records = W.run_all(configurations(args), args, script=__file__)
     W.write_csv(records, os.path.join(args.out, "results.csv"))
-    worlds = [w for w in WORLDS if any(r["config"]["world"] == w for r in records)]
-    head = [f"# Unseen worlds: {len(records)} runs", "",
-            f"Worlds: {', '.join(worlds)}; seeds {args.seeds} (colouring i walked with seed i). "
-            f"{args.episodes:,} training episodes x {args.episode_length} moves, held-out on {args.eval_episodes} "
+    worlds = [w for w in chosen if any(r["config"]["world"] == w for r in records)]
+    probe = args.set == "probe"
+    head = [f"# Unseen worlds{', probe set' if probe else ''}: {len(records)} runs", "",
+            f"Worlds: {', '.join(worlds)}; seeds {args.seeds} ("
+            + (f"world coloured or laid out with seed {PROBE_SEED} + i, walked with seed i; "
+               f"{', '.join(f'{w}: {c[0] if len(c) == 1 else c}' for w, c in PROBE_CONDITIONS.items())} only"
+               if probe else "colouring i walked with seed i") + "). "
+            f"{args.episodes:,} training episodes x {args.episode_length} moves"
+            + (f" (MiniGrid: {MINIGRID_EPISODE_LENGTH})" if probe else "")
+            + f", held-out on {args.eval_episodes} "
             f"fresh episodes of the same process; CPU limit {args.cpu_limit:g} s per run"
             + (f"; {', '.join(args.capped)}: {args.capped_limit:g} s, every clean run and the first "
                f"{args.capped_runs} seed(s) of the other conditions" if args.capped else "") + ".", ""]
     md = head + report(records, args.learners, args.conditions, args.target)
     atomic_write_text(os.path.join(args.out, "bench_unseen_worlds.md"), "\n".join(md) + "\n")
     if args.doc:
-        W.update_doc(args.doc, W.doc_tables(md), DOC_BEGIN, DOC_END)
+        W.update_doc(args.doc, W.doc_tables(md), begin, end)
     print("\n".join(md))
     return 0
 

@@ -349,77 +349,75 @@ def m_step_pairs(S, Q, T, pairs, starts, sizes, scale, pc, slip, redo, row_sums=
 
 
 @njit(cache=True)
-def absorb_counts(S, C, Q, T, pairs, starts, sizes, slip, keep, add):
+def absorb_counts(S, C, Q, Z, pairs, on, starts, sizes, slip, add, floor=0.0):
     """Fold the E-step's counts ``C`` of the recorded action into the kept counts ``S`` of the executed
-    action, on the pairs' blocks: a move ``i -> j`` recorded as ``a`` was made by ``a`` with weight
-    ``(1 - slip) Q_a[i, j]`` and by each ``b`` with ``slip / A Q_b[i, j]`` (over their sum ``T_a[i, j]``);
-    ``S <- keep * S + add * executed``; ``C`` is zeroed there (the buffer is reused).
-    Returns ``(slipped, S.sum(axis=(0, 2)), S.sum(), Z)``: the expected slipped moves of ``C``, and
-    ``Z = S.sum(axis=2)`` summed pair by pair (as :func:`m_step_pairs` sums it).
+    action, on the blocks of the pairs marked ``on`` (the batch's: ``C`` is zero elsewhere): a move
+    ``i -> j`` recorded as ``a`` was made by ``a`` with weight ``(1 - slip) Q_a[i, j]`` and by each ``b``
+    with ``slip / A Q_b[i, j]`` (over their sum ``T_a[i, j]``, computed from ``Q``: ``T`` is not read); ``S <- S + add * executed`` and
+    ``Z <- Z + add * executed.sum(axis=2)`` (``Z`` the row sums of ``S``); ``C`` is zeroed there (the
+    buffer is reused).  Returns the expected slipped moves of ``C``.
 
-    A row of a pair's block where ``C`` is zero for every action (the batch never made that pair of
-    views in sequence: about half the blocks on many-view worlds) only decays, ``S <- keep * S``,
-    without the reads of ``T`` and ``Q`` (the same numbers: ``keep * S + add * 0`` is ``keep * S``)."""
+    The decay of the stepwise update is not applied here: the caller keeps ``S`` as ``g * S`` with a
+    global scale ``g`` (decay: ``g <- keep * g``, ``add = eta / (n g)``), so the blocks the batch did not
+    make cost nothing.  A row of an ``on`` block where ``C`` is at most ``floor`` for every action (the
+    batch hardly passed through that clone) only decays too: its counts are dropped (``C`` is zeroed)."""
     A, H, _ = C.shape
     rsum = np.empty(H)
-    w = np.zeros(H)
-    Z = np.zeros((A, H))
+    qsum = np.empty(H)
     slipped = 0.0
     for p in range(pairs.shape[0]):
+        if not on[p]:
+            continue
         s0, n0, s1, n1 = starts[pairs[p, 0]], sizes[pairs[p, 0]], starts[pairs[p, 1]], sizes[pairs[p, 1]]
         for i in range(s0, s0 + n0):
             empty = True
             for a in range(A):
                 for j in range(s1, s1 + n1):
-                    if C[a, i, j] != 0.0:
+                    if C[a, i, j] > floor:
                         empty = False
                         break
                 if not empty:
                     break
             if empty:
-                for a in range(A):
-                    acc = 0.0
-                    for j in range(s1, s1 + n1):
-                        x = keep * S[a, i, j]
-                        S[a, i, j] = x
-                        acc += x
-                    w[i] += acc
-                    Z[a, i] += acc
+                if floor > 0.0:
+                    for a in range(A):
+                        for j in range(s1, s1 + n1):
+                            C[a, i, j] = 0.0
                 continue
-            for j in range(s1, s1 + n1):
-                rsum[j] = 0.0
             if slip > 0.0:
+                # T_a = (1 - slip) Q_a + slip mean_b Q_b as the M-step writes it, from Q (one array less read)
+                for j in range(s1, s1 + n1):
+                    rsum[j] = 0.0
+                    qsum[j] = 0.0
                 for a in range(A):
                     for j in range(s1, s1 + n1):
-                        t = T[a, i, j]
+                        qsum[j] += Q[a, i, j]
+                for a in range(A):
+                    for j in range(s1, s1 + n1):
+                        t = (1.0 - slip) * Q[a, i, j] + slip / A * qsum[j]
                         r = C[a, i, j] / t if t > 0.0 else 0.0
                         C[a, i, j] = r
                         rsum[j] += r
                 for j in range(s1, s1 + n1):
-                    qsum = 0.0
-                    for a in range(A):
-                        qsum += Q[a, i, j]
-                    slipped += slip / A * rsum[j] * qsum
+                    slipped += slip / A * rsum[j] * qsum[j]
             for a in range(A):
                 acc = 0.0
                 for j in range(s1, s1 + n1):
                     c = C[a, i, j]
                     if slip > 0.0:
                         c = Q[a, i, j] * ((1.0 - slip) * c + slip / A * rsum[j])
-                    x = keep * S[a, i, j] + add * c
-                    S[a, i, j] = x
-                    acc += x
+                    S[a, i, j] += add * c
+                    acc += c
                     C[a, i, j] = 0.0
-                w[i] += acc
-                Z[a, i] += acc
-    return slipped, w, w.sum(), Z
+                Z[a, i] += add * acc
+    return slipped
 
 
 @njit(cache=True)
-def pair_sums(S, pairs, starts, sizes):
-    """``(S.sum(axis=(0, 2)), S.sum())`` read on the pairs' blocks."""
+def row_sums(S, pairs, starts, sizes):
+    """``S.sum(axis=2)`` read on the pairs' blocks, summed pair by pair, (A, H)."""
     A, H, _ = S.shape
-    w = np.zeros(H)
+    Z = np.zeros((A, H))
     for p in range(pairs.shape[0]):
         s0, n0, s1, n1 = starts[pairs[p, 0]], sizes[pairs[p, 0]], starts[pairs[p, 1]], sizes[pairs[p, 1]]
         for a in range(A):
@@ -427,8 +425,58 @@ def pair_sums(S, pairs, starts, sizes):
                 acc = 0.0
                 for j in range(s1, s1 + n1):
                     acc += S[a, i, j]
-                w[i] += acc
-    return w, w.sum()
+                Z[a, i] += acc
+    return Z
+
+
+@njit(cache=True)
+def m_step_lines(S, Q, T, Z, lines, colour, starts, sizes, succ_ptr, succ_col, pred_ptr, pred_col, scale, pc,
+                 slip):
+    """The M-step of :func:`m_step_pairs` on the rows and the columns of the clones ``lines`` only: what a
+    move of kept counts between clones changes (a split).  The rows' sums ``Z`` are summed anew; the
+    columns are written with the other rows' ``Z`` as they are (moves between clones of one view keep
+    the sums of the rows they pass through).  ``succ_*``, ``pred_*``: the views after / before each view
+    (CSR of the pairs)."""
+    A = S.shape[0]
+    K = sizes.shape[0]
+    width = np.zeros(K)
+    for o in range(K):
+        for q in range(succ_ptr[o], succ_ptr[o + 1]):
+            width[o] += sizes[succ_col[q]]
+    for r in range(lines.shape[0]):
+        i = lines[r]
+        o = colour[i]
+        for a in range(A):
+            acc = 0.0
+            for q in range(succ_ptr[o], succ_ptr[o + 1]):
+                s1 = starts[succ_col[q]]
+                for j in range(s1, s1 + sizes[succ_col[q]]):
+                    acc += S[a, i, j]
+            Z[a, i] = acc
+        for q in range(succ_ptr[o], succ_ptr[o + 1]):
+            s1 = starts[succ_col[q]]
+            for j in range(s1, s1 + sizes[succ_col[q]]):
+                mean = 0.0
+                for a in range(A):
+                    x = (scale * S[a, i, j] + pc) / (scale * Z[a, i] + pc * width[o])
+                    Q[a, i, j] = x
+                    mean += x
+                for a in range(A):
+                    T[a, i, j] = (1.0 - slip) * Q[a, i, j] + slip / A * mean
+    for r in range(lines.shape[0]):
+        j = lines[r]
+        v = colour[j]
+        for q in range(pred_ptr[v], pred_ptr[v + 1]):
+            o = pred_col[q]
+            s0 = starts[o]
+            for i in range(s0, s0 + sizes[o]):
+                mean = 0.0
+                for a in range(A):
+                    x = (scale * S[a, i, j] + pc) / (scale * Z[a, i] + pc * width[o])
+                    Q[a, i, j] = x
+                    mean += x
+                for a in range(A):
+                    T[a, i, j] = (1.0 - slip) * Q[a, i, j] + slip / A * mean
 
 
 @njit(cache=True)

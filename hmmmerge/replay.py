@@ -73,6 +73,11 @@ SPLIT_MIN_VISITS = 20
 SPLIT_MEMORY = 0.5
 #: clones in all above which the default ``n_clones`` shrinks (to at least 20 per observation, 5 beyond 100)
 CLONE_BUDGET = 600
+#: the scale of the kept counts below which it is folded into them (``S`` stays far from the float range)
+SCALE_FLOOR = 1e-100
+#: a clone's row of a batch's counts is dropped when every count in it would add less than this share of
+#: the pseudocount at the M-step (``window * add * count``): clones the batch hardly passed through only decay
+COUNT_FLOOR = 1e-3
 #: the largest per-clone table of true labels kept for purity (entries; beyond it the agent counts purity
 #: from level 1 at every sleep)
 CLONE_LABEL_TABLE_MAX = 4_000_000
@@ -149,7 +154,9 @@ class ReplayMerger(Estimator):
         self._colour = np.repeat(np.arange(self._K), self._sizes)
         self._T = None          # (A, H, H) transitions, None before the first sleep
         self._B = None
-        self._S = None          # kept expected counts per episode (stepwise EM)
+        self._S = None          # kept expected counts per episode (stepwise EM), as ``g * S`` (see _g)
+        self._g = 1.0           # the scale of S: the decay of an update multiplies it, not every entry of S
+        self._Z = None          # (A, H) row sums of S (unscaled, kept as S changes)
         self._Sb = None
         self._Q = None          # (A, H, H) transitions of the executed action (T mixes them with the slip)
         self._slip = float(self.slip)   # estimated share of moves made by a random action
@@ -159,8 +166,8 @@ class ReplayMerger(Estimator):
         self._pairs = np.zeros((0, 2), dtype=np.int64)
         self._has_pair = np.zeros((self._K, self._K), dtype=bool)
         self._succ = None        # CSR of the pairs by first observation (cached)
+        self._pred = None        # CSR of the pairs by second observation (cached)
         self._C = None           # the E-step's count buffer, zero outside a pass
-        self._sums = None        # (S.sum(axis=(0, 2)), S.sum()) (cached)
         self._updates = 0
         self._evidence = None    # (codes, counts): the split evidence, (clone, way in, what followed) triples
         self._noise = 0.0        # estimated share of views replaced by a random one (emissions of level 2)
@@ -420,7 +427,7 @@ class ReplayMerger(Estimator):
         new = np.argwhere(seen).astype(np.int64)
         self._pairs = np.concatenate([self._pairs, new])
         self._has_pair |= seen
-        self._succ = None
+        self._succ = self._pred = None
         if self._S is not None:
             redo = np.zeros(self._K, dtype=np.bool_)
             redo[new[:, 0]] = True
@@ -492,9 +499,10 @@ class ReplayMerger(Estimator):
             self._add_pairs(noise, acts)
             d = self._data(noise, acts)
         ll = np.nan
-        # until the last iteration, the M-step writes T and Q on the batch's pairs only: until the next
-        # M-step nothing reads the others (the E-step and absorb_counts read the batch's pairs), and the
-        # last iteration's M-step writes them all
+        # the batch's counts fall on the blocks of the pairs it made (``on``): only those take new counts.
+        # Until the last iteration, the M-step writes T and Q on those pairs only: until the next M-step
+        # nothing reads the others (the E-step and absorb_counts read the batch's pairs), and the last
+        # iteration's M-step writes them all
         on = self._pairs_in(d)
         for it in range(int(self.n_iter)):
             ll, C, Bc = self._expected_counts(d)
@@ -504,16 +512,23 @@ class ReplayMerger(Estimator):
             first = self._S is None
             if first:
                 self._S, self._Sb, self._Sslip = np.zeros_like(C), np.zeros(self._H), 0.0
+                self._Z, self._g = np.zeros((self._A, self._H)), 1.0
             keep, add = (0.0, 1.0 / len(batch)) if first else (1.0 - eta, eta / len(batch))
-            slipped, w, total, row_sums = absorb_counts(self._S, C, self._Q, self._T, self._pairs, self._starts,
-                                                        self._sizes, self._slip, keep, add)
-            self._sums = (w, total)
+            # S <- keep * S + add * counts, as the scale g <- keep * g and S/g <- S/g + add / g * counts
+            if not first:
+                self._g *= keep
+                if self._g < SCALE_FLOOR:
+                    self._rescale()
+            # a row whose counts all stay under COUNT_FLOOR of the pseudocount at the M-step only decays
+            floor = COUNT_FLOOR * float(self.pseudocount) / (float(self.window) * add)
+            slipped = absorb_counts(self._S, C, self._Q, self._Z, self._pairs, on, self._starts,
+                                    self._sizes, self._slip, add / self._g, floor)
             self._Sb *= keep
             self._Sb += add * Bc
             self._Sslip = keep * self._Sslip + add * slipped
             self._var = (1.0 - eta) ** 2 * self._var + eta ** 2 / len(batch) if self._updates else 1.0 / len(batch)
             self._updates += 1
-            self._m_step(row_sums=row_sums, pair_on=on if it + 1 < int(self.n_iter) else None)
+            self._m_step(pair_on=on if it + 1 < int(self.n_iter) else None)
         n_split = self._split(d) if self.split else 0
         self._n_new = 0
         # the batch's level-1 states take their most probable clone under the new model; clones are
@@ -602,9 +617,8 @@ class ReplayMerger(Estimator):
         if n_split:
             stale = touched[of]   # the evidence of the clones changed is forgotten
             code, count = code[~stale], count[~stale]
-            self._sums = None
             self._lumped = None
-            self._m_step()
+            self._m_step_lines(np.flatnonzero(touched))
         self._evidence = (code, count)
         return n_split
 
@@ -693,37 +707,63 @@ class ReplayMerger(Estimator):
         seen[d.obs[moves - 1], d.obs[moves]] = True
         return seen[self._pairs[:, 0], self._pairs[:, 1]]
 
-    def _m_step(self, redo=None, row_sums=None, pair_on=None) -> None:
+    def _m_step(self, redo=None, pair_on=None) -> None:
         """``Q`` from the kept counts (pseudocount on the observed pairs' blocks), the slip share
         ``e = slipped / all`` kept moves, ``T = (1 - e) Q + e mean_b Q_b``; rows of the observations in
-        ``redo`` only (default all).  ``row_sums``: ``S.sum(axis=2)`` as the last
-        :func:`~hmmmerge._replay_kernels.absorb_counts` returned it (else summed here); ``pair_on``: write
-        ``Q`` and ``T`` on the blocks of these pairs only (see :func:`~hmmmerge._replay_kernels.m_step_pairs`)."""
+        ``redo`` only (default all).  ``pair_on``: write ``Q`` and ``T`` on the blocks of these pairs only
+        (see :func:`~hmmmerge._replay_kernels.m_step_pairs`)."""
         from ._replay_kernels import m_step_pairs
 
         scale, pc = float(self.window), float(self.pseudocount)
         if self._slip > 0.0:
             total = self._kept_sums()[1]
             self._slip = min(self._Sslip / total, 0.99) if total > 0 else self._slip
-        m_step_pairs(self._S, self._Q, self._T, self._pairs, self._starts, self._sizes, scale, pc, self._slip,
-                     np.ones(self._K, dtype=np.bool_) if redo is None else redo,
-                     np.zeros((0, 0)) if row_sums is None or redo is not None else row_sums,
+        m_step_pairs(self._S, self._Q, self._T, self._pairs, self._starts, self._sizes, scale * self._g, pc,
+                     self._slip, np.ones(self._K, dtype=np.bool_) if redo is None else redo, self._row_sums(),
                      np.zeros(0, dtype=np.bool_) if pair_on is None else pair_on)
         if redo is None:
             B = self._Sb * scale + pc
             self._B = B / B.sum()
+
+    def _m_step_lines(self, clones) -> None:
+        """The M-step after kept counts moved between clones of one view (:meth:`_split`): the rows and the
+        columns of ``clones`` only (the other entries and the row sums of the other rows are unchanged;
+        the slip share too: moves keep the total)."""
+        from ._replay_kernels import m_step_lines
+
+        if self._pred is None:
+            order = np.lexsort((self._pairs[:, 0], self._pairs[:, 1]))
+            ptr = np.zeros(self._K + 1, dtype=np.int64)
+            ptr[1:] = np.cumsum(np.bincount(self._pairs[:, 1], minlength=self._K))
+            self._pred = (ptr, np.ascontiguousarray(self._pairs[order, 0]))
+        m_step_lines(self._S, self._Q, self._T, self._row_sums(), np.asarray(clones, dtype=np.int64), self._colour,
+                     self._starts, self._sizes, *self._successors(), *self._pred,
+                     float(self.window) * self._g, float(self.pseudocount), self._slip)
+        B = self._Sb * float(self.window) + float(self.pseudocount)
+        self._B = B / B.sum()
+
+    def _rescale(self) -> None:
+        """Fold the scale ``g`` into the kept counts (``g`` near the float range's end; the model is the same)."""
+        self._S *= self._g
+        self._Z *= self._g
+        self._g = 1.0
+
+    def _row_sums(self) -> np.ndarray:
+        """``S.sum(axis=2)`` without the scale (kept as ``S`` changes; summed anew when unknown)."""
+        from ._replay_kernels import row_sums
+
+        if self._Z is None:
+            self._Z = row_sums(self._S, self._pairs, self._starts, self._sizes)
+        return self._Z
 
     def _weights(self) -> np.ndarray:
         """Expected visits of each clone per episode (from the kept statistics)."""
         return self._kept_sums()[0] if self._S is not None else np.ones(self._H)
 
     def _kept_sums(self):
-        """``(S.sum(axis=(0, 2)), S.sum())``, kept from the last update of ``S``."""
-        from ._replay_kernels import pair_sums
-
-        if self._sums is None:
-            self._sums = pair_sums(self._S, self._pairs, self._starts, self._sizes)
-        return self._sums
+        """``(S.sum(axis=(0, 2)), S.sum())`` with the scale, from the kept row sums."""
+        w = self._g * self._row_sums().sum(axis=0)
+        return w, float(w.sum())
 
     def _lump(self) -> None:
         """Blocks of clones that neither the Hoeffding test nor the Bayes-factor test tells apart
@@ -742,7 +782,7 @@ class ReplayMerger(Estimator):
         bound = float(np.sqrt(0.5 * np.log(2.0 / float(self.risk))))
         alpha = self._concentration()
         threshold = float(np.log(1.0 / float(self.risk)))
-        self._block = lump_clones_pairs(self._S, 1.0 / self._var, self._pairs, self._starts, self._sizes,
+        self._block = lump_clones_pairs(self._S, self._g / self._var, self._pairs, self._starts, self._sizes,
                                         self._colour, bound, float(self.tolerance), 50, alpha, threshold)
         self._lumped = None
 
@@ -769,9 +809,9 @@ class ReplayMerger(Estimator):
             if len(cands):
                 dist = np.abs(TL[:, cands, :] - TL[:, u, None, :]).sum(axis=(0, 2))
                 target[u] = cands[int(np.argmin(dist))]
-        _, self._block = np.unique(target[self._block], return_inverse=True)
-        self._block = self._block.astype(np.int64)
-        self._lumped = None
+        ids, fold = np.unique(target, return_inverse=True)
+        self._block = fold[self._block].astype(np.int64)
+        self._lumped = _folded_model(self._lumped, self._block_weights, fold, len(ids))
 
     def _blocks_model(self):
         """``(T, B)`` of all blocks, the clone HMM lumped by block (weights: expected visits)."""
@@ -779,8 +819,11 @@ class ReplayMerger(Estimator):
 
         if self._lumped is None:
             nb = int(self._block.max()) + 1
-            self._lumped = lumped_model(self._T, self._B, self._weights(), self._block, nb, self._pairs,
-                                        self._starts, self._sizes)
+            w = self._weights()
+            # each block's weight and clones (a fold of blocks then lumps the lumped model: _folded_model)
+            self._block_weights = (np.bincount(self._block, weights=w, minlength=nb),
+                                   np.bincount(self._block, minlength=nb).astype(float))
+            self._lumped = lumped_model(self._T, self._B, w, self._block, nb, self._pairs, self._starts, self._sizes)
         return self._lumped
 
     # ------------------------------------------------------------ level 2 for the agent
@@ -903,6 +946,9 @@ class ReplayMerger(Estimator):
             "T": self._T if has else np.zeros((A, H, H)), "B": self._B if has else np.zeros(H),
             "S": self._S if self._S is not None else np.zeros((A, H, H)),
             "Sb": self._Sb if self._Sb is not None else np.zeros(H),
+            # S holds the kept counts over count_scale; row_sums: S.sum(axis=2) as kept (exact continuation)
+            "count_scale": np.array([self._g]),
+            "row_sums": self._row_sums() if self._S is not None else np.zeros((A, H)),
             "variance": np.array([self._var]), "noise": np.array([self._noise]),
             "episode_lengths": lens, "obs": cat(0), "actions": cat(1), "states": cat(2),
             "current": np.array(self._cur, dtype=np.int64).reshape(3, -1),
@@ -947,6 +993,11 @@ class ReplayMerger(Estimator):
         B = get.floats("B", shape=(H,), low=0.0, high=1.0)
         S = get.floats("S", shape=(A, H, H), low=0.0)
         Sb = get.floats("Sb", shape=(H,), low=0.0)
+        # files before the scaled counts: scale 1, row sums summed here
+        g = float(get.floats("count_scale", shape=(1,), low=0.0, high=1.0)[0]) if _PREFIX + "count_scale" in d else 1.0
+        Z = get.floats("row_sums", shape=(A, H), low=0.0) if _PREFIX + "row_sums" in d else None
+        if updates and g <= 0.0:
+            raise ValueError(f"{source}: replay_count_scale must be positive after an update")
         var = float(get.floats("variance", shape=(1,), low=0.0, high=1.0)[0])
         noise = float(get.floats("noise", shape=(1,), low=0.0, high=1.0)[0])
         if updates and var <= 0.0:
@@ -1008,6 +1059,14 @@ class ReplayMerger(Estimator):
         self._pairs, self._has_pair, self._slip, self._Sslip = pairs, has_pair, slip, slipped
         self._T, self._B = (T, B) if has else (None, None)
         self._S, self._Sb = (S, Sb) if updates else (None, None)
+        self._g, self._Z = g, None
+        if updates:
+            from ._replay_kernels import row_sums
+
+            summed = row_sums(S, pairs, self._starts, self._sizes)
+            if Z is not None and not np.allclose(Z, summed, rtol=1e-6, atol=1e-12 * max(float(summed.max()), 1e-300)):
+                raise ValueError(f"{source}: replay_row_sums are not the row sums of replay_S on replay_pairs")
+            self._Z = summed if Z is None else Z
         if has:
             from ._replay_kernels import m_step_pairs
 
@@ -1015,7 +1074,8 @@ class ReplayMerger(Estimator):
             self._Q = np.zeros_like(T)
             if updates:   # Q is the M-step of the kept counts (T mixes it with the slip)
                 m_step_pairs(S, self._Q, np.zeros_like(T), pairs, self._starts, self._sizes,
-                             float(self.window), float(self.pseudocount), slip, np.ones(K, dtype=np.bool_))
+                             float(self.window) * g, float(self.pseudocount), slip, np.ones(K, dtype=np.bool_),
+                             self._Z)
             else:
                 self._Q[:] = T
         self._var = var
@@ -1069,6 +1129,24 @@ class _Reader:
             lo, hi = "-inf" if low is None else low, "inf" if high is None else high
             raise ValueError(f"{self.source}: {key} holds values outside [{lo}, {hi}]")
         return x
+
+
+def _folded_model(lumped, block_weights, fold, n):
+    """:func:`~hmmmerge._replay_kernels.lumped_model` after blocks ``b`` are joined into ``fold[b]`` (``n``
+    of them), from the model ``lumped`` of the blocks before (weights ``block_weights``: each block's
+    weight and number of clones), without a pass over ``T``: the joined block's row is its blocks' rows
+    weighted by their weights (by their clones where the joined block weighs nothing, as the plain mean
+    of its clones), columns summed."""
+    TL, BL = lumped
+    W, cnt = block_weights
+    Wf = np.bincount(fold, weights=W, minlength=n)
+    c = np.where(Wf[fold] > 0, W, cnt)
+    share = c / np.bincount(fold, weights=c, minlength=n)[fold]
+    order = np.argsort(fold, kind="stable")
+    cuts = np.searchsorted(fold[order], np.arange(n))
+    TF = np.add.reduceat((TL * share[None, :, None])[:, order], cuts, axis=1)
+    TF = np.add.reduceat(TF[:, :, order], cuts, axis=2)
+    return TF, np.add.reduceat(BL[order], cuts)
 
 
 def _block_argmax(alpha, off) -> np.ndarray:

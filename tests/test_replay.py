@@ -172,6 +172,10 @@ def _saved():
     ("replay_split_codes", lambda x: x - 10**15),          # negative
     ("replay_split_counts", lambda x: x[:-1]),             # a count missing
     ("replay_split_counts", lambda x: -x - 1),             # negative
+    ("replay_count_scale", lambda x: x * 0),               # no scale after an update
+    ("replay_count_scale", lambda x: x + 2),               # above 1
+    ("replay_row_sums", lambda x: x * 1.5),                # not the row sums of replay_S
+    ("replay_row_sums", lambda x: x[:, :-1]),              # shape
 ])
 def test_a_damaged_file_is_refused_with_one_line_naming_the_array(key, damage):
     d = _saved()
@@ -180,6 +184,22 @@ def test_a_damaged_file_is_refused_with_one_line_naming_the_array(key, damage):
         ReplayMerger().load_state_dict(d, source="agent.npz")
     text = str(err.value)
     assert text.startswith("agent.npz: ") and "\n" not in text
+
+
+def test_a_file_before_the_scaled_counts_loads_as_the_same_model():
+    """Files without replay_count_scale / replay_row_sums hold the kept counts themselves (scale 1)."""
+    d = _saved()
+    new = ReplayMerger()
+    new.load_state_dict(d, source="agent.npz")
+    assert new._g < 1.0
+    old = {k: v for k, v in d.items() if k not in ("replay_count_scale", "replay_row_sums")}
+    old["replay_S"] = d["replay_S"] * d["replay_count_scale"][0]
+    back = ReplayMerger()
+    back.load_state_dict(old, source="agent.npz")
+    assert back._g == 1.0
+    np.testing.assert_allclose(back._g * back._S, new._g * new._S, rtol=1e-12)
+    np.testing.assert_allclose(back._Q, new._Q, rtol=1e-10)
+    np.testing.assert_allclose(back._Z, back._S.sum(axis=2), rtol=1e-12)
 
 
 def test_a_file_of_another_capacity_is_refused():
@@ -305,7 +325,12 @@ def test_counts_are_split_by_the_executed_action_by_bayes_rule_keeping_the_total
     C = np.random.default_rng(2).random(S.shape) * inside
     kept = S.copy()
     buf = C.copy()
-    slipped, w, total, Z = absorb_counts(kept, buf, Q, T, pairs, starts, sizes, e, 0.25, 2.0)
+    Z = S.sum(axis=2)
+    # the update 0.25 S + 2 executed, kept as the scale g = 0.25 times S + 2 / 0.25 executed
+    slipped = absorb_counts(kept, buf, Q, Z, pairs, np.ones(len(pairs), dtype=np.bool_), starts, sizes, e,
+                            2.0 / 0.25)
+    kept *= 0.25
+    Z *= 0.25
     # brute force: a move i -> j recorded as a was made by b with P(b | a, i, j) ~ [(1-e) 1{b=a} + e/A] Q_b[i, j]
     want = np.zeros_like(C)
     want_slipped = 0.0
@@ -316,7 +341,6 @@ def test_counts_are_split_by_the_executed_action_by_bayes_rule_keeping_the_total
         want_slipped += (np.divide(e / A * Q, z, out=np.zeros_like(w_b), where=z > 0) * C[a]).sum()
     assert np.isclose(want.sum(), C.sum()) and np.isclose(slipped, want_slipped)
     assert np.allclose(kept, 0.25 * S + 2.0 * want) and (buf == 0).all()
-    assert np.allclose(w, kept.sum(axis=(0, 2))) and np.isclose(total, kept.sum())
     assert np.allclose(Z, kept.sum(axis=2))
 
 
@@ -380,7 +404,7 @@ def conflated_agent(split):
     S = np.zeros_like(m._S)
     for p in range(6):   # 12 moves an episode: each edge of the loop twice
         S[0, clone_of_place[p], clone_of_place[LOOP[0, p]]] += 2.0
-    m._S, m._Sb, m._sums, m._evidence = S, np.eye(m._H)[0], None, None
+    m._S, m._Sb, m._g, m._Z, m._evidence = S, np.eye(m._H)[0], 1.0, None, None
     m._m_step()
     return agent, train[20:]
 
@@ -453,7 +477,7 @@ def test_a_split_frees_the_least_visited_duplicate_even_when_every_clone_of_its_
     block = np.arange(m._H)
     block[[9, 10, 11]] = 9            # 9, 10, 11 are duplicates, 8 is alone
     _, block = np.unique(block, return_inverse=True)
-    m._S, m._sums, m._block = S.copy(), None, block.astype(np.int64)
+    m._S, m._g, m._Z, m._block = S.copy(), 1.0, None, block.astype(np.int64)
     m._m_step()
     w = m._weights().copy()
     np.testing.assert_allclose(w[view2], [1.0, 0.9, 0.8, 2.0])
@@ -476,5 +500,5 @@ def test_a_split_frees_the_least_visited_duplicate_even_when_every_clone_of_its_
     np.testing.assert_allclose(m._S, np.einsum("ji,ajk,kl->ail", M, S, M))
     assert touched[9] and touched.sum() == 1
     # no unused clone and no duplicate: no spare
-    m._S, m._sums, m._block = S.copy(), None, np.arange(m._H)
+    m._S, m._g, m._Z, m._block = S.copy(), 1.0, None, np.arange(m._H)
     assert m._spare(8, m._weights().copy(), np.zeros(m._H, dtype=bool)) == -1

@@ -363,50 +363,165 @@ def _absorb_dense(S, C, Q, T, inside, slip, keep, add):
     return (keep * S + add * executed) * inside, slipped
 
 
-@settings(max_examples=40, deadline=None)
-@given(st.integers(1, 4), st.integers(1, 4), st.integers(1, 3), st.integers(0, 10**6),
-       st.sampled_from([0.0, 0.05, 0.3]), st.sampled_from([0.0, 0.4, 1.0]), st.floats(0.0, 1.0))
-def test_absorb_skips_rows_without_counts_and_gives_the_m_step_its_row_sums(K, n, A, seed, slip, keep, empty):
-    """Rows of a pair's block where the batch left no count only decay (bit for bit ``keep * S``), the others
-    follow the dense formula; the row sums absorb_counts hands to the M-step are bit for bit the ones the
-    M-step sums itself (same Q, same T); an M-step on some pairs writes their blocks as the full one does."""
-    from hmmmerge._replay_kernels import absorb_counts, m_step_pairs
+def _dense_m_step(S, inside, scale, pc, slip):
+    """The M-step as defined: ``Q ~ scale * S + pc`` on the pairs' blocks, ``T = (1 - slip) Q + slip mean_b Q_b``."""
+    Q = (scale * S + pc) * inside
+    Q = np.divide(Q, Q.sum(axis=2, keepdims=True), out=np.zeros_like(Q), where=Q.sum(axis=2, keepdims=True) > 0)
+    return Q, (1.0 - slip) * Q + slip * Q.mean(axis=0)
 
-    rng = np.random.default_rng(seed)
-    H = K * n
-    starts, sizes = np.arange(0, H, n, dtype=np.int64), np.full(K, n, dtype=np.int64)
+
+def _pair_blocks(rng, K, n):
+    starts, sizes = np.arange(0, K * n, n, dtype=np.int64), np.full(K, n, dtype=np.int64)
     has = rng.random((K, K)) < 0.7
     has[:, 0] = True
     pairs = np.argwhere(has).astype(np.int64)
     rng.shuffle(pairs)                                     # pairs come in the order they were first seen
     inside = np.repeat(np.repeat(has, n, axis=0), n, axis=1)[None]
+    return starts, sizes, pairs, inside
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 4), st.integers(1, 4), st.integers(1, 3), st.integers(0, 10**6),
+       st.sampled_from([0.0, 0.05, 0.3]), st.sampled_from([1e-3, 0.4, 1.0]), st.floats(0.0, 1.0))
+def test_absorb_on_the_batch_pairs_with_a_scale_is_the_dense_stepwise_update(K, n, A, seed, slip, keep, empty):
+    """The update ``keep * S + add * executed`` kept as a scale ``g = keep`` times ``S + add / g * executed``,
+    on the blocks of the batch's pairs only: blocks off them and rows of them without a count are left
+    bit for bit as they were (they only decay, through ``g``), the rest follows the dense formula; the
+    kept row sums follow ``S``; the M-step from them is the dense M-step; an M-step on some pairs writes
+    their blocks bit for bit as the full one does."""
+    from hmmmerge._replay_kernels import absorb_counts, m_step_pairs, row_sums
+
+    rng = np.random.default_rng(seed)
+    H = K * n
+    starts, sizes, pairs, inside = _pair_blocks(rng, K, n)
     S = rng.random((A, H, H)) * inside
     Q, T = np.zeros_like(S), np.zeros_like(S)
     redo = np.ones(K, dtype=np.bool_)
     m_step_pairs(S, Q, T, pairs, starts, sizes, 3.0, 0.01, slip, redo)
-    C = rng.random((A, H, H)) * inside
-    for o, o2 in pairs.tolist():                           # some rows of some blocks: no count for any action
-        rows = starts[o] + np.flatnonzero(rng.random(n) < empty)
-        C[:, rows, starts[o2]:starts[o2] + n] = 0.0
-    blank = (C == 0).all(axis=0)[None] & inside
-    want, want_slipped = _absorb_dense(S, C, Q, T, inside, slip, keep, 0.7)
-    kept, buf = S.copy(), C.copy()
-    slipped, w, total, Z = absorb_counts(kept, buf, Q, T, pairs, starts, sizes, slip, keep, 0.7)
-    assert np.array_equal(kept[np.broadcast_to(blank, S.shape)], (keep * S)[np.broadcast_to(blank, S.shape)])
-    assert np.allclose(kept, want) and np.isclose(slipped, want_slipped) and (buf == 0).all()
-    assert np.allclose(Z, kept.sum(axis=2)) and np.allclose(w, kept.sum(axis=(0, 2)))
-    Q1, T1, Q2, T2 = (np.zeros_like(S) for _ in range(4))
-    m_step_pairs(kept, Q1, T1, pairs, starts, sizes, 200.0, 1e-3, slip, redo)
-    m_step_pairs(kept, Q2, T2, pairs, starts, sizes, 200.0, 1e-3, slip, redo, Z)
-    assert np.array_equal(Q1, Q2) and np.array_equal(T1, T2)
-    # the M-step of an iteration before the last writes the marked pairs' blocks only, bit for bit the full one's
-    on = rng.random(len(pairs)) < 0.5
-    Q3, T3 = np.full_like(S, -1.0), np.full_like(S, -1.0)
-    m_step_pairs(kept, Q3, T3, pairs, starts, sizes, 200.0, 1e-3, slip, redo, Z, on)
+    on = rng.random(len(pairs)) < 0.6
     mark = np.zeros((K, K), dtype=bool)
     mark[pairs[on, 0], pairs[on, 1]] = True
     mark = np.broadcast_to(np.repeat(np.repeat(mark, n, axis=0), n, axis=1)[None], S.shape)
-    assert np.array_equal(Q3[mark], Q1[mark]) and np.array_equal(T3[mark], T1[mark]) and (T3[~mark] == -1).all()
+    C = rng.random((A, H, H)) * mark                       # the batch's counts: on its pairs' blocks only
+    for o, o2 in pairs.tolist():                           # some rows of some blocks: no count for any action
+        rows = starts[o] + np.flatnonzero(rng.random(n) < empty)
+        C[:, rows, starts[o2]:starts[o2] + n] = 0.0
+    blank = np.broadcast_to((C == 0).all(axis=0)[None], S.shape)
+    want, want_slipped = _absorb_dense(S, C, Q, T, inside, slip, keep, 0.7)
+    kept, buf, Z = S.copy(), C.copy(), row_sums(S, pairs, starts, sizes)
+    slipped = absorb_counts(kept, buf, Q, Z, pairs, on, starts, sizes, slip, 0.7 / keep)
+    assert np.array_equal(kept[blank], S[blank])           # untouched: no write at all
+    np.testing.assert_allclose(keep * kept, want, rtol=1e-12, atol=1e-12)
+    assert np.isclose(slipped, want_slipped, rtol=1e-12, atol=1e-12) and (buf == 0).all()
+    np.testing.assert_allclose(Z, kept.sum(axis=2), rtol=1e-12)
+    Q1, T1, Q2, T2 = (np.zeros_like(S) for _ in range(4))
+    m_step_pairs(kept, Q1, T1, pairs, starts, sizes, 200.0 * keep, 1e-3, slip, redo)
+    m_step_pairs(kept, Q2, T2, pairs, starts, sizes, 200.0 * keep, 1e-3, slip, redo, Z)
+    Qd, Td = _dense_m_step(want, inside, 200.0, 1e-3, slip)
+    for got in (Q1, Q2):
+        np.testing.assert_allclose(got, Qd, rtol=1e-9, atol=1e-15)
+    for got in (T1, T2):
+        np.testing.assert_allclose(got, Td, rtol=1e-9, atol=1e-15)
+    # the M-step of an iteration before the last writes the marked pairs' blocks only, bit for bit the full one's
+    Q3, T3 = np.full_like(S, -1.0), np.full_like(S, -1.0)
+    m_step_pairs(kept, Q3, T3, pairs, starts, sizes, 200.0 * keep, 1e-3, slip, redo, Z, on)
+    assert np.array_equal(Q3[mark], Q2[mark]) and np.array_equal(T3[mark], T2[mark]) and (T3[~mark] == -1).all()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 4), st.integers(2, 4), st.integers(1, 3), st.integers(0, 10**6), st.sampled_from([0.0, 0.2]))
+def test_the_m_step_of_the_lines_after_moves_within_a_view_is_the_full_m_step(K, n, A, seed, slip):
+    """Kept counts moved between clones of one view (as a split does: a column into another, a row shared
+    between two) change the M-step on those clones' rows and columns only: m_step_lines there gives the
+    full M-step of the moved counts."""
+    from hmmmerge._replay_kernels import m_step_lines, m_step_pairs, row_sums
+
+    rng = np.random.default_rng(seed)
+    H = K * n
+    starts, sizes, pairs, inside = _pair_blocks(rng, K, n)
+    colour = np.repeat(np.arange(K), n).astype(np.int64)
+    S = rng.random((A, H, H)) * inside
+    Z = row_sums(S, pairs, starts, sizes)
+    Q, T = np.zeros_like(S), np.zeros_like(S)
+    m_step_pairs(S, Q, T, pairs, starts, sizes, 5.0, 0.01, slip, np.ones(K, dtype=np.bool_), Z)
+    v = int(rng.integers(0, K))
+    h, j = starts[v] + rng.choice(n, 2, replace=False)
+    S[:, :, j] += S[:, :, h]                               # a column into another of its view
+    S[:, :, h] = 0.0
+    share = rng.random((A, H))
+    S[:, h, :] = S[:, j, :] * share                        # a row shared between two
+    S[:, j, :] -= S[:, h, :]
+
+    def csr(first, second):
+        order = np.lexsort((pairs[:, second], pairs[:, first]))
+        ptr = np.r_[0, np.cumsum(np.bincount(pairs[:, first], minlength=K))].astype(np.int64)
+        return ptr, np.ascontiguousarray(pairs[order, second])
+
+    m_step_lines(S, Q, T, Z, np.array([h, j], dtype=np.int64), colour, starts, sizes, *csr(0, 1), *csr(1, 0),
+                 5.0, 0.01, slip)
+    np.testing.assert_allclose(Z, S.sum(axis=2), rtol=1e-12, atol=1e-15)
+    Qd, Td = _dense_m_step(S, inside, 5.0, 0.01, slip)
+    np.testing.assert_allclose(Q, Qd, rtol=1e-9, atol=1e-15)
+    np.testing.assert_allclose(T, Td, rtol=1e-9, atol=1e-15)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 3), st.integers(1, 4), st.integers(1, 3), st.integers(0, 10**6), st.booleans())
+def test_folding_blocks_of_the_lumped_model_is_the_lumped_model_of_the_folded_blocks(K, n, A, seed, zero):
+    """_folded_model (joined blocks from the blocks' lumped model, no pass over T) equals lumped_model of the
+    joined blocks, also where a block or a joined block weighs nothing (the plain mean of its clones)."""
+    from hmmmerge._replay_kernels import lumped_model
+    from hmmmerge.replay import _folded_model
+
+    rng = np.random.default_rng(seed)
+    H = K * n
+    starts, sizes, pairs, inside = _pair_blocks(rng, K, n)
+    T = rng.random((A, H, H)) * inside
+    B = rng.random(H)
+    weight = rng.random(H) * (rng.random(H) < 0.6) if zero else rng.random(H)
+    colour = np.repeat(np.arange(K), n)
+    block = np.unique(colour * n + rng.integers(0, n, H), return_inverse=True)[1].astype(np.int64)
+    nb = int(block.max()) + 1
+    W = np.bincount(block, weights=weight, minlength=nb)
+    cnt = np.bincount(block, minlength=nb).astype(float)
+    target = np.unique(colour[np.argmax(block[None] == np.arange(nb)[:, None], axis=1)] * n
+                       + rng.integers(0, 2, nb), return_inverse=True)[1]   # blocks of one colour joined
+    ids, fold = np.unique(target, return_inverse=True)
+    got = _folded_model(lumped_model(T, B, weight, block, nb, pairs, starts, sizes), (W, cnt), fold, len(ids))
+    want = lumped_model(T, B, weight, fold[block].astype(np.int64), len(ids), pairs, starts, sizes)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("slip, noise", [(0.0, 0.0), (0.1, 0.0), (0.05, 0.05)])
+def test_the_model_is_the_m_step_of_the_scaled_counts_and_the_scale_is_only_a_representation(monkeypatch, slip,
+                                                                                                noise):
+    """After a life, ``T`` is the dense M-step of ``g * S`` (``g`` the scale), the kept row sums are the row
+    sums of ``S``; folding the scale into the counts at every update (the floor raised to 1) learns the
+    same model."""
+    import hmmmerge.replay as replay
+    from hmmmerge.replay import ReplayMerger
+
+    env = gridworld(6, 6, n_colours=9, seed=1, slip=slip, obs_noise=noise)
+    walk = random_walk(env, 300, 30, seed=4)
+
+    def fit():
+        return TwoLevelMemory(9, 4, merger=ReplayMerger(min_new=5), seed=2).fit(walk)
+
+    lazy = fit()
+    m = lazy.merger_
+    assert m._g < 1e-3 and m._updates > 20
+    inside = m._has_pair[m._colour][:, m._colour][None]
+    np.testing.assert_allclose(m._Z, m._S.sum(axis=2), rtol=1e-10, atol=1e-300)
+    Qd, Td = _dense_m_step(m._g * m._S, inside, float(m.window), float(m.pseudocount), m._slip)
+    np.testing.assert_allclose(m._Q, Qd, rtol=1e-9, atol=1e-15)
+    np.testing.assert_allclose(m._T, Td, rtol=1e-9, atol=1e-15)
+    monkeypatch.setattr(replay, "SCALE_FLOOR", 1.0)
+    folded = fit()
+    assert folded.merger_._g == 1.0
+    np.testing.assert_allclose(folded.merger_._g * folded.merger_._S, m._g * m._S, rtol=1e-8, atol=1e-14)
+    np.testing.assert_allclose(folded.merger_._T, m._T, rtol=1e-8, atol=1e-14)
+    assert np.array_equal(folded.clusters_.assignment, lazy.clusters_.assignment)
 
 
 def test_sleeps_with_m_steps_on_the_batch_pairs_equal_sleeps_with_full_m_steps(monkeypatch):

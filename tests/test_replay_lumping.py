@@ -170,12 +170,12 @@ def test_without_the_bayes_factor_test_the_lumping_is_hoeffding_alone():
     agent = TwoLevelMemory(10, 4, merger=ReplayMerger(dirichlet=0.0), seed=0).fit(random_walk(gridworld(), 60, seed=1))
     m = agent.merger_
     m._lump()
-    hoeffding = lump_clones_pairs(m._S, 1.0 / m._var, m._pairs, m._starts, m._sizes, m._colour,
+    hoeffding = lump_clones_pairs(m._S, m._g / m._var, m._pairs, m._starts, m._sizes, m._colour,
                                   float(np.sqrt(0.5 * np.log(2.0 / m.risk))), m.tolerance, 50)
     assert m._block.tolist() == hoeffding.tolist()
     m.dirichlet = 0.01
     m._noise, m._slip = 0.02, 0.01
     m._lump()
-    sharp = lump_clones_pairs(m._S, 1.0 / m._var, m._pairs, m._starts, m._sizes, m._colour,
+    sharp = lump_clones_pairs(m._S, m._g / m._var, m._pairs, m._starts, m._sizes, m._colour,
                               float(np.sqrt(0.5 * np.log(2.0 / m.risk))), m.tolerance, 50, 0.03, np.log(1 / m.risk))
     assert m._block.tolist() == sharp.tolist()
