@@ -9,22 +9,36 @@ Hoeffding test (Carrasco & Oncina 1994): ``|f1/n1 - f2/n2| < bound * (1/sqrt(n1)
 first compatible group of its block, groups pool their counts, clones are taken
 heaviest first.
 
+Hoeffding's bound is distribution-free: it never tells apart a clone seen 3
+times going to block X from one seen 10 times going to Y.  In a near-deterministic
+world that is decisive, so a second test may be required too (``alpha > 0``):
+the log Bayes factor of two next-block distributions against one, with
+Dirichlet-multinomial marginals of concentration ``alpha`` per next block
+(small: one main successor per (place, action)), must not exceed ``threshold``
+(:func:`_log_bayes_factor`; as in the Hoeffding test, an action whose next-block
+frequencies all differ by less than ``floor`` is taken to agree: EM's own imprecision).  Two identical count vectors always pass it (the
+factor is then at most 0: Jensen), and so does a clone with no action in common
+with the group.
+
 Imported lazily (numba is slow to import).
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 from numba import njit
 
 
 @njit(cache=True)
-def lump_clones(counts, colour, bound, floor, max_rounds):
+def lump_clones(counts, colour, bound, floor, max_rounds, alpha=0.0, threshold=0.0):
     """Blocks of clones (ids ``0..nb-1``) from expected transition counts ``counts`` (A, H, H).
 
     Starts from one block per colour (observation) and refines until no block
     splits (or ``max_rounds``); entries below 1e-3 (a thousandth of a transition)
-    are left out.  Returns ``block`` (H,).
+    are left out.  ``alpha > 0``: the Bayes-factor test too (module docstring).
+    Returns ``block`` (H,).
     """
     A, H, _ = counts.shape
     pairs = np.empty((1, 2), dtype=np.int64)
@@ -32,11 +46,12 @@ def lump_clones(counts, colour, bound, floor, max_rounds):
     pairs[0, 1] = 0
     starts = np.zeros(1, dtype=np.int64)
     sizes = np.full(1, H, dtype=np.int64)
-    return lump_clones_pairs(counts, 1.0, pairs, starts, sizes, colour, bound, floor, max_rounds)
+    return lump_clones_pairs(counts, 1.0, pairs, starts, sizes, colour, bound, floor, max_rounds, alpha, threshold)
 
 
 @njit(cache=True)
-def lump_clones_pairs(counts, factor, pairs, starts, sizes, colour, bound, floor, max_rounds):
+def lump_clones_pairs(counts, factor, pairs, starts, sizes, colour, bound, floor, max_rounds, alpha=0.0,
+                      threshold=0.0):
     """:func:`lump_clones` of ``factor * counts`` read on the blocks of the observation pairs ``pairs``
     only (the rest of ``counts`` is zero)."""
     A, H, _ = counts.shape
@@ -88,7 +103,7 @@ def lump_clones_pairs(counts, factor, pairs, starts, sizes, colour, bound, floor
         by_clone[fill[e_i[q]]] = q
         fill[e_i[q]] += 1
     for _ in range(max_rounds):
-        new = _refine(block, nb, order, ptr, by_clone, e_a, e_j, e_c, n_out, A, bound, floor)
+        new = _refine(block, nb, order, ptr, by_clone, e_a, e_j, e_c, n_out, A, bound, floor, alpha, threshold)
         # number the new blocks in order of their first clone (stable ids)
         ng = 0
         for i in range(H):
@@ -110,9 +125,10 @@ def lump_clones_pairs(counts, factor, pairs, starts, sizes, colour, bound, floor
 
 
 @njit(cache=True)
-def _refine(block, nb, order, ptr, by_clone, e_a, e_j, e_c, n_out, A, bound, floor):
+def _refine(block, nb, order, ptr, by_clone, e_a, e_j, e_c, n_out, A, bound, floor, alpha, threshold):
     """One round of the refinement: clone ``order[q]`` (heaviest first) joins the first group of its block
-    whose pooled next-block counts pass the Hoeffding test against its own (else it starts a group).
+    whose pooled next-block counts pass the Hoeffding test against its own, and with ``alpha > 0`` the
+    Bayes-factor test (log factor at most ``threshold``) too (else it starts a group).
     Blocks are taken one after the other (a clone meets only its own block's groups, so the groups are
     those of taking the clones in ``order`` throughout); vectors over (action, next block) are sparse:
     an entry where both are zero always passes.  Returns the group of every clone (ids by block)."""
@@ -139,6 +155,11 @@ def _refine(block, nb, order, ptr, by_clone, e_a, e_j, e_c, n_out, A, bound, flo
     plen = np.zeros(big, dtype=np.int64)
     g_n = np.zeros((big, A))
     tol = np.empty(A)
+    lx = np.zeros(A)                           # the Bayes factor's per-action sums
+    ly = np.zeros(A)
+    lxy = np.zeros(A)
+    kn = np.zeros(A)
+    wide = np.zeros(A)
     new = np.full(H, -1, dtype=np.int64)
     offset = 0
     for b in range(nb):
@@ -173,6 +194,9 @@ def _refine(block, nb, order, ptr, by_clone, e_a, e_j, e_c, n_out, A, bound, flo
                         if tol[a] >= 0.0 and vec[x] == 0.0 and abs(0.0 - pool[g, x] / g_n[g, a]) >= tol[a]:
                             ok = False
                             break
+                if ok and alpha > 0.0:
+                    ok = _log_bayes_factor(vec, vsup, vlen, pool[g], psup[g], plen[g], tol, nb, A, alpha, floor,
+                                           n_out[i], g_n[g], lx, ly, lxy, kn, wide) <= threshold
                 if ok:
                     break
                 g += 1
@@ -196,6 +220,58 @@ def _refine(block, nb, order, ptr, by_clone, e_a, e_j, e_c, n_out, A, bound, flo
                 g_n[g, a] = 0.0
         offset += ng
     return new
+
+
+@njit(cache=True)
+def _log_bayes_factor(vec, vsup, vlen, pool, psup, plen, tol, nb, A, alpha, floor, nx, ny, lx, ly, lxy, kn, wide):
+    """``log P(x | two distributions) - log P(x + y | one)`` for two next-block count vectors over (action,
+    next block) -- ``vec`` with support ``vsup[:vlen]``, ``pool`` with ``psup[:plen]``, per-action totals
+    ``nx``, ``ny`` -- summed over the actions both took (``tol[a] >= 0``) where some next-block frequency
+    differs by ``floor`` or more (closer ones are EM's own imprecision, as for the Hoeffding test): per
+    action, Dirichlet-multinomial marginals of the sequences (concentration ``alpha`` on each of the ``k``
+    next blocks either side saw),
+    ``log DM(v) = lgamma(k alpha) - lgamma(n + k alpha) + sum_b [lgamma(v_b + alpha) - lgamma(alpha)]``.
+    ``lx``, ``ly``, ``lxy``, ``kn``, ``wide``: scratch (A,)."""
+    for a in range(A):
+        lx[a] = 0.0
+        ly[a] = 0.0
+        lxy[a] = 0.0
+        kn[a] = 0.0
+        wide[a] = 0.0
+    g0 = math.lgamma(alpha)
+    for s in range(vlen):
+        x = vsup[s]
+        a = x // nb
+        if tol[a] < 0.0:
+            continue
+        u, v = vec[x], pool[x]
+        if abs(u / nx[a] - v / ny[a]) >= floor:
+            wide[a] = 1.0
+        kn[a] += 1.0
+        lx[a] += math.lgamma(u + alpha)
+        ly[a] += math.lgamma(v + alpha) if v > 0.0 else g0
+        lxy[a] += math.lgamma(u + v + alpha)
+    for s in range(plen):
+        x = psup[s]
+        a = x // nb
+        if tol[a] < 0.0 or vec[x] != 0.0:
+            continue
+        v = pool[x]
+        if v / ny[a] >= floor:
+            wide[a] = 1.0
+        kn[a] += 1.0
+        lx[a] += g0
+        ly[a] += math.lgamma(v + alpha)
+        lxy[a] += math.lgamma(v + alpha)
+    out = 0.0
+    for a in range(A):
+        if tol[a] < 0.0 or wide[a] == 0.0:
+            continue
+        c = kn[a] * alpha
+        # log DM(x) + log DM(y) - log DM(x + y): one set of the sum_b lgamma(alpha) terms is left
+        out += (math.lgamma(c) - math.lgamma(nx[a] + c) - math.lgamma(ny[a] + c) + math.lgamma(nx[a] + ny[a] + c)
+                + lx[a] + ly[a] - lxy[a] - kn[a] * g0)
+    return out
 
 
 @njit(cache=True)

@@ -107,8 +107,11 @@ class ReplayMerger(Estimator):
     step_exponent : ``eta = (u + 2) ** -step_exponent`` (0.5 < exponent <= 1: the stepwise-EM conditions).
     pseudocount : added to every expected count of ``window * S`` at the M-step.
     prune : transitions below it are dropped from the agent's online level 2.
-    risk : the Hoeffding test's risk when clones are lumped into clusters (ALERGIA's alpha).
-    tolerance : next-cluster frequencies closer than it always pass that test (EM's own imprecision).
+    risk : the Hoeffding test's risk when clones are lumped into clusters (ALERGIA's alpha); the Bayes-factor
+        test tells two clones apart when the log factor exceeds ``log(1 / risk)``.
+    tolerance : next-cluster frequencies closer than it always pass the Hoeffding test (EM's own imprecision).
+    dirichlet : the least Dirichlet concentration per next cluster of the Bayes-factor test (it takes the
+        estimated noise rate + slip share when larger: :meth:`_lump`); 0 turns that test off (Hoeffding alone).
     min_new : a sleep with fewer new episodes than this is postponed to the next one (long episodes:
         fewer, larger sleeps); the first sleep is never postponed.
     slip : the initial estimate of the share of moves made by a uniformly random action instead of the
@@ -125,12 +128,13 @@ class ReplayMerger(Estimator):
         "step_exponent": Float(0.5, 1.0, low_open=True), "pseudocount": Float(0.0, 1e6, low_open=True),
         "prune": Float(0.0, 1.0), "risk": Float(0.0, 1.0, low_open=True),
         "tolerance": Float(0.0, 1.0), "slip": Float(0.0, 0.99), "min_new": Int(1, 10**6),
-        "split": Float(0.0, 1e9),
+        "split": Float(0.0, 1e9), "dirichlet": Float(0.0, 1.0),
     }
 
     def __init__(self, n_clones: int | None = None, replay: int = 20, window: int = 200, n_iter: int | None = None,
                  step_exponent: float = 0.51, pseudocount: float = 1e-3, prune: float = 1e-3, risk: float = 0.05,
-                 tolerance: float = 0.2, slip: float = 0.05, min_new: int = 10, split: float = 25.0):
+                 tolerance: float = 0.2, slip: float = 0.05, min_new: int = 10, split: float = 25.0,
+                 dirichlet: float = 0.01):
         self.n_clones = n_clones
         self.replay = replay
         self.window = window
@@ -143,6 +147,7 @@ class ReplayMerger(Estimator):
         self.slip = slip
         self.min_new = min_new
         self.split = split
+        self.dirichlet = dirichlet
         self._A = None
 
     # ------------------------------------------------------------ set-up
@@ -792,17 +797,33 @@ class ReplayMerger(Estimator):
         return w, float(w.sum())
 
     def _lump(self) -> None:
-        """Blocks of clones that the Hoeffding test does not tell apart (:func:`~hmmmerge._replay_kernels.lump_clones`).
+        """Blocks of clones that neither the Hoeffding test nor the Bayes-factor test tells apart
+        (:func:`~hmmmerge._replay_kernels.lump_clones`).
 
         The kept statistics are a weighted mean of per-episode counts; as counts they stand for their
         effective number of episodes, ``1 / sum_u w_u**2 / n_u`` over the batches (weights ``w_u``, ``n_u``
-        episodes each), the sample size with the same variance."""
+        episodes each), the sample size with the same variance.  Hoeffding's risk is ``risk``; two clones
+        whose log Bayes factor (two next-block distributions against one, Dirichlet-multinomial marginals
+        of concentration :meth:`_concentration`) exceeds ``log(1 / risk)`` are told apart too: a clone of a
+        rarely visited place seen 3 times going elsewhere than a busy clone of its view is a place of its
+        own in a near-deterministic world, which the distribution-free bound cannot see (BENCHMARKS.md,
+        "A sharper lumping test")."""
         from ._replay_kernels import lump_clones_pairs
 
         bound = float(np.sqrt(0.5 * np.log(2.0 / float(self.risk))))
+        alpha = self._concentration()
+        threshold = float(np.log(1.0 / float(self.risk)))
         self._block = lump_clones_pairs(self._S, self._g / self._var, self._pairs, self._starts, self._sizes,
-                                        self._colour, bound, float(self.tolerance), 50)
+                                        self._colour, bound, float(self.tolerance), 50, alpha, threshold)
         self._lumped = None
+
+    def _concentration(self) -> float:
+        """The Bayes-factor test's Dirichlet concentration per next block: ``max(dirichlet, noise rate + slip
+        share)``, at most 1 (0: the test is off).  The learner's own estimates of how far the world is from
+        deterministic: small on a clean world (the test is sharp), larger with noisy views or slips."""
+        if not self.dirichlet:
+            return 0.0
+        return float(min(max(float(self.dirichlet), self._noise + self._slip), 1.0))
 
     def _fold_unheld(self) -> None:
         """Blocks that hold no level-1 state (no state has its most probable clone there) join the block of

@@ -170,7 +170,26 @@ def test_rewritten_refuses_a_missing_representative():
         cl.rewritten(2, [0, -1])
 
 
-def lump_dense(counts, colour, bound, floor, max_rounds=50):
+def _log_bf_dense(x, y, alpha, floor):
+    """Log Bayes factor of (A, nb) next-block counts: Dirichlet-multinomial marginals, two against one, per
+    action both took where some frequency differs by ``floor`` or more, on the blocks either side saw
+    (scipy's gammaln)."""
+    from scipy.special import gammaln
+
+    out = 0.0
+    for a in range(x.shape[0]):
+        if x[a].sum() <= 0 or y[a].sum() <= 0:
+            continue
+        if not (np.abs(x[a] / x[a].sum() - y[a] / y[a].sum()) >= floor).any():
+            continue
+        seen = (x[a] > 0) | (y[a] > 0)
+        c = seen.sum() * alpha
+        for v, sign in ((x[a], 1), (y[a], 1), (x[a] + y[a], -1)):
+            out += sign * (gammaln(c) - gammaln(v.sum() + c) + (gammaln(v[seen] + alpha) - gammaln(alpha)).sum())
+    return out
+
+
+def lump_dense(counts, colour, bound, floor, max_rounds=50, alpha=0.0, threshold=0.0):
     """The lumping as defined (module docstring of ``_replay_kernels``), with clones x blocks tables."""
     A, H, _ = counts.shape
     c = np.where(counts >= 1e-3, counts, 0.0)   # entries under a thousandth of a transition left out
@@ -207,6 +226,8 @@ def lump_dense(counts, colour, bound, floor, max_rounds=50):
                     if (np.abs(succ[i, a] / n_out[i, a] - pool[a] / n[a]) >= tol).any():
                         ok = False
                         break
+                if ok and alpha > 0:
+                    ok = _log_bf_dense(succ[i], pool, alpha, floor) <= threshold
                 if ok:
                     break
             else:
@@ -243,8 +264,9 @@ def test_sparse_lumping_equals_the_dense_refinement(data):
     counts = base[:, proto] * rng.uniform(0.5, 2.0, (1, H, 1)) * rng.uniform(0.9, 1.1, (A, H, H))
     colour = np.repeat(np.arange(K), per)
     bound, floor = data.draw(st.sampled_from([(1.36, 0.2), (0.5, 0.05), (0.1, 0.0)]))
-    got = lump_clones(counts, colour, bound, floor, 50)
-    want = lump_dense(counts, colour, bound, floor)
+    alpha = data.draw(st.sampled_from([0.0, 0.01, 0.3]))   # 0: Hoeffding alone; else the Bayes factor too
+    got = lump_clones(counts, colour, bound, floor, 50, alpha, 3.0)
+    want = lump_dense(counts, colour, bound, floor, alpha=alpha, threshold=3.0)
     assert got.tolist() == want.tolist()
 
 
