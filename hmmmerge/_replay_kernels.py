@@ -430,6 +430,20 @@ def row_sums(S, pairs, starts, sizes):
 
 
 @njit(cache=True)
+def _m_cell(S, Q, T, Z, i, j, scale, pc_row, pc, slip):
+    """The M-step of one clone pair ``(i, j)`` over every action: ``Q[a, i, j] = (scale S + pc) / (scale Z[a, i]
+    + pc_row)``, ``T[a, i, j] = (1 - slip) Q[a, i, j] + slip mean_b Q[b, i, j]``."""
+    A = S.shape[0]
+    mean = 0.0
+    for a in range(A):
+        x = (scale * S[a, i, j] + pc) / (scale * Z[a, i] + pc_row)
+        Q[a, i, j] = x
+        mean += x
+    for a in range(A):
+        T[a, i, j] = (1.0 - slip) * Q[a, i, j] + slip / A * mean
+
+
+@njit(cache=True)
 def m_step_lines(S, Q, T, Z, lines, colour, starts, sizes, succ_ptr, succ_col, pred_ptr, pred_col, scale, pc,
                  slip):
     """The M-step of :func:`m_step_pairs` on the rows and the columns of the clones ``lines`` only: what a
@@ -456,13 +470,7 @@ def m_step_lines(S, Q, T, Z, lines, colour, starts, sizes, succ_ptr, succ_col, p
         for q in range(succ_ptr[o], succ_ptr[o + 1]):
             s1 = starts[succ_col[q]]
             for j in range(s1, s1 + sizes[succ_col[q]]):
-                mean = 0.0
-                for a in range(A):
-                    x = (scale * S[a, i, j] + pc) / (scale * Z[a, i] + pc * width[o])
-                    Q[a, i, j] = x
-                    mean += x
-                for a in range(A):
-                    T[a, i, j] = (1.0 - slip) * Q[a, i, j] + slip / A * mean
+                _m_cell(S, Q, T, Z, i, j, scale, pc * width[o], pc, slip)
     for r in range(lines.shape[0]):
         j = lines[r]
         v = colour[j]
@@ -470,13 +478,7 @@ def m_step_lines(S, Q, T, Z, lines, colour, starts, sizes, succ_ptr, succ_col, p
             o = pred_col[q]
             s0 = starts[o]
             for i in range(s0, s0 + sizes[o]):
-                mean = 0.0
-                for a in range(A):
-                    x = (scale * S[a, i, j] + pc) / (scale * Z[a, i] + pc * width[o])
-                    Q[a, i, j] = x
-                    mean += x
-                for a in range(A):
-                    T[a, i, j] = (1.0 - slip) * Q[a, i, j] + slip / A * mean
+                _m_cell(S, Q, T, Z, i, j, scale, pc * width[o], pc, slip)
 
 
 @njit(cache=True)
