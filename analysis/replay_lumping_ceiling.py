@@ -17,7 +17,7 @@ fresh episodes:
 One JSON record per run in ``OUT`` (resumed), a table on stdout.
 
     PYTHONPATH=$PWD nice -n 10 python analysis/replay_lumping_ceiling.py --out /work/bench_out/lump6/ceiling \\
-        [--sets unseen-clean,main-thin] [--variants hoeffding,modal-0.01,...]
+        [--sets unseen-clean,main-thin] [--variants hoeffding,dm-0.01,...]
 """
 
 from __future__ import annotations

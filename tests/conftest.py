@@ -9,10 +9,14 @@ several test files are built once per session (none is ever changed):
 ``paper_walk`` 80 episodes of 50 random moves in it (seed 1) and
 ``paper_walk_1000`` the paper's 1,000 training episodes (seed 0);
 ``small_world`` is a 4x4 grid of 4 colours (seed 1) and ``small_walk`` 8
-episodes of 12 moves in it (seed 2).
+episodes of 12 moves in it (seed 2).  ``load_script`` loads a script of
+``benchmarks/`` as a module (they are not a package).
 """
 
 from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -63,6 +67,20 @@ def _literal_algorithm_1(episodes, n_actions):
                 T[(h, a)] = nxt
             h = nxt
     return T, E
+
+
+def _load_script(name: str):
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def load_script():
+    """``load_script(name) -> module``: ``benchmarks/NAME.py`` loaded by path."""
+    return _load_script
 
 
 @pytest.fixture(scope="session")

@@ -1,20 +1,13 @@
 """benchmarks/bench_unseen_worlds.py: its worlds and conditions, its runs, and its tables (the main benchmark's)."""
 
 import argparse
-import importlib.util
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_unseen_worlds.py"
-
 
 @pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("bench_unseen_worlds", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def bench(load_script):
+    return load_script("bench_unseen_worlds")
 
 
 def test_worlds_and_conditions(bench):

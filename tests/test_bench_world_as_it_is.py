@@ -1,22 +1,15 @@
 """benchmarks/bench_world_as_it_is.py: runs in subprocesses under a CPU limit, resumes, and its walks are the process."""
 
-import importlib.util
 import json
 import os
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_world_as_it_is.py"
-
 
 @pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("bench_world_as_it_is", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def bench(load_script):
+    return load_script("bench_world_as_it_is")
 
 
 def test_walks_follow_the_condition(bench):
