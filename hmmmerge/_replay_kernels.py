@@ -414,6 +414,64 @@ def absorb_counts(S, C, Q, Z, pairs, on, starts, sizes, slip, add, floor=0.0):
 
 
 @njit(cache=True)
+def faded_pairs(S, pairs, starts, sizes, floor):
+    """Whether every kept count of each pair's block is at most ``floor`` (all actions), (n_pairs,) bool."""
+    A = S.shape[0]
+    out = np.ones(pairs.shape[0], dtype=np.bool_)
+    for p in range(pairs.shape[0]):
+        s0, n0, s1, n1 = starts[pairs[p, 0]], sizes[pairs[p, 0]], starts[pairs[p, 1]], sizes[pairs[p, 1]]
+        for a in range(A):
+            for i in range(s0, s0 + n0):
+                for j in range(s1, s1 + n1):
+                    if S[a, i, j] > floor:
+                        out[p] = False
+                        break
+                if not out[p]:
+                    break
+            if not out[p]:
+                break
+    return out
+
+
+@njit(cache=True)
+def drop_pairs(S, Q, T, Z, pairs, drop, starts, sizes):
+    """Zero ``S``, ``Q``, ``T`` on the blocks of the pairs marked ``drop``, and sum the rows ``Z`` of their
+    first observations anew from the blocks of the pairs kept (the other rows of ``Z`` are unchanged)."""
+    A = S.shape[0]
+    K = sizes.shape[0]
+    redo = np.zeros(K, dtype=np.bool_)
+    for p in range(pairs.shape[0]):
+        if not drop[p]:
+            continue
+        o = pairs[p, 0]
+        redo[o] = True
+        s0, n0, s1, n1 = starts[o], sizes[o], starts[pairs[p, 1]], sizes[pairs[p, 1]]
+        for a in range(A):
+            for i in range(s0, s0 + n0):
+                for j in range(s1, s1 + n1):
+                    S[a, i, j] = 0.0
+                    Q[a, i, j] = 0.0
+                    T[a, i, j] = 0.0
+    for o in range(K):
+        if redo[o]:
+            for a in range(A):
+                for i in range(starts[o], starts[o] + sizes[o]):
+                    Z[a, i] = 0.0
+    for p in range(pairs.shape[0]):
+        o = pairs[p, 0]
+        if drop[p] or not redo[o]:
+            continue
+        s0, n0, s1, n1 = starts[o], sizes[o], starts[pairs[p, 1]], sizes[pairs[p, 1]]
+        for a in range(A):
+            for i in range(s0, s0 + n0):
+                acc = 0.0
+                for j in range(s1, s1 + n1):
+                    acc += S[a, i, j]
+                Z[a, i] += acc
+    return redo
+
+
+@njit(cache=True)
 def row_sums(S, pairs, starts, sizes):
     """``S.sum(axis=2)`` read on the pairs' blocks, summed pair by pair, (A, H)."""
     A, H, _ = S.shape

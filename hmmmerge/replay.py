@@ -85,6 +85,9 @@ SCALE_FLOOR = 1e-100
 #: a clone's row of a batch's counts is dropped when every count in it would add less than this share of
 #: the pseudocount at the M-step (``window * add * count``): clones the batch hardly passed through only decay
 COUNT_FLOOR = 1e-3
+#: a pair of views is dropped at a sleep when all its kept counts add at most this share of the pseudocount
+#: at the M-step (``window * count``; see ReplayMerger._drop_faded_pairs)
+PAIR_FLOOR = COUNT_FLOOR
 #: the largest per-clone table of true labels kept for purity (entries; beyond it the agent counts purity
 #: from level 1 at every sleep)
 CLONE_LABEL_TABLE_MAX = 4_000_000
@@ -289,7 +292,6 @@ class ReplayMerger(Estimator):
         if self._T is not None and fresh.any():
             n = len(self._cur[0])
             cur_obs, cur_acts = np.array(self._cur[0]), np.array(self._cur[1])
-            self._add_pairs(cur_obs, cur_acts)
             clones = self._filtered_clones(cur_obs, cur_acts)[n - len(states):]
             self._connect(clusters, states[fresh], clones[fresh], memory.labels[states[fresh]])
         return True
@@ -311,12 +313,34 @@ class ReplayMerger(Estimator):
         return _Data(K, obs, acts, self._sizes)
 
     def _filtered_clones(self, obs, acts) -> np.ndarray:
-        """The most probable clone of every step given the steps before it (and its own observation)."""
-        d = self._data(obs, acts)
-        ll = d.log_likelihood(self._T, self._B)
-        if not np.isfinite(ll):  # cannot happen with a positive pseudocount; keep the first clone
-            return self._starts[obs]
-        return self._starts[obs] + _block_argmax(d.alpha, d.off)
+        """The most probable clone of every step given the steps before it (and its own observation).
+
+        Moves that make pairs of views not registered (the episode being lived, :meth:`place`) are
+        filtered under the model with those pairs registered (:meth:`_add_pairs`: their blocks get the
+        pseudocount, their rows' M-step is redone), and the model is then put back as it was.
+        Pairs are registered at sleeps only: with noisy views nearly every chunk makes a new pair, and a
+        model changed between sleeps made the agent rebuild its level 2 for each (half the cost of a life,
+        BENCHMARKS.md, "Noise's view pairs bounded")."""
+        saved = None
+        if self._S is not None:
+            moves = np.flatnonzero(acts >= 0)
+            first = np.unique(obs[moves - 1][~self._has_pair[obs[moves - 1], obs[moves]]])
+            if len(first):
+                rows = np.concatenate([np.arange(self._starts[o], self._starts[o] + self._sizes[o]) for o in first])
+                saved = (rows, self._T[:, rows].copy(), self._Q[:, rows].copy(), self._pairs, self._has_pair.copy(),
+                         self._succ, self._pred, self._slip)
+                self._add_pairs(obs, acts, refresh=False)
+        try:
+            d = self._data(obs, acts)
+            ll = d.log_likelihood(self._T, self._B)
+            if not np.isfinite(ll):  # cannot happen with a positive pseudocount; keep the first clone
+                return self._starts[obs]
+            return self._starts[obs] + _block_argmax(d.alpha, d.off)
+        finally:
+            if saved is not None:
+                rows, T, Q, self._pairs, self._has_pair, self._succ, self._pred, self._slip = saved
+                self._T[:, rows] = T
+                self._Q[:, rows] = Q
 
     def _connect(self, clusters, states, clones, labels) -> None:
         """Remember the clone of each new level-1 state (true labels ``labels``) and connect it to its
@@ -444,9 +468,10 @@ class ReplayMerger(Estimator):
         self._B = np.full(H, 1.0 / H)
         self._C = np.zeros((A, H, H))
 
-    def _add_pairs(self, obs, acts) -> None:
+    def _add_pairs(self, obs, acts, refresh: bool = True) -> None:
         """Add the observation pairs of the moves of ``(obs, acts)`` that are new; once the model exists,
-        redo the M-step of the rows they start from (their blocks get the pseudocount)."""
+        redo the M-step of the rows they start from (their blocks get the pseudocount). ``refresh=False``:
+        the cached lumped model is kept (:meth:`_filtered_clones` puts the model back afterwards)."""
         moves = np.flatnonzero(acts >= 0)
         if not len(moves):
             return
@@ -463,8 +488,39 @@ class ReplayMerger(Estimator):
             redo = np.zeros(self._K, dtype=np.bool_)
             redo[new[:, 0]] = True
             self._m_step(redo)
-            self._lumped = None
-            self._t2 = None
+            if refresh:
+                self._lumped = None
+                self._t2 = None
+
+    def _drop_faded_pairs(self) -> int:
+        """Drop the pairs whose kept counts are all below :data:`COUNT_FLOOR` of the pseudocount at the
+        M-step (``window * count``): their blocks are then the pseudocount alone, as for a pair never seen.
+        ``S``, ``Q``, ``T`` are zeroed there, the row sums of their first observations summed anew, and
+        those rows' M-step redone (the pseudocount of the dropped blocks leaves the rows). Returns the
+        pairs dropped.
+
+        A random view makes pairs the world never makes (149 views: 5,304 pairs against 564 on a clean
+        MiniGrid life); views read as noise give theirs no counts, so they go at the sleep that
+        registered them, and the counts of the others fade with the stepwise decay. A pair seen again
+        is registered again (:meth:`_add_pairs`) with the pseudocount block it had."""
+        from ._replay_kernels import drop_pairs, faded_pairs
+
+        if self._S is None or not len(self._pairs):
+            return 0
+        floor = PAIR_FLOOR * float(self.pseudocount) / (float(self.window) * self._g)
+        faded = faded_pairs(self._S, self._pairs, self._starts, self._sizes, floor)
+        if not faded.any():
+            return 0
+        redo = drop_pairs(self._S, self._Q, self._T, self._row_sums(), self._pairs, faded, self._starts,
+                          self._sizes)
+        gone = self._pairs[faded]
+        self._has_pair[gone[:, 0], gone[:, 1]] = False
+        self._pairs = np.ascontiguousarray(self._pairs[~faded])
+        self._succ = self._pred = None
+        self._m_step(redo)
+        self._lumped = None
+        self._t2 = None
+        return int(faded.sum())
 
     def _successors(self):
         if self._succ is None:
@@ -570,10 +626,12 @@ class ReplayMerger(Estimator):
         clones = self._starts[obs] + _block_argmax(d.alpha, d.off)
         states = np.concatenate([b[2] for b in batch])
         self._remember(states, clones, memory.labels[states])
+        # pairs are dropped after the batch's raw views are filtered (the pairs only they make are registered)
+        n_dropped = self._drop_faded_pairs()
         self._lump()
         self._fold_unheld()
         self._write_clusters(clusters, memory.n_states)
-        report.update(replayed=len(picks), views_read_as_noise=int(repaired), clones_split=n_split, noise_rate=self._noise, log_likelihood_per_step=float(ll) / len(obs), clusters=clusters.n_clusters)
+        report.update(replayed=len(picks), views_read_as_noise=int(repaired), clones_split=n_split, pairs_dropped=n_dropped, noise_rate=self._noise, log_likelihood_per_step=float(ll) / len(obs), clusters=clusters.n_clusters)
         return [report]
 
     def _split(self, d) -> int:
