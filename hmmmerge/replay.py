@@ -31,9 +31,11 @@ What a sleep does (:meth:`ReplayMerger.sleep`):
 * the level-1 states of the batch are connected to their most probable clone.
 
 A sleep's work is ``n_iter`` passes over the new and the ``replay`` replayed
-steps and over the clone blocks of the pairs of views ever seen in sequence
-(``T`` is zero between views never seen one after the other): it does not grow
-with the life.  A sleep with fewer than ``min_new`` new episodes is postponed.
+steps and over the clone blocks of the registered pairs of views seen in sequence
+(``T`` is zero between the others): it does not grow with the life.  Pairs are
+registered at sleeps, and a pair whose kept counts have faded to the pseudocount
+(:data:`PAIR_FLOOR`; the pairs that only random views made) is dropped
+(:meth:`ReplayMerger._drop_faded_pairs`).  A sleep with fewer than ``min_new`` new episodes is postponed.
 Between sleeps, :meth:`ReplayMerger.place` records each chunk of steps and
 connects its level-1 states to their filtered clone, so level 2 follows the
 current episode.  The agent's online predictors use ``T`` restricted to the
