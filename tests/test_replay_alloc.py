@@ -100,7 +100,9 @@ def test_first_sleep_deals_clones_by_visits():
     assert even == 24
     visits = np.bincount(walk.obs[:3].ravel(), minlength=env.n_obs)   # the episodes of the first sleep
     seen = visits > 0
-    # the views seen share their even clones by visits; a view not seen yet keeps the even count
+    # the most seen view asks for more than the cap of the seen views' clones: they share them by visits;
+    # a view not seen yet keeps the even count
+    assert visits.max() / visits.sum() * even * seen.sum() > CLONE_CAP
     expected = np.full(env.n_obs, even)
     expected[seen] = allocate_clones(visits[seen], even * int(seen.sum()), CLONE_FLOOR, CLONE_CAP)
     assert len(set(expected.tolist())) > 2 and (~seen).any() and expected.min() < even // 2
@@ -125,6 +127,19 @@ def test_even_is_the_layout_of_before_and_visits_is_the_same_on_the_paper_grid()
     a, b = (r.history() for r in runs)
     assert all(np.array_equal(a[k], b[k], equal_nan=True) for k in a)
     assert np.array_equal(runs[0].merger_._T, runs[1].merger_._T)
+
+
+def test_even_visits_keep_the_even_layout():
+    # 144 views of one place each (5 clones each): no view's share of the visits asks for more than the
+    # cap of the seen views' clones, so nothing moves
+    env = gridworld(12, 12, n_colours=144, colours=np.arange(144).reshape(12, 12))
+    agent = TwoLevelMemory(144, 4, merge="replay", sleep_every=10**6, seed=1)
+    walk = random_walk(env, 11, 50, seed=1)   # (seed 0 and 2: the start cell asks for 37 and 54 clones)
+    agent.partial_fit(walk)
+    agent.sleep()
+    visits = np.bincount(walk.obs[:10].ravel(), minlength=144)
+    assert 0 < visits.max() / visits.sum() * 5 * (visits > 0).sum() <= CLONE_CAP
+    assert agent.merger_._sizes.tolist() == [5] * 144
 
 
 def test_explicit_n_clones_is_even():
