@@ -511,7 +511,8 @@ def restricted_transitions(ptr, col, val, nb, ids, prune):
     the blocks ``ids`` (cluster ``c`` is block ``ids[c]``), rows renormalised (a row without mass uniform),
     entries below ``prune`` dropped but each row's largest (the first), rows renormalised again.  Returns
     the stacked CSR ``(indptr, indices, data)`` (row ``a * k + c``, columns increasing), bit for bit what
-    these steps give on the dense ``(A, k, k)`` array (numpy's pairwise row sums: :func:`pairwise_sum`)."""
+    these steps give on the dense ``(A, k, k)`` array ``T[:, ids][:, :, ids]`` (its rows summed in turn,
+    numpy's sum along a slowest axis; the pruned rows, contiguous, by :func:`pairwise_sum`)."""
     k = ids.shape[0]
     A = (ptr.shape[0] - 1) // max(nb, 1)
     pos_of = np.full(nb, -1, dtype=np.int64)
@@ -536,7 +537,9 @@ def restricted_transitions(ptr, col, val, nb, ids, prune):
             s = np.argsort(rp[:n_r], kind="mergesort")
             pos = rp[:n_r][s]
             v = rv[:n_r][s]
-            total = 0.0 + pairwise_sum(pos, v, 0, n_r, 0, k)
+            total = 0.0   # numpy sums T[:, ids][:, :, ids] along its slowest axis: in turn, no pairs
+            for q in range(n_r):
+                total += v[q]
             if total > 0.0:
                 if every:
                     dense = np.zeros(k)
