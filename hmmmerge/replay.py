@@ -912,6 +912,7 @@ class ReplayMerger(Estimator):
         """Each cluster's emission, (k, n_obs): its clone's observation with probability ``1 - q``, every
         observation with ``q / n_obs``, where ``q`` is the estimated rate of random views (see
         :meth:`_views_read_as_noise`), so that a noisy view does not throw the filter off the map.
+        Read-only: the same array while the clusters' views and the rate stay.
 
         >>> from hmmmerge import gridworld, random_walk
         >>> from hmmmerge.agent import TwoLevelMemory
@@ -924,9 +925,15 @@ class ReplayMerger(Estimator):
         k = clusters.n_clusters
         if len(self._block_of) != k:
             raise ValueError("the clusters are not the ones this merger wrote")
-        E = np.full((k, self._K), self._noise / self._K)
-        E[np.arange(k), self._block_colour()[self._block_of]] += 1.0 - self._noise
-        return E
+        colours = self._block_colour()[self._block_of]
+        key = (float(self._noise), colours.tobytes())
+        cached = getattr(self, "_emission_cache", None)
+        if cached is None or cached[0] != key:   # the agent asks after every chunk of steps: kept while it holds
+            E = np.full((k, self._K), self._noise / self._K)
+            E[np.arange(k), colours] += 1.0 - self._noise
+            E.flags.writeable = False
+            self._emission_cache = cached = (key, E)
+        return cached[1]
 
     def emission_floor(self, clusters) -> np.ndarray:
         """The value of every entry of :meth:`emission` off the cluster's own observation (the agent's
