@@ -926,7 +926,7 @@ class ReplayMerger(Estimator):
         if len(self._block_of) != k:
             raise ValueError("the clusters are not the ones this merger wrote")
         colours = self._block_colour()[self._block_of]
-        key = (float(self._noise), colours.tobytes())
+        key = (float(self._noise), self._K, colours.tobytes())
         cached = getattr(self, "_emission_cache", None)
         if cached is None or cached[0] != key:   # the agent asks after every chunk of steps: kept while it holds
             E = np.full((k, self._K), self._noise / self._K)
