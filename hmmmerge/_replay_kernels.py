@@ -450,6 +450,22 @@ def _group_sums(key, rank, v, p0, p1, out_key, out_val, m):
 
 
 @njit(cache=True)
+def _sort_by(key, rank, v, n):
+    """Sort the first ``n`` entries of ``key`` (with ``rank`` and ``v``) by ``key``, stably, in place."""
+    if n > 48:
+        s = np.argsort(key[:n], kind="mergesort")
+        key[:n], rank[:n], v[:n] = key[:n][s], rank[:n][s], v[:n][s]
+        return
+    for p in range(1, n):
+        k0, r0, v0 = key[p], rank[p], v[p]
+        q = p - 1
+        while q >= 0 and key[q] > k0:
+            key[q + 1], rank[q + 1], v[q + 1] = key[q], rank[q], v[q]
+            q -= 1
+        key[q + 1], rank[q + 1], v[q + 1] = k0, r0, v0
+
+
+@njit(cache=True)
 def folded_model(ptr, col, val, A, nb, share, fold, n):
     """The lumped model of :func:`lumped_model` (stacked CSR on ``nb`` blocks) with blocks ``b`` joined into
     ``fold[b]`` (``n`` of them): ``T_F[a, X, Y] = sum_{x in X} share_x sum_{y in Y} T_L[a, x, y]``, as stacked
@@ -466,19 +482,25 @@ def folded_model(ptr, col, val, A, nb, share, fold, n):
     for X in range(n):
         for q in range(gptr[X], gptr[X + 1]):
             rank[order[q]] = ((q - gptr[X]) << 32) | (gptr[X + 1] - gptr[X])
-    out_ptr = np.zeros(A * n + 1, dtype=np.int64)
-    out_col = np.empty(max(val.shape[0], 1), dtype=np.int64)
-    out_val = np.empty(max(val.shape[0], 1))
-    m = 0
+    width = 1   # the most entries of one joined row
     for a in range(A):
         for X in range(n):
             size = 0
             for q in range(gptr[X], gptr[X + 1]):
                 r = a * nb + order[q]
                 size += ptr[r + 1] - ptr[r]
-            ky = np.empty(size, dtype=np.int64)
-            kr = np.empty(size, dtype=np.int64)
-            kv = np.empty(size)
+            width = max(width, size)
+    ky = np.empty(width, dtype=np.int64)
+    kr = np.empty(width, dtype=np.int64)
+    kv = np.empty(width)
+    y1 = np.empty(width, dtype=np.int64)
+    v1 = np.empty(width)
+    out_ptr = np.zeros(A * n + 1, dtype=np.int64)
+    out_col = np.empty(max(val.shape[0], 1), dtype=np.int64)
+    out_val = np.empty(max(val.shape[0], 1))
+    m = 0
+    for a in range(A):
+        for X in range(n):
             g = gptr[X + 1] - gptr[X]
             e = 0
             for q in range(gptr[X], gptr[X + 1]):   # members in increasing order
@@ -489,18 +511,14 @@ def folded_model(ptr, col, val, A, nb, share, fold, n):
                     kr[e] = ((q - gptr[X]) << 32) | g
                     kv[e] = val[p] * share[x]
                     e += 1
-            s = np.argsort(ky, kind="mergesort")   # by column, members in order
-            ky, kr, kv = ky[s], kr[s], kv[s]
-            y1 = np.empty(size, dtype=np.int64)
-            v1 = np.empty(size)
-            m1 = _group_sums(ky, kr, kv, 0, size, y1, v1, 0)   # rows joined, column by column
-            k2 = np.empty(m1, dtype=np.int64)
-            r2 = np.empty(m1, dtype=np.int64)
-            for t in range(m1):
-                k2[t] = fold[y1[t]]
-                r2[t] = rank[y1[t]]
-            s = np.argsort(k2, kind="mergesort")   # by joined column, members in order (y1 increasing)
-            m = _group_sums(k2[s], r2[s], v1[:m1][s], 0, m1, out_col, out_val, m)
+            _sort_by(ky, kr, kv, e)   # by column, members in order
+            m1 = _group_sums(ky, kr, kv, 0, e, y1, v1, 0)   # rows joined, column by column
+            for t in range(m1):   # by joined column, members in order (y1 increasing)
+                ky[t] = fold[y1[t]]
+                kr[t] = rank[y1[t]]
+                kv[t] = v1[t]
+            _sort_by(ky, kr, kv, m1)
+            m = _group_sums(ky, kr, kv, 0, m1, out_col, out_val, m)
             out_ptr[a * n + X + 1] = m
     return out_ptr, out_col[:m].copy(), out_val[:m].copy()
 
@@ -523,43 +541,46 @@ def restricted_transitions(ptr, col, val, nb, ids, prune):
     out_val = np.empty(16)
     m = 0
     every = prune <= 0.0   # every entry is kept, zeros too
-    rp = np.empty(k, dtype=np.int64)
-    rv = np.empty(k)
+    pos = np.empty(max(k, 1), dtype=np.int64)
+    v = np.empty(max(k, 1))
+    spare = np.empty(max(k, 1), dtype=np.int64)
+    kp = np.empty(max(k, 1), dtype=np.int64)
+    kv = np.empty(max(k, 1))
     for a in range(A):
         for c in range(k):
             r = a * nb + ids[c]
             n_r = 0
             for p in range(ptr[r], ptr[r + 1]):
                 if pos_of[col[p]] >= 0:
-                    rp[n_r] = pos_of[col[p]]
-                    rv[n_r] = val[p]
+                    pos[n_r] = pos_of[col[p]]
+                    v[n_r] = val[p]
                     n_r += 1
-            s = np.argsort(rp[:n_r], kind="mergesort")
-            pos = rp[:n_r][s]
-            v = rv[:n_r][s]
+            _sort_by(pos, spare, v, n_r)
             total = 0.0   # numpy sums T[:, ids][:, :, ids] along its slowest axis: in turn, no pairs
             for q in range(n_r):
                 total += v[q]
             if total > 0.0:
-                if every:
-                    dense = np.zeros(k)
-                    for q in range(n_r):
-                        dense[pos[q]] = v[q]
-                    pos = np.arange(k)
-                    v = dense
+                if every:   # the zeros too, in place from the last position down
+                    q = n_r - 1
+                    for t in range(k - 1, -1, -1):
+                        if q >= 0 and pos[q] == t:
+                            v[t] = v[q]
+                            q -= 1
+                        else:
+                            v[t] = 0.0
+                        pos[t] = t
                     n_r = k
                 for q in range(n_r):
                     v[q] = v[q] / total
             else:
-                pos = np.arange(k)
-                v = np.full(k, 1.0 / max(k, 1))
+                for q in range(k):
+                    pos[q] = q
+                    v[q] = 1.0 / max(k, 1)
                 n_r = k
             best = 0
             for q in range(1, n_r):
                 if v[q] > v[best]:
                     best = q
-            kp = np.empty(n_r, dtype=np.int64)
-            kv = np.empty(n_r)
             n_k = 0
             for q in range(n_r):
                 if v[q] >= prune or q == best:
