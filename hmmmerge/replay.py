@@ -562,7 +562,7 @@ class ReplayMerger(Estimator):
                 self._t2 = None
 
     def _drop_faded_pairs(self) -> int:
-        """Drop the pairs whose kept counts are all below :data:`COUNT_FLOOR` of the pseudocount at the
+        """Drop the pairs whose kept counts are all at most :data:`PAIR_FLOOR` of the pseudocount at the
         M-step (``window * count``): their blocks are then the pseudocount alone, as for a pair never seen.
         ``S``, ``Q``, ``T`` are zeroed there, the row sums of their first observations summed anew, and
         those rows' M-step redone (the pseudocount of the dropped blocks leaves the rows). Returns the
