@@ -10,10 +10,11 @@ What a sleep does (:meth:`ReplayMerger.sleep`):
 
 * the episodes lived since the last sleep and ``replay`` episodes drawn at
   random from the last ``window`` ones (level 1 stores every episode; this
-  merger keeps their (action, observation) sequences) form a batch; an
-  episode is drawn in proportion to the rarity of the clones it passes through
-  (:meth:`ReplayMerger._replay_priority`), so that rarely visited places are
-  re-estimated under the current model before stepwise EM forgets them;
+  merger keeps their (action, observation) sequences) form a batch; with
+  ``priority=True`` (not the default yet) an episode is drawn in proportion to
+  the rarity of the clones it passes through (:meth:`ReplayMerger._replay_priority`),
+  so that rarely visited places are re-estimated under the current model before
+  stepwise EM forgets them;
 * ``n_iter`` EM iterations on the batch (by default more on small models, see
   :data:`ITER_BUDGET`), warm-started from the current
   model: an E-step (forward-backward on the clone blocks, the numba kernels of
@@ -122,7 +123,8 @@ class ReplayMerger(Estimator):
     split : a clone whose visits came in two ways followed by different views is split in two at a sleep
         when the likelihood-ratio statistic of the two groups exceeds this (:meth:`_split`); 0 turns it off.
     priority : draw the replayed episodes in proportion to the rarity of their clones
-        (:meth:`_replay_priority`); False: uniformly (the learner before issue 22's session 10).
+        (:meth:`_replay_priority`); False (the default until every benchmark set is re-run with it:
+        BENCHMARKS.md, "Clean large grids, session 10"): uniformly.
 
     >>> ReplayMerger(n_clones=5).n_clones
     5
@@ -139,7 +141,7 @@ class ReplayMerger(Estimator):
     def __init__(self, n_clones: int | None = None, replay: int = 20, window: int = 200, n_iter: int | None = None,
                  step_exponent: float = 0.51, pseudocount: float = 1e-3, prune: float = 1e-3, risk: float = 0.05,
                  tolerance: float = 0.2, slip: float = 0.05, min_new: int = 10, split: float = 25.0,
-                 dirichlet: float = 0.01, priority: bool = True):
+                 dirichlet: float = 0.01, priority: bool = False):
         self.n_clones = n_clones
         self.replay = replay
         self.window = window

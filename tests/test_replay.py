@@ -604,3 +604,21 @@ def test_without_priority_the_replayed_episodes_are_uniform_draws_of_the_generat
     lens = [len(e[0]) for e in m._episodes]
     # the batch: the 10 new episodes then the draws, the length of the first _data call
     assert picks[0] == sum(lens[n_old:]) + sum(lens[i] for i in want.tolist())
+
+
+def test_a_prioritised_life_resumes_from_a_file_as_it_would_have_gone_on(tmp_path):
+    env = gridworld()
+    first, second = random_walk(env, 30, seed=0), random_walk(env, 30, seed=1)
+
+    def agent():
+        return TwoLevelMemory(10, 4, merger=ReplayMerger(priority=True), sleep_every=300, seed=3)
+
+    whole = agent().fit(first).partial_fit(second)
+    part = agent().fit(first)
+    part.save(tmp_path / "a.npz")
+    back = TwoLevelMemory.load(tmp_path / "a.npz")
+    assert back.merger_.priority is True          # the option is kept with the merger's parameters
+    back.partial_fit(second)
+    assert np.array_equal(whole.merger_._T, back.merger_._T)
+    assert not np.array_equal(whole.merger_._T, agent().set_params(merger=ReplayMerger()).fit(first)
+                              .partial_fit(second).merger_._T)   # and it changes the life
