@@ -21,7 +21,9 @@ each scored step (the view after a move) classified by the training visits of th
 One JSON record per run in ``OUT`` (resumed), tables on stdout.
 
     PYTHONPATH=$PWD nice -n 10 python analysis/replay_clean_errors.py --out DIR \\
-        [--worlds grid-15x15-c8,grid-20x20-c15] [--seeds 0,1] [--set default|probe] [--refit 20]
+        [--worlds grid-15x15-c8,grid-20x20-c15] [--seeds 0,1] [--refit 20]
+
+(``--worlds`` takes the probe set's worlds too, e.g. ``grid-30x30-c10``.)
 """
 
 from __future__ import annotations
@@ -95,7 +97,7 @@ def refit(m, obs_list, acts_list, n_iter):
     return T, mm._B
 
 
-def one_run(bench_set, world, seed, n_refit, share):
+def one_run(world, seed, n_refit, share):
     from hmmmerge.agent import TwoLevelMemory
 
     U = _bench("bench_unseen_worlds")
@@ -177,7 +179,6 @@ def main():
     p.add_argument("--out", required=True)
     p.add_argument("--worlds", default="grid-15x15-c8,grid-20x20-c15")
     p.add_argument("--seeds", default="0,1")
-    p.add_argument("--set", default="default", choices=("default", "probe"))
     p.add_argument("--refit", type=int, default=20)
     p.add_argument("--share", type=float, default=0.1)
     p.add_argument("--table-only", action="store_true")
@@ -192,7 +193,7 @@ def main():
             elif args.table_only:
                 continue
             else:
-                rec = one_run(args.set, world, seed, args.refit, args.share)
+                rec = one_run(world, seed, args.refit, args.share)
                 tmp = path + ".tmp"
                 with open(tmp, "w") as f:
                     json.dump(rec, f)
