@@ -275,29 +275,339 @@ def _log_bayes_factor(vec, vsup, vlen, pool, psup, plen, tol, nb, A, alpha, floo
 
 
 @njit(cache=True)
-def lumped_model(T, B, weight, block, nb, pairs, starts, sizes):
+def _pairwise_leaf(pos, val, p0, p1, lo, n):
+    """:func:`pairwise_sum` of a run of at most 128 entries."""
+    if n < 8:
+        res = -0.0
+        for p in range(p0, p1):
+            res += val[p]
+        return res
+    r = np.zeros(8)
+    main = lo + n - n % 8
+    p = p0
+    while p < p1 and pos[p] < main:
+        r[(pos[p] - lo) % 8] += val[p]
+        p += 1
+    res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+    while p < p1:
+        res += val[p]
+        p += 1
+    return res
+
+
+@njit(cache=True)
+def pairwise_sum(pos, val, p0, p1, lo, n):
+    """numpy's sum of a vector of length ``n`` that is zero except at the increasing positions
+    ``pos[p0:p1]`` (in ``[lo, lo + n)``, values ``val[p0:p1]``), bit for bit: the pairwise summation of
+    ``np.add.reduce``'s inner loop (runs under 8 summed in turn, 8 partial sums in runs up to 128, halves
+    above: ``pw(first n2) + pw(rest)``, ``n2`` half of ``n`` rounded down to a multiple of 8), zeros
+    skipped (adding a zero changes no sum but the sign of a zero one).  ``x.sum(axis=-1)`` of a float row
+    is ``0.0 + pairwise_sum(...)`` of the whole row; ``np.add.reduceat`` of a group is its first entry
+    ``+ pairwise_sum(...)`` of the others.  (An explicit stack: numba does not cache recursive kernels.)"""
+    if n <= 128:
+        return _pairwise_leaf(pos, val, p0, p1, lo, n)
+    depth = 64
+    f_p0 = np.empty(depth, dtype=np.int64)
+    f_p1 = np.empty(depth, dtype=np.int64)
+    f_lo = np.empty(depth, dtype=np.int64)
+    f_n = np.empty(depth, dtype=np.int64)
+    f_mid = np.empty(depth, dtype=np.int64)
+    f_phase = np.zeros(depth, dtype=np.int64)   # 0 new, 1 waiting for the left half, 2 for the right
+    f_left = np.zeros(depth)
+    f_p0[0], f_p1[0], f_lo[0], f_n[0], f_phase[0] = p0, p1, lo, n, 0
+    top = 1
+    result = 0.0
+    while top > 0:
+        f = top - 1
+        if f_phase[f] == 0 and f_n[f] <= 128:
+            result = _pairwise_leaf(pos, val, f_p0[f], f_p1[f], f_lo[f], f_n[f])
+            top -= 1
+        elif f_phase[f] == 0:
+            n2 = f_n[f] // 2
+            n2 -= n2 % 8
+            mid = f_p0[f]
+            while mid < f_p1[f] and pos[mid] < f_lo[f] + n2:
+                mid += 1
+            f_mid[f] = mid
+            f_phase[f] = 1
+            f_p0[top], f_p1[top], f_lo[top], f_n[top], f_phase[top] = f_p0[f], mid, f_lo[f], n2, 0
+            top += 1
+            continue
+        elif f_phase[f] == 2:
+            result = f_left[f] + result
+            top -= 1
+        if top == 0:
+            break
+        g = top - 1   # deliver ``result`` to the parent
+        if f_phase[g] == 1:
+            f_left[g] = result
+            f_phase[g] = 2
+            n2 = f_n[g] // 2
+            n2 -= n2 % 8
+            f_p0[top], f_p1[top], f_lo[top], f_n[top], f_phase[top] = f_mid[g], f_p1[g], f_lo[g] + n2, f_n[g] - n2, 0
+            top += 1
+    return result
+
+
+@njit(cache=True)
+def _grown(x, size):
+    """``x`` with room for at least ``size`` entries (doubled)."""
+    if size <= x.shape[0]:
+        return x
+    out = np.empty(max(size, 2 * x.shape[0]), dtype=x.dtype)
+    out[:x.shape[0]] = x
+    return out
+
+
+@njit(cache=True)
+def lumped_model(T, B, weight, block, nb, succ_ptr, succ_col, starts, sizes, colour):
     """The clone HMM lumped by ``block``: ``T_L[a, X, Y] = sum_{i in X} w_i sum_{j in Y} T[a, i, j] / sum_{i in X} w_i``
     and ``B_L[X] = sum_{i in X} B[i]``; a block of zero weight takes its clones' plain mean.  ``T`` is read
-    on the blocks of the observation pairs ``pairs`` only (zero elsewhere)."""
+    on the blocks of the observation pairs only (``succ_ptr``/``succ_col``: the views after each view, by
+    the view of each clone ``colour``; zero elsewhere).  Returns ``(ptr, col, val, B_L)``: ``T_L`` as
+    stacked CSR (row ``a * nb + X``, columns increasing; an entry wherever a pair's block reaches, zero
+    or not).  Each entry is summed as a dense ``T_L[a, block[i], block[j]] += w_i T[a, i, j]`` over the
+    pairs, ``i`` then ``j`` increasing, would sum it (the same numbers bit for bit)."""
     A, H, _ = T.shape
-    TL = np.zeros((A, nb, nb))
     w = np.zeros(nb)
     cnt = np.zeros(nb)
     for i in range(H):
         w[block[i]] += weight[i]
         cnt[block[i]] += 1.0
-    for p in range(pairs.shape[0]):
-        s0, n0, s1, n1 = starts[pairs[p, 0]], sizes[pairs[p, 0]], starts[pairs[p, 1]], sizes[pairs[p, 1]]
-        for a in range(A):
-            for i in range(s0, s0 + n0):
-                x = block[i]
+    order = np.argsort(block, kind="mergesort")
+    bptr = np.zeros(nb + 1, dtype=np.int64)
+    for i in range(H):
+        bptr[block[i] + 1] += 1
+    for x in range(nb):
+        bptr[x + 1] += bptr[x]
+    acc = np.zeros(nb)
+    touched = np.zeros(nb, dtype=np.bool_)
+    tl = np.empty(nb, dtype=np.int64)
+    ptr = np.zeros(A * nb + 1, dtype=np.int64)
+    col = np.empty(16, dtype=np.int64)
+    val = np.empty(16)
+    m = 0
+    for a in range(A):
+        for x in range(nb):
+            mt = 0
+            for q in range(bptr[x], bptr[x + 1]):
+                i = order[q]
                 wi = weight[i] / w[x] if w[x] > 0.0 else 1.0 / cnt[x]
-                for j in range(s1, s1 + n1):
-                    TL[a, x, block[j]] += wi * T[a, i, j]
+                o = colour[i]
+                for e in range(succ_ptr[o], succ_ptr[o + 1]):
+                    o2 = succ_col[e]
+                    for j in range(starts[o2], starts[o2] + sizes[o2]):
+                        y = block[j]
+                        if not touched[y]:
+                            touched[y] = True
+                            tl[mt] = y
+                            mt += 1
+                        acc[y] += wi * T[a, i, j]
+            cols = np.sort(tl[:mt])
+            col = _grown(col, m + mt)
+            val = _grown(val, m + mt)
+            for q in range(mt):
+                y = cols[q]
+                col[m] = y
+                val[m] = acc[y]
+                m += 1
+                acc[y] = 0.0
+                touched[y] = False
+            ptr[a * nb + x + 1] = m
     BL = np.zeros(nb)
     for i in range(H):
         BL[block[i]] += B[i]
-    return TL, BL
+    return ptr, col[:m].copy(), val[:m].copy(), BL
+
+
+@njit(cache=True)
+def _group_sums(key, rank, v, p0, p1, out_key, out_val, m):
+    """``np.add.reduceat`` of groups: entries ``p0:p1`` sorted by ``key`` then ``rank`` (the entry's place in
+    its group of ``size`` entries is ``rank``; value ``v``) give one sum per key, the group's first entry
+    (zero when absent) plus the pairwise sum of the others; written from ``out_*[m]``, returns the new m.
+    ``rank`` holds ``rank * 2**32 + size`` (one array for both)."""
+    p = p0
+    while p < p1:
+        q = p
+        while q < p1 and key[q] == key[p]:
+            q += 1
+        size = rank[p] & 0xFFFFFFFF
+        first = 0.0
+        s = p
+        if (rank[p] >> 32) == 0:
+            first = v[p]
+            s = p + 1
+        if size > 1:
+            pos = np.empty(q - s, dtype=np.int64)
+            for t in range(s, q):
+                pos[t - s] = rank[t] >> 32
+            first = first + pairwise_sum(pos, v[s:q], 0, q - s, 1, size - 1)
+        out_key[m] = key[p]
+        out_val[m] = first
+        m += 1
+        p = q
+    return m
+
+
+@njit(cache=True)
+def _sort_by(key, rank, v, n):
+    """Sort the first ``n`` entries of ``key`` (with ``rank`` and ``v``) by ``key``, stably, in place."""
+    if n > 48:
+        s = np.argsort(key[:n], kind="mergesort")
+        key[:n], rank[:n], v[:n] = key[:n][s], rank[:n][s], v[:n][s]
+        return
+    for p in range(1, n):
+        k0, r0, v0 = key[p], rank[p], v[p]
+        q = p - 1
+        while q >= 0 and key[q] > k0:
+            key[q + 1], rank[q + 1], v[q + 1] = key[q], rank[q], v[q]
+            q -= 1
+        key[q + 1], rank[q + 1], v[q + 1] = k0, r0, v0
+
+
+@njit(cache=True)
+def folded_model(ptr, col, val, A, nb, share, fold, n):
+    """The lumped model of :func:`lumped_model` (stacked CSR on ``nb`` blocks) with blocks ``b`` joined into
+    ``fold[b]`` (``n`` of them): ``T_F[a, X, Y] = sum_{x in X} share_x sum_{y in Y} T_L[a, x, y]``, as stacked
+    CSR (row ``a * n + X``, columns increasing), bit for bit what ``np.add.reduceat`` over the joined blocks
+    (members in increasing order), first of the rows scaled by ``share`` and then of the columns, gives on
+    the dense arrays."""
+    order = np.argsort(fold, kind="mergesort")
+    gptr = np.zeros(n + 1, dtype=np.int64)
+    for b in range(nb):
+        gptr[fold[b] + 1] += 1
+    for X in range(n):
+        gptr[X + 1] += gptr[X]
+    rank = np.empty(nb, dtype=np.int64)   # place in the group << 32 | group size
+    for X in range(n):
+        for q in range(gptr[X], gptr[X + 1]):
+            rank[order[q]] = ((q - gptr[X]) << 32) | (gptr[X + 1] - gptr[X])
+    width = 1   # the most entries of one joined row
+    for a in range(A):
+        for X in range(n):
+            size = 0
+            for q in range(gptr[X], gptr[X + 1]):
+                r = a * nb + order[q]
+                size += ptr[r + 1] - ptr[r]
+            width = max(width, size)
+    ky = np.empty(width, dtype=np.int64)
+    kr = np.empty(width, dtype=np.int64)
+    kv = np.empty(width)
+    y1 = np.empty(width, dtype=np.int64)
+    v1 = np.empty(width)
+    out_ptr = np.zeros(A * n + 1, dtype=np.int64)
+    out_col = np.empty(max(val.shape[0], 1), dtype=np.int64)
+    out_val = np.empty(max(val.shape[0], 1))
+    m = 0
+    for a in range(A):
+        for X in range(n):
+            g = gptr[X + 1] - gptr[X]
+            e = 0
+            for q in range(gptr[X], gptr[X + 1]):   # members in increasing order
+                x = order[q]
+                r = a * nb + x
+                for p in range(ptr[r], ptr[r + 1]):
+                    ky[e] = col[p]
+                    kr[e] = ((q - gptr[X]) << 32) | g
+                    kv[e] = val[p] * share[x]
+                    e += 1
+            _sort_by(ky, kr, kv, e)   # by column, members in order
+            m1 = _group_sums(ky, kr, kv, 0, e, y1, v1, 0)   # rows joined, column by column
+            for t in range(m1):   # by joined column, members in order (y1 increasing)
+                ky[t] = fold[y1[t]]
+                kr[t] = rank[y1[t]]
+                kv[t] = v1[t]
+            _sort_by(ky, kr, kv, m1)
+            m = _group_sums(ky, kr, kv, 0, m1, out_col, out_val, m)
+            out_ptr[a * n + X + 1] = m
+    return out_ptr, out_col[:m].copy(), out_val[:m].copy()
+
+
+@njit(cache=True)
+def restricted_transitions(ptr, col, val, nb, ids, prune):
+    """The agent's level 2 from the lumped model (stacked CSR on ``nb`` blocks, row ``a * nb + x``): ``T`` on
+    the blocks ``ids`` (cluster ``c`` is block ``ids[c]``), rows renormalised (a row without mass uniform),
+    entries below ``prune`` dropped but each row's largest (the first), rows renormalised again.  Returns
+    the stacked CSR ``(indptr, indices, data)`` (row ``a * k + c``, columns increasing), bit for bit what
+    these steps give on the dense ``(A, k, k)`` array ``T[:, ids][:, :, ids]`` (its rows summed in turn,
+    numpy's sum along a slowest axis; the pruned rows, contiguous, by :func:`pairwise_sum`)."""
+    k = ids.shape[0]
+    A = (ptr.shape[0] - 1) // max(nb, 1)
+    pos_of = np.full(nb, -1, dtype=np.int64)
+    for c in range(k):
+        pos_of[ids[c]] = c
+    out_ptr = np.zeros(A * k + 1, dtype=np.int64)
+    out_idx = np.empty(16, dtype=np.int64)
+    out_val = np.empty(16)
+    m = 0
+    every = prune <= 0.0   # every entry is kept, zeros too
+    pos = np.empty(max(k, 1), dtype=np.int64)
+    v = np.empty(max(k, 1))
+    spare = np.empty(max(k, 1), dtype=np.int64)
+    kp = np.empty(max(k, 1), dtype=np.int64)
+    kv = np.empty(max(k, 1))
+    for a in range(A):
+        for c in range(k):
+            r = a * nb + ids[c]
+            n_r = 0
+            for p in range(ptr[r], ptr[r + 1]):
+                if pos_of[col[p]] >= 0:
+                    pos[n_r] = pos_of[col[p]]
+                    v[n_r] = val[p]
+                    n_r += 1
+            _sort_by(pos, spare, v, n_r)
+            total = 0.0   # numpy sums T[:, ids][:, :, ids] along its slowest axis: in turn, no pairs
+            for q in range(n_r):
+                total += v[q]
+            if total > 0.0:
+                if every:   # the zeros too, in place from the last position down
+                    q = n_r - 1
+                    for t in range(k - 1, -1, -1):
+                        if q >= 0 and pos[q] == t:
+                            v[t] = v[q]
+                            q -= 1
+                        else:
+                            v[t] = 0.0
+                        pos[t] = t
+                    n_r = k
+                for q in range(n_r):
+                    v[q] = v[q] / total
+            else:
+                for q in range(k):
+                    pos[q] = q
+                    v[q] = 1.0 / max(k, 1)
+                n_r = k
+            best = 0
+            for q in range(1, n_r):
+                if v[q] > v[best]:
+                    best = q
+            n_k = 0
+            for q in range(n_r):
+                if v[q] >= prune or q == best:
+                    kp[n_k] = pos[q]
+                    kv[n_k] = v[q]
+                    n_k += 1
+            z = 0.0 + pairwise_sum(kp, kv, 0, n_k, 0, k)
+            out_idx = _grown(out_idx, m + n_k)
+            out_val = _grown(out_val, m + n_k)
+            for q in range(n_k):
+                out_idx[m] = kp[q]
+                out_val[m] = kv[q] / z
+                m += 1
+            out_ptr[a * k + c + 1] = m
+    return out_ptr, out_idx[:m].copy(), out_val[:m].copy()
+
+
+def dense_lumped(ptr, col, val, A, n):
+    """The dense ``(A, n, n)`` array of a stacked CSR lumped model (row ``a * n + x``).
+
+    >>> dense_lumped(np.array([0, 1, 1]), np.array([1]), np.array([0.5]), 1, 2).tolist()
+    [[[0.0, 0.5], [0.0, 0.0]]]
+    """
+    out = np.zeros((A * n, n))
+    rows = np.repeat(np.arange(A * n), np.diff(ptr))
+    out[rows, col] = val
+    return out.reshape(A, n, n)
 
 
 @njit(cache=True)

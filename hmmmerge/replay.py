@@ -874,20 +874,22 @@ class ReplayMerger(Estimator):
         held = self._held_blocks()
         if held.all() or not held.any():
             return
-        TL, _ = self._blocks_model()
+        self._blocks_model()
         colour = self._block_colour()
         target = np.arange(len(held))
         for u in np.flatnonzero(~held).tolist():
             cands = np.flatnonzero(held & (colour == colour[u]))
             if len(cands):
-                dist = np.abs(TL[:, cands, :] - TL[:, u, None, :]).sum(axis=(0, 2))
+                near, own = self._dense_rows(cands), self._dense_rows([u])
+                dist = np.abs(near - own).sum(axis=(0, 2))
                 target[u] = cands[int(np.argmin(dist))]
         ids, fold = np.unique(target, return_inverse=True)
         self._block = fold[self._block].astype(np.int64)
         self._lumped = _folded_model(self._lumped, self._block_weights, fold, len(ids))
 
     def _blocks_model(self):
-        """``(T, B)`` of all blocks, the clone HMM lumped by block (weights: expected visits)."""
+        """``(ptr, col, val, B)`` of all blocks: the clone HMM lumped by block (weights: expected visits),
+        ``T`` as stacked CSR (row ``a * nb + x``, :func:`~hmmmerge._replay_kernels.lumped_model`)."""
         from ._replay_kernels import lumped_model
 
         if self._lumped is None:
@@ -896,15 +898,29 @@ class ReplayMerger(Estimator):
             # each block's weight and clones (a fold of blocks then lumps the lumped model: _folded_model)
             self._block_weights = (np.bincount(self._block, weights=w, minlength=nb),
                                    np.bincount(self._block, minlength=nb).astype(float))
-            self._lumped = lumped_model(self._T, self._B, w, self._block, nb, self._pairs, self._starts, self._sizes)
+            self._lumped = lumped_model(self._T, self._B, w, self._block, nb, *self._successors(), self._starts,
+                                        self._sizes, self._colour)
         return self._lumped
+
+    def _dense_rows(self, blocks) -> np.ndarray:
+        """The lumped model's rows of ``blocks``, dense: ``(A, len(blocks), nb)``."""
+        ptr, col, val, BL = self._blocks_model()
+        nb = len(BL)
+        rows = (np.arange(self._A)[:, None] * nb + np.asarray(blocks, dtype=np.int64)[None, :]).ravel()
+        out = np.zeros((len(rows), nb))
+        lens = ptr[rows + 1] - ptr[rows]
+        take = np.concatenate([np.arange(ptr[r], ptr[r + 1]) for r in rows]) if len(rows) else np.zeros(0, int)
+        out[np.repeat(np.arange(len(rows)), lens), col[take]] = val[take]
+        return out.reshape(self._A, -1, nb)
 
     # ------------------------------------------------------------ level 2 for the agent
     def _restricted(self):
-        """``T`` and ``B`` of the lumped model on the clusters' blocks, rows renormalised."""
+        """``T`` and ``B`` of the lumped model on the clusters' blocks, rows renormalised (dense)."""
+        from ._replay_kernels import dense_lumped
+
         ids = self._block_of
-        TL, BL = self._blocks_model()
-        T = TL[:, ids][:, :, ids]
+        ptr, col, val, BL = self._blocks_model()
+        T = dense_lumped(ptr, col, val, self._A, len(BL))[:, ids][:, :, ids]
         s = T.sum(axis=2, keepdims=True)
         T = np.divide(T, s, out=np.full_like(T, 1.0 / max(len(ids), 1)), where=s > 0)  # no move seen: uniform
         B = BL[ids]
@@ -925,25 +941,20 @@ class ReplayMerger(Estimator):
         if self._A is None or self._T is None or len(self._block_of) != clusters.n_clusters:
             return None
         if self._t2 is None:
-            T, _ = self._restricted()
-            k = T.shape[1]
-            rows = T.reshape(self._A * k, k)
-            keep = rows >= float(self.prune)
-            keep[np.arange(len(rows)), rows.argmax(axis=1)] = True   # never an empty row
-            vals = np.where(keep, rows, 0.0)
-            vals /= vals.sum(axis=1, keepdims=True)
-            r, c = np.nonzero(keep)
-            indptr = np.zeros(len(rows) + 1, dtype=np.int64)
-            indptr[1:] = np.cumsum(keep.sum(axis=1))
-            m = len(c)
-            self._t2 = (indptr, c.astype(np.int64), vals[r, c], np.ones(m, dtype=np.int64),
-                        np.full(m, -1, dtype=np.int64))
+            from ._replay_kernels import restricted_transitions
+
+            ptr, col, val, BL = self._blocks_model()
+            indptr, idx, vals = restricted_transitions(ptr, col, val, len(BL), np.asarray(self._block_of, np.int64),
+                                                       float(self.prune))
+            m = len(idx)
+            self._t2 = (indptr, idx, vals, np.ones(m, dtype=np.int64), np.full(m, -1, dtype=np.int64))
         return self._t2
 
     def emission(self, clusters, n_states: int) -> np.ndarray:
         """Each cluster's emission, (k, n_obs): its clone's observation with probability ``1 - q``, every
         observation with ``q / n_obs``, where ``q`` is the estimated rate of random views (see
         :meth:`_views_read_as_noise`), so that a noisy view does not throw the filter off the map.
+        Read-only: the same array while the clusters' views and the rate stay.
 
         >>> from hmmmerge import gridworld, random_walk
         >>> from hmmmerge.agent import TwoLevelMemory
@@ -956,9 +967,15 @@ class ReplayMerger(Estimator):
         k = clusters.n_clusters
         if len(self._block_of) != k:
             raise ValueError("the clusters are not the ones this merger wrote")
-        E = np.full((k, self._K), self._noise / self._K)
-        E[np.arange(k), self._block_colour()[self._block_of]] += 1.0 - self._noise
-        return E
+        colours = self._block_colour()[self._block_of]
+        key = (float(self._noise), self._K, colours.tobytes())
+        cached = getattr(self, "_emission_cache", None)
+        if cached is None or cached[0] != key:   # the agent asks after every chunk of steps: kept while it holds
+            E = np.full((k, self._K), self._noise / self._K)
+            E[np.arange(k), colours] += 1.0 - self._noise
+            E.flags.writeable = False
+            self._emission_cache = cached = (key, E)
+        return cached[1]
 
     def emission_floor(self, clusters) -> np.ndarray:
         """The value of every entry of :meth:`emission` off the cluster's own observation (the agent's
@@ -1209,17 +1226,20 @@ def _folded_model(lumped, block_weights, fold, n):
     of them), from the model ``lumped`` of the blocks before (weights ``block_weights``: each block's
     weight and number of clones), without a pass over ``T``: the joined block's row is its blocks' rows
     weighted by their weights (by their clones where the joined block weighs nothing, as the plain mean
-    of its clones), columns summed."""
-    TL, BL = lumped
+    of its clones), columns summed (:func:`~hmmmerge._replay_kernels.folded_model`, on the stacked CSR)."""
+    from ._replay_kernels import folded_model
+
+    ptr, col, val, BL = lumped
+    nb = len(BL)
     W, cnt = block_weights
+    fold = np.asarray(fold, dtype=np.int64)
     Wf = np.bincount(fold, weights=W, minlength=n)
     c = np.where(Wf[fold] > 0, W, cnt)
     share = c / np.bincount(fold, weights=c, minlength=n)[fold]
     order = np.argsort(fold, kind="stable")
     cuts = np.searchsorted(fold[order], np.arange(n))
-    TF = np.add.reduceat((TL * share[None, :, None])[:, order], cuts, axis=1)
-    TF = np.add.reduceat(TF[:, :, order], cuts, axis=2)
-    return TF, np.add.reduceat(BL[order], cuts)
+    A = (len(ptr) - 1) // max(nb, 1)
+    return (*folded_model(ptr, col, val, A, nb, share, fold, n), np.add.reduceat(BL[order], cuts))
 
 
 def _block_argmax(alpha, off) -> np.ndarray:

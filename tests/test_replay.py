@@ -622,3 +622,107 @@ def test_a_prioritised_life_resumes_from_a_file_as_it_would_have_gone_on(tmp_pat
     assert np.array_equal(whole.merger_._T, back.merger_._T)
     assert not np.array_equal(whole.merger_._T, agent().set_params(merger=ReplayMerger()).fit(first)
                               .partial_fit(second).merger_._T)   # and it changes the life
+
+
+# ----------------------------------------------------------------- the sparse level 2 against the dense formulas
+def _dense_lumped_model(T, B, weight, block, nb, pairs, starts, sizes):
+    """The lumped model as a dense array, ``TL[a, block[i], block[j]] += w_i T[a, i, j]`` over the pairs'
+    blocks, ``i`` then ``j`` increasing (the order of the former dense kernel; one step for every pair and
+    action at once: no two pairs share an entry)."""
+    A, H, _ = T.shape
+    TL = np.zeros((A, nb, nb))
+    w, cnt = np.bincount(block, weights=weight, minlength=nb), np.bincount(block, minlength=nb) * 1.0
+    wi = np.where(w[block] > 0, weight / np.where(w[block] > 0, w[block], 1.0), 1.0 / cnt[block])
+    o, o2 = pairs[:, 0], pairs[:, 1]
+    for u in range(int(sizes.max())):
+        for v in range(int(sizes.max())):
+            on = (u < sizes[o]) & (v < sizes[o2])
+            i, j = starts[o[on]] + u, starts[o2[on]] + v
+            TL[:, block[i], block[j]] += wi[i] * T[:, i, j]
+    BL = np.zeros(nb)
+    for i in range(H):
+        BL[block[i]] += B[i]
+    return TL, BL
+
+
+def _dense_folded_model(TL, BL, W, cnt, fold, n):
+    """Joined blocks from the dense lumped model: weighted rows and summed columns (np.add.reduceat)."""
+    c = np.where(np.bincount(fold, weights=W, minlength=n)[fold] > 0, W, cnt)
+    share = c / np.bincount(fold, weights=c, minlength=n)[fold]
+    order = np.argsort(fold, kind="stable")
+    cuts = np.searchsorted(fold[order], np.arange(n))
+    TF = np.add.reduceat((TL * share[None, :, None])[:, order], cuts, axis=1)
+    return np.add.reduceat(TF[:, :, order], cuts, axis=2), np.add.reduceat(BL[order], cuts)
+
+
+def _dense_transitions(TL, ids, prune):
+    """The agent's level 2 from the dense lumped model: restricted to ``ids``, renormalised (uniform
+    without mass), entries under ``prune`` dropped but each row's largest, renormalised; as CSR."""
+    T = TL[:, ids][:, :, ids]
+    s = T.sum(axis=2, keepdims=True)
+    T = np.divide(T, s, out=np.full_like(T, 1.0 / max(len(ids), 1)), where=s > 0)
+    k = T.shape[1]
+    rows = T.reshape(-1, k)
+    keep = rows >= prune
+    keep[np.arange(len(rows)), rows.argmax(axis=1)] = True
+    vals = np.where(keep, rows, 0.0)
+    vals /= vals.sum(axis=1, keepdims=True)
+    r, c = np.nonzero(keep)
+    return np.r_[0, np.cumsum(keep.sum(axis=1))], c, vals[r, c]
+
+
+@pytest.mark.parametrize("world", ["slip", "noise"])
+@pytest.mark.parametrize("prune", [1e-3, 0.0])
+def test_the_sparse_level2_model_is_the_dense_one_bit_for_bit(monkeypatch, world, prune):
+    """At every sleep and every refresh of a life, the lumped model (stacked CSR), its folded blocks and the
+    agent's pruned level 2 equal the dense formulas written plainly, entry by entry and bit for bit."""
+    from hmmmerge._replay_kernels import dense_lumped
+
+    env = gridworld()
+    if world == "slip":
+        train = slip_walk(env.next_state, env.obs, 80, 40, 0.1, 0)
+    else:
+        train = noisy(random_walk(env, 80, 40, seed=0), 0.05, 10, 1)
+    checked = {"fold": 0, "lumped": 0, "t2": 0}
+
+    def dense_of(m):
+        ptr, col, val, BL = m._lumped
+        return dense_lumped(ptr, col, val, m._A, len(BL)), BL
+
+    fold_unheld, transitions = ReplayMerger._fold_unheld, ReplayMerger.level2_transitions
+
+    def checked_fold(m):
+        pre = m._block.copy()
+        TL, BL = _dense_lumped_model(m._T, m._B, m._weights(), pre, int(pre.max()) + 1, m._pairs, m._starts,
+                                     m._sizes)
+        fold_unheld(m)
+        if m._lumped is not None:   # blocks were joined: the folded model of the blocks before
+            nb = int(pre.max()) + 1
+            fold = np.zeros(nb, dtype=np.int64)
+            fold[pre] = m._block
+            W, cnt = np.bincount(pre, weights=m._weights(), minlength=nb), np.bincount(pre, minlength=nb) * 1.0
+            want = _dense_folded_model(TL, BL, W, cnt, fold, int(fold.max()) + 1)
+            got = dense_of(m)
+            assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+            checked["fold"] += 1
+
+    def checked_transitions(m, memory, clusters):
+        fresh = getattr(m, "_t2", None) is None
+        lumped_before = getattr(m, "_lumped", None) is not None
+        out = transitions(m, memory, clusters)
+        if out is not None and fresh:
+            TL, BL = dense_of(m)
+            if not lumped_before:   # lumped from T on the blocks as they are
+                want = _dense_lumped_model(m._T, m._B, m._weights(), m._block, len(BL), m._pairs, m._starts,
+                                           m._sizes)
+                assert np.array_equal(TL, want[0]) and np.array_equal(BL, want[1])
+                checked["lumped"] += 1
+            ptr, idx, val = _dense_transitions(TL, m._block_of, prune)
+            assert np.array_equal(out[0], ptr) and np.array_equal(out[1], idx) and np.array_equal(out[2], val)
+            checked["t2"] += 1
+        return out
+
+    monkeypatch.setattr(ReplayMerger, "_fold_unheld", checked_fold)
+    monkeypatch.setattr(ReplayMerger, "level2_transitions", checked_transitions)
+    agent = TwoLevelMemory(10, 4, merger=ReplayMerger(n_clones=12, prune=prune), sleep_every=100, seed=0).fit(train)
+    assert agent.n_clusters_ > 10 and min(checked.values()) >= 3, checked
