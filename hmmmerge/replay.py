@@ -10,7 +10,11 @@ What a sleep does (:meth:`ReplayMerger.sleep`):
 
 * the episodes lived since the last sleep and ``replay`` episodes drawn at
   random from the last ``window`` ones (level 1 stores every episode; this
-  merger keeps their (action, observation) sequences) form a batch;
+  merger keeps their (action, observation) sequences) form a batch; with
+  ``priority=True`` (not the default yet) an episode is drawn in proportion to
+  the rarity of the clones it passes through (:meth:`ReplayMerger._replay_priority`),
+  so that rarely visited places are re-estimated under the current model before
+  stepwise EM forgets them;
 * ``n_iter`` EM iterations on the batch (by default more on small models, see
   :data:`ITER_BUDGET`), warm-started from the current
   model: an E-step (forward-backward on the clone blocks, the numba kernels of
@@ -58,7 +62,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._estimator import Estimator
-from ._validation import Float, Int, Options
+from ._validation import Bool, Float, Int, Options
 
 __all__ = ["ReplayMerger", "allocate_clones"]
 
@@ -160,6 +164,9 @@ class ReplayMerger(Estimator):
         more than :data:`CLONE_CAP` of them; a view not seen yet keeps the even count, the total is the
         even layout's. A world of at most 20 views keeps 30 per view, as with ``"even"`` (BENCHMARKS.md,
         "Clones by visits"). ``"even"``: every view the same number (``n_clones`` or its default).
+    priority : draw the replayed episodes in proportion to the rarity of their clones
+        (:meth:`_replay_priority`); False (the default until every benchmark set is re-run with it:
+        BENCHMARKS.md, "Clean large grids, session 10"): uniformly.
 
     >>> ReplayMerger(n_clones=5).n_clones
     5
@@ -171,12 +178,13 @@ class ReplayMerger(Estimator):
         "prune": Float(0.0, 1.0), "risk": Float(0.0, 1.0, low_open=True),
         "tolerance": Float(0.0, 1.0), "slip": Float(0.0, 0.99), "min_new": Int(1, 10**6),
         "split": Float(0.0, 1e9), "dirichlet": Float(0.0, 1.0), "alloc": Options("visits", "even"),
+        "priority": Bool(),
     }
 
     def __init__(self, n_clones: int | None = None, replay: int = 20, window: int = 200, n_iter: int | None = None,
                  step_exponent: float = 0.51, pseudocount: float = 1e-3, prune: float = 1e-3, risk: float = 0.05,
                  tolerance: float = 0.2, slip: float = 0.05, min_new: int = 10, split: float = 25.0,
-                 dirichlet: float = 0.01, alloc: str = "visits"):
+                 dirichlet: float = 0.01, alloc: str = "visits", priority: bool = False):
         self.n_clones = n_clones
         self.replay = replay
         self.window = window
@@ -191,6 +199,7 @@ class ReplayMerger(Estimator):
         self.split = split
         self.dirichlet = dirichlet
         self.alloc = alloc
+        self.priority = priority
         self._A = None
 
     # ------------------------------------------------------------ set-up
@@ -639,7 +648,11 @@ class ReplayMerger(Estimator):
         if n_new == 0 or (n_new < int(self.min_new) and self._T is not None):
             return [dict(report, postponed=n_new > 0)]
         n_old = len(self._episodes) - n_new
-        picks = rng.integers(0, n_old, size=min(int(self.replay), n_old)) if n_old else np.zeros(0, dtype=np.int64)
+        if n_old and self.priority and self._S is not None:
+            pr = self._replay_priority(n_old)
+            picks = rng.choice(n_old, size=min(int(self.replay), n_old), p=pr / pr.sum())
+        else:
+            picks = rng.integers(0, n_old, size=min(int(self.replay), n_old)) if n_old else np.zeros(0, dtype=np.int64)
         batch = [self._episodes[i] for i in np.concatenate([np.arange(n_old, len(self._episodes)), picks]).tolist()]
         obs = np.concatenate([b[0] for b in batch])
         acts = np.concatenate([b[1] for b in batch])
@@ -703,6 +716,36 @@ class ReplayMerger(Estimator):
         self._write_clusters(clusters, memory.n_states)
         report.update(replayed=len(picks), views_read_as_noise=int(repaired), clones_split=n_split, pairs_dropped=n_dropped, noise_rate=self._noise, log_likelihood_per_step=float(ll) / len(obs), clusters=clusters.n_clusters)
         return [report]
+
+    def _replay_priority(self, n_old: int) -> np.ndarray:
+        """The weight of each of the first ``n_old`` buffered episodes in the replay draw:
+        ``sum_t 1 / (v(c_t) + 1 / n_old)`` over its steps, ``c_t`` the clone of step ``t``'s level-1 state and
+        ``v`` the expected visits of a clone per episode (:meth:`_weights`; a step without a clone counts
+        as a clone never visited).
+
+        Drawn uniformly, a clone's replayed visits follow its visits: a place seen in one episode of a
+        hundred is replayed about once in five sleeps, and in between stepwise EM decays its kept counts
+        with every update, so its row rests on the last visit or two, counted under an older model
+        (BENCHMARKS.md, "Clean large grids, session 10"). Drawn with this weight, every step counts in
+        inverse proportion to its clone's visits, so the replayed visits are spread over the clones more
+        evenly. ``1 / n_old`` is the visits per episode of a clone seen once in the buffer.
+
+        >>> from hmmmerge import gridworld, random_walk
+        >>> from hmmmerge.agent import TwoLevelMemory
+        >>> m = TwoLevelMemory(10, 4, merge="replay", seed=0).fit(random_walk(gridworld(), 40, seed=0)).merger_
+        >>> n = len(m._episodes); p = m._replay_priority(n); bool(p.shape == (n,) and (p > 0).all())
+        True
+        """
+        eps = self._episodes[:n_old]
+        floor = 1.0 / n_old
+        states = np.concatenate([e[2] for e in eps])
+        cs = self._clone_state
+        clone = np.where(states < len(cs), cs[np.minimum(states, len(cs) - 1)], -1) if len(cs) else \
+            np.full(len(states), -1)
+        w = self._weights()
+        per_step = 1.0 / (np.where(clone >= 0, w[np.maximum(clone, 0)], 0.0) + floor)
+        cuts = np.concatenate([[0], np.cumsum([len(e[2]) for e in eps])[:-1]]).astype(np.int64)
+        return np.add.reduceat(per_step, cuts)
 
     def _split(self, d) -> int:
         """Split the clones whose visits came in two ways with different futures; returns the splits made.
