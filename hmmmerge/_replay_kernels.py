@@ -486,6 +486,11 @@ def folded_model(ptr, col, val, A, nb, share, fold, n):
     for X in range(n):
         for q in range(gptr[X], gptr[X + 1]):
             rank[order[q]] = ((q - gptr[X]) << 32) | (gptr[X + 1] - gptr[X])
+    largest = 0
+    for X in range(n):
+        largest = max(largest, gptr[X + 1] - gptr[X])
+    if largest <= 8:
+        return _folded_small(ptr, col, val, A, nb, share, fold, n, order, gptr, rank)
     width = 1   # the most entries of one joined row
     for a in range(A):
         for X in range(n):
@@ -526,6 +531,70 @@ def folded_model(ptr, col, val, A, nb, share, fold, n):
                 kv[t] = v1[t]
             _sort_by(ky, kr, kv, m1)
             m = _group_sums(ky, kr, kv, 0, m1, out_col, out_val, m, pos, fi, fl)
+            out_ptr[a * n + X + 1] = m
+    return out_ptr, out_col[:m].copy(), out_val[:m].copy()
+
+
+@njit(cache=True)
+def _folded_small(ptr, col, val, A, nb, share, fold, n, order, gptr, rank):
+    """:func:`folded_model` when no joined block has more than 8 blocks: ``np.add.reduceat`` of a group is
+    then its first entry plus the others summed in turn (from -0.0: numpy's pairwise sum of fewer than 8),
+    so two running sums per column do it, without sorting the entries."""
+    first = np.zeros(nb)
+    rest = np.zeros(nb)
+    seen = np.zeros(nb, dtype=np.bool_)
+    tl = np.empty(nb, dtype=np.int64)
+    first2 = np.zeros(n)
+    rest2 = np.zeros(n)
+    seen2 = np.zeros(n, dtype=np.bool_)
+    tl2 = np.empty(n, dtype=np.int64)
+    out_ptr = np.zeros(A * n + 1, dtype=np.int64)
+    out_col = np.empty(max(val.shape[0], 1), dtype=np.int64)
+    out_val = np.empty(max(val.shape[0], 1))
+    m = 0
+    for a in range(A):
+        for X in range(n):
+            g = gptr[X + 1] - gptr[X]
+            mt = 0
+            for q in range(gptr[X], gptr[X + 1]):   # members in increasing order
+                x = order[q]
+                r = a * nb + x
+                for p in range(ptr[r], ptr[r + 1]):
+                    y = col[p]
+                    if not seen[y]:
+                        seen[y] = True
+                        tl[mt] = y
+                        mt += 1
+                        first[y] = 0.0
+                        rest[y] = -0.0
+                    if q == gptr[X]:
+                        first[y] = val[p] * share[x]
+                    else:
+                        rest[y] += val[p] * share[x]
+            tl[:mt].sort()
+            m2 = 0
+            for t in range(mt):   # columns in increasing order: each joined column's members in order
+                y = tl[t]
+                seen[y] = False
+                v = first[y] + rest[y] if g > 1 else first[y]
+                Y = fold[y]
+                if not seen2[Y]:
+                    seen2[Y] = True
+                    tl2[m2] = Y
+                    m2 += 1
+                    first2[Y] = 0.0
+                    rest2[Y] = -0.0
+                if (rank[y] >> 32) == 0:
+                    first2[Y] = v
+                else:
+                    rest2[Y] += v
+            tl2[:m2].sort()
+            for t in range(m2):
+                Y = tl2[t]
+                seen2[Y] = False
+                out_col[m] = Y
+                out_val[m] = first2[Y] + rest2[Y] if (rank[order[gptr[Y]]] & 0xFFFFFFFF) > 1 else first2[Y]
+                m += 1
             out_ptr[a * n + X + 1] = m
     return out_ptr, out_col[:m].copy(), out_val[:m].copy()
 

@@ -836,7 +836,7 @@ class ReplayMerger(Estimator):
         colour = self._block_colour()
         target = np.arange(len(held))
         unheld = np.flatnonzero(~held)
-        keep = np.flatnonzero(held)
+        keep = np.flatnonzero(held & np.isin(colour, colour[unheld]))
         keep = keep[np.argsort(colour[keep], kind="stable")]   # held blocks by view, increasing within
         cuts = np.searchsorted(colour[keep], np.arange(int(colour.max()) + 2))
         first = cuts[colour[unheld]]
@@ -877,7 +877,7 @@ class ReplayMerger(Estimator):
         rows = (np.arange(self._A)[:, None] * nb + np.asarray(blocks, dtype=np.int64)[None, :]).ravel()
         out = np.zeros((len(rows), nb))
         lens = ptr[rows + 1] - ptr[rows]
-        take = np.concatenate([np.arange(ptr[r], ptr[r + 1]) for r in rows]) if len(rows) else np.zeros(0, int)
+        take = np.repeat(ptr[rows] - np.cumsum(lens) + lens, lens) + np.arange(int(lens.sum()))
         out[np.repeat(np.arange(len(rows)), lens), col[take]] = val[take]
         return out.reshape(self._A, -1, nb)
 
