@@ -19,8 +19,9 @@ episodes of the same process from another seed):
 ``--params`` sets :class:`~hmmmerge.replay.ReplayMerger` parameters (JSON, e.g. ``{"n_iter": 8}``).
 ``--alloc-by-visits N`` gives each view clones in proportion to its visits in the first ``N`` training
 episodes (at least 1, at most ``--alloc-cap``; the total is the default's), instead of the same number
-to every view: a measurement of what an allocation by frequency would do, made by rewriting the
-merger's clone layout before its first sleep (not an option of the learner).
+to every view: the measurement (session 9) that led to the learner's ``ReplayMerger(alloc="visits")``
+(session 10), made by rewriting the merger's clone layout when it is built; the learner's own allocation at
+the first sleep is then skipped.
 
     python analysis/replay_probe.py torus-9x9-c3 clean 0 [--params '{"n_iter": 8}'] [--checkpoints 1000,3000]
         [--structure] [--alloc-by-visits 10 --alloc-cap 30]
@@ -83,6 +84,7 @@ def allocate_by_visits(obs, n_obs: int, cap: int | None):
 
     visits = np.bincount(np.asarray(obs).ravel(), minlength=n_obs).astype(float)
     init = ReplayMerger._init
+    ReplayMerger._allocate = lambda self, obs, memory: None   # this layout, not the learner's own (alloc)
 
     def _init(self, n, n_actions):
         init(self, n, n_actions)

@@ -10,7 +10,11 @@ What a sleep does (:meth:`ReplayMerger.sleep`):
 
 * the episodes lived since the last sleep and ``replay`` episodes drawn at
   random from the last ``window`` ones (level 1 stores every episode; this
-  merger keeps their (action, observation) sequences) form a batch;
+  merger keeps their (action, observation) sequences) form a batch; with
+  ``priority=True`` (not the default yet) an episode is drawn in proportion to
+  the rarity of the clones it passes through (:meth:`ReplayMerger._replay_priority`),
+  so that rarely visited places are re-estimated under the current model before
+  stepwise EM forgets them;
 * ``n_iter`` EM iterations on the batch (by default more on small models, see
   :data:`ITER_BUDGET`), warm-started from the current
   model: an E-step (forward-backward on the clone blocks, the numba kernels of
@@ -56,9 +60,9 @@ from __future__ import annotations
 import numpy as np
 
 from ._estimator import Estimator
-from ._validation import Float, Int
+from ._validation import Bool, Float, Int, Options
 
-__all__ = ["ReplayMerger"]
+__all__ = ["ReplayMerger", "allocate_clones"]
 
 _PREFIX = "replay_"
 #: views after a step that weigh whether its view was a random one (see ReplayMerger._views_read_as_noise)
@@ -74,6 +78,9 @@ SPLIT_MIN_VISITS = 20
 SPLIT_MEMORY = 0.5
 #: clones in all above which the default ``n_clones`` shrinks (to at least 20 per observation, 5 beyond 100)
 CLONE_BUDGET = 600
+#: ``alloc="visits"``: the most and the fewest clones a view seen before the first sleep gets (the cap is the
+#: even layout's count up to CLONE_BUDGET // 30 = 20 views, so such worlds keep the even layout)
+CLONE_CAP, CLONE_FLOOR = 30, 1
 #: ``n_iter=None``: iterations per sleep ``clip(ITER_BUDGET // H, 2, 8)`` for ``H`` clones in all, decided once
 #: for the life. A model of few views (3 views x 30 clones: 8 iterations) learns slowly by stepwise EM and its
 #: passes are cheap; every model of 300 clones or more (10 views x 30, 20 x 30, MiniGrid's 5 per view) keeps 2
@@ -89,6 +96,34 @@ COUNT_FLOOR = 1e-3
 #: from level 1 at every sleep)
 CLONE_LABEL_TABLE_MAX = 4_000_000
 _NO_LABELS = (np.zeros((0, 0), dtype=np.int64), np.zeros(0, dtype=np.int64))
+
+
+def allocate_clones(visits, total: int, floor: int, cap: int) -> np.ndarray:
+    """Clones per view: every view ``floor``, then one clone at a time, ``total`` in all, to the seen view
+    (``visits > 0``) below ``cap`` with the largest ``visits / (its clones + 1)`` (the lowest view first on
+    a tie): clones in proportion to visits, within the floor and the cap (the highest-averages rule).
+    Fewer than ``total`` when every seen view reaches the cap; ``total`` below ``floor`` per view is an error.
+
+    >>> allocate_clones([100, 10, 0, 1], total=12, floor=1, cap=8).tolist()
+    [8, 2, 1, 1]
+    >>> allocate_clones([5, 5, 5], total=90, floor=1, cap=30).tolist()   # even views: all at the cap
+    [30, 30, 30]
+    """
+    visits = np.asarray(visits)
+    if visits.ndim != 1 or not len(visits) or (visits < 0).any() or not np.isfinite(visits).all():
+        raise ValueError("visits must be a non-empty 1-d array of finite counts >= 0")
+    if not 1 <= floor <= cap:
+        raise ValueError(f"need 1 <= floor <= cap, got floor={floor}, cap={cap}")
+    K = len(visits)
+    if total < floor * K:
+        raise ValueError(f"total={total} clones cannot give {K} views {floor} each")
+    # the quotients visits / k of a view's clones k = floor+1..cap, taken largest first: the greedy order
+    k = np.arange(floor + 1, cap + 1, dtype=np.float64)
+    view = np.repeat(np.arange(K), len(k))
+    q = (visits.astype(np.float64)[:, None] / k[None, :]).ravel()
+    seen = q > 0
+    order = np.lexsort((view[seen], -q[seen]))[:total - floor * K]
+    return floor + np.bincount(view[seen][order], minlength=K).astype(np.int64)
 
 
 class ReplayMerger(Estimator):
@@ -118,6 +153,15 @@ class ReplayMerger(Estimator):
         recorded one (``T_a = (1 - e) Q_a + e mean_b Q_b``, ``e`` then estimated by EM); 0 turns it off.
     split : a clone whose visits came in two ways followed by different views is split in two at a sleep
         when the likelihood-ratio statistic of the two groups exceeds this (:meth:`_split`); 0 turns it off.
+    alloc : ``"visits"``: with ``n_clones=None``, at the first sleep the views seen so far share their
+        clones of the even layout by how often each was seen (:func:`allocate_clones`, at least
+        :data:`CLONE_FLOOR` and at most :data:`CLONE_CAP` each) when the most seen view's share asks for
+        more than :data:`CLONE_CAP` of them; a view not seen yet keeps the even count, the total is the
+        even layout's. A world of at most 20 views keeps 30 per view, as with ``"even"`` (BENCHMARKS.md,
+        "Clones by visits"). ``"even"``: every view the same number (``n_clones`` or its default).
+    priority : draw the replayed episodes in proportion to the rarity of their clones
+        (:meth:`_replay_priority`); False (the default until every benchmark set is re-run with it:
+        BENCHMARKS.md, "Clean large grids, session 10"): uniformly.
 
     >>> ReplayMerger(n_clones=5).n_clones
     5
@@ -128,13 +172,14 @@ class ReplayMerger(Estimator):
         "step_exponent": Float(0.5, 1.0, low_open=True), "pseudocount": Float(0.0, 1e6, low_open=True),
         "prune": Float(0.0, 1.0), "risk": Float(0.0, 1.0, low_open=True),
         "tolerance": Float(0.0, 1.0), "slip": Float(0.0, 0.99), "min_new": Int(1, 10**6),
-        "split": Float(0.0, 1e9), "dirichlet": Float(0.0, 1.0),
+        "split": Float(0.0, 1e9), "dirichlet": Float(0.0, 1.0), "alloc": Options("visits", "even"),
+        "priority": Bool(),
     }
 
     def __init__(self, n_clones: int | None = None, replay: int = 20, window: int = 200, n_iter: int | None = None,
                  step_exponent: float = 0.51, pseudocount: float = 1e-3, prune: float = 1e-3, risk: float = 0.05,
                  tolerance: float = 0.2, slip: float = 0.05, min_new: int = 10, split: float = 25.0,
-                 dirichlet: float = 0.01):
+                 dirichlet: float = 0.01, alloc: str = "visits", priority: bool = False):
         self.n_clones = n_clones
         self.replay = replay
         self.window = window
@@ -148,20 +193,15 @@ class ReplayMerger(Estimator):
         self.min_new = min_new
         self.split = split
         self.dirichlet = dirichlet
+        self.alloc = alloc
+        self.priority = priority
         self._A = None
 
     # ------------------------------------------------------------ set-up
     def _init(self, n_obs: int, n_actions: int) -> None:
         self._validate_params()
         self._K, self._A = int(n_obs), int(n_actions)
-        self._sizes = np.full(self._K, self._clones_per_observation(self._K), dtype=np.int64)
-        self._starts = np.concatenate([[0], np.cumsum(self._sizes)[:-1]]).astype(np.int64)
-        self._H = int(self._sizes.sum())
-        self._n_iter = self._iterations(self._H)
-        from ._limits import check_memory
-
-        check_memory(f"replay merger: {self._H} clones x {self._A} actions", 3 * 8 * self._A * self._H ** 2)
-        self._colour = np.repeat(np.arange(self._K), self._sizes)
+        self._layout(np.full(self._K, self._clones_per_observation(self._K), dtype=np.int64))
         self._T = None          # (A, H, H) transitions, None before the first sleep
         self._B = None
         self._S = None          # kept expected counts per episode (stepwise EM), as ``g * S`` (see _g)
@@ -193,11 +233,47 @@ class ReplayMerger(Estimator):
         self._clone_n = None
         self._clone_lab = self._clone_unlab = None
         self._label_width = 0    # labels seen: below it
-        self._block = np.arange(self._H, dtype=np.int64)     # block (lumped clones) of each clone
-        self._cluster_of = np.full(self._H, -1, dtype=np.int64)   # cluster of each block (-1: none)
         self._block_of = np.zeros(0, dtype=np.int64)         # block of each cluster
         self._lumped = None      # (T, B) of the blocks (cached)
         self._t2 = None          # the agent's level-2 CSR (cached)
+
+    def _layout(self, sizes) -> None:
+        """Clones per view ``sizes``: the clone ranges, the capacity and what is sized by it (before any model)."""
+        from ._limits import check_memory
+
+        self._sizes = np.asarray(sizes, dtype=np.int64)
+        self._starts = np.concatenate([[0], np.cumsum(self._sizes)[:-1]]).astype(np.int64)
+        self._H = int(self._sizes.sum())
+        self._n_iter = self._iterations(self._H)
+        check_memory(f"replay merger: {self._H} clones x {self._A} actions", 3 * 8 * self._A * self._H ** 2)
+        self._colour = np.repeat(np.arange(self._K), self._sizes)
+        self._block = np.arange(self._H, dtype=np.int64)     # block (lumped clones) of each clone
+        self._cluster_of = np.full(self._H, -1, dtype=np.int64)   # cluster of each block (-1: none)
+
+    def _allocate(self, obs, memory) -> None:
+        """``alloc="visits"``: before the model is drawn, the views of ``obs`` (the first sleep's episodes)
+        share their clones of the even layout by their visits (:func:`allocate_clones`); the others keep
+        theirs. Only when the most seen view's share of the visits asks for more than :data:`CLONE_CAP`
+        of those clones: the even layout then starves it (MiniGrid's 5x5 view: one view seen from 145
+        poses, 134 from 5 or fewer, 5 clones each). Where no view asks for that much (MiniGrid's 7x7 view
+        from the start pose), the first sleep's few episodes are too thin a sample to take clones from
+        rarely seen views: measured, it lost 0.025 on one run (BENCHMARKS.md, "Clones by visits")."""
+        if self.alloc != "visits" or self.n_clones is not None:
+            return
+        if (self._clone_state[:self._n_seen] >= 0).any():
+            raise ValueError("the clone layout can only change before level-1 states take clones")
+        visits = np.bincount(np.asarray(obs, dtype=np.int64), minlength=self._K)
+        seen = visits > 0
+        sizes = self._sizes.copy()
+        share = int(sizes[seen].sum())
+        if visits.max() * share <= CLONE_CAP * visits.sum():
+            return   # no view's share of the visits asks for more than the cap: the even layout holds them
+        sizes[seen] = allocate_clones(visits[seen], share, CLONE_FLOOR, CLONE_CAP)
+        if np.array_equal(sizes, self._sizes):
+            return
+        self._layout(sizes)
+        self._clone_n = None
+        self._count_clones(memory)
 
     def _check(self, memory) -> None:
         if self._A is None:
@@ -514,12 +590,17 @@ class ReplayMerger(Estimator):
         if n_new == 0 or (n_new < int(self.min_new) and self._T is not None):
             return [dict(report, postponed=n_new > 0)]
         n_old = len(self._episodes) - n_new
-        picks = rng.integers(0, n_old, size=min(int(self.replay), n_old)) if n_old else np.zeros(0, dtype=np.int64)
+        if n_old and self.priority and self._S is not None:
+            pr = self._replay_priority(n_old)
+            picks = rng.choice(n_old, size=min(int(self.replay), n_old), p=pr / pr.sum())
+        else:
+            picks = rng.integers(0, n_old, size=min(int(self.replay), n_old)) if n_old else np.zeros(0, dtype=np.int64)
         batch = [self._episodes[i] for i in np.concatenate([np.arange(n_old, len(self._episodes)), picks]).tolist()]
         obs = np.concatenate([b[0] for b in batch])
         acts = np.concatenate([b[1] for b in batch])
         self._add_pairs(obs, acts)
         if self._T is None:
+            self._allocate(obs, memory)
             self._init_model(rng)
         d = self._data(obs, acts)
         # the rate of random views is estimated from the first update on, but in the first NOISE_AFTER
@@ -575,6 +656,36 @@ class ReplayMerger(Estimator):
         self._write_clusters(clusters, memory.n_states)
         report.update(replayed=len(picks), views_read_as_noise=int(repaired), clones_split=n_split, noise_rate=self._noise, log_likelihood_per_step=float(ll) / len(obs), clusters=clusters.n_clusters)
         return [report]
+
+    def _replay_priority(self, n_old: int) -> np.ndarray:
+        """The weight of each of the first ``n_old`` buffered episodes in the replay draw:
+        ``sum_t 1 / (v(c_t) + 1 / n_old)`` over its steps, ``c_t`` the clone of step ``t``'s level-1 state and
+        ``v`` the expected visits of a clone per episode (:meth:`_weights`; a step without a clone counts
+        as a clone never visited).
+
+        Drawn uniformly, a clone's replayed visits follow its visits: a place seen in one episode of a
+        hundred is replayed about once in five sleeps, and in between stepwise EM decays its kept counts
+        with every update, so its row rests on the last visit or two, counted under an older model
+        (BENCHMARKS.md, "Clean large grids, session 10"). Drawn with this weight, every step counts in
+        inverse proportion to its clone's visits, so the replayed visits are spread over the clones more
+        evenly. ``1 / n_old`` is the visits per episode of a clone seen once in the buffer.
+
+        >>> from hmmmerge import gridworld, random_walk
+        >>> from hmmmerge.agent import TwoLevelMemory
+        >>> m = TwoLevelMemory(10, 4, merge="replay", seed=0).fit(random_walk(gridworld(), 40, seed=0)).merger_
+        >>> n = len(m._episodes); p = m._replay_priority(n); bool(p.shape == (n,) and (p > 0).all())
+        True
+        """
+        eps = self._episodes[:n_old]
+        floor = 1.0 / n_old
+        states = np.concatenate([e[2] for e in eps])
+        cs = self._clone_state
+        clone = np.where(states < len(cs), cs[np.minimum(states, len(cs) - 1)], -1) if len(cs) else \
+            np.full(len(states), -1)
+        w = self._weights()
+        per_step = 1.0 / (np.where(clone >= 0, w[np.maximum(clone, 0)], 0.0) + floor)
+        cuts = np.concatenate([[0], np.cumsum([len(e[2]) for e in eps])[:-1]]).astype(np.int64)
+        return np.add.reduceat(per_step, cuts)
 
     def _split(self, d) -> int:
         """Split the clones whose visits came in two ways with different futures; returns the splits made.
@@ -1001,6 +1112,7 @@ class ReplayMerger(Estimator):
         out = {
             "sizes": np.array([self._K, A, H, self._updates, self._n_new, self._last, int(has),
                               self._n_seen], dtype=np.int64),
+            "clone_sizes": self._sizes.copy(),   # clones per view (alloc="visits": decided at the first sleep)
             "T": self._T if has else np.zeros((A, H, H)), "B": self._B if has else np.zeros(H),
             "S": self._S if self._S is not None else np.zeros((A, H, H)),
             "Sb": self._Sb if self._Sb is not None else np.zeros(H),
@@ -1042,10 +1154,22 @@ class ReplayMerger(Estimator):
         K, A, H, updates, n_new, last, has, n_seen = get.ints("sizes", shape=(8,), low=-1).tolist()
         if K < 1 or A < 1 or H < 1 or updates < 0 or n_new < 0 or has not in (0, 1) or n_seen < 0:
             raise ValueError(f"{source}: replay_sizes holds out-of-range values")
-        if H % K or H // K != self._clones_per_observation(K):
+        even = self._clones_per_observation(K)
+        if _PREFIX + "clone_sizes" in d:   # files before alloc="visits": every view the same number
+            layout = get.ints("clone_sizes", shape=(K,), low=1, high=H)
+            if int(layout.sum()) != H:
+                raise ValueError(f"{source}: replay_clone_sizes sum to {int(layout.sum())}, replay_sizes says {H}")
+        else:
+            layout = np.full(K, H // K, dtype=np.int64)
+            if H % K:
+                raise ValueError(f"{source}: replay_sizes says {H} clones for {K} observations (not a multiple)")
+        if (layout != even).any() and not (self.alloc == "visits" and self.n_clones is None
+                                           and layout.max() <= CLONE_CAP and H <= K * even):
             raise ValueError(f"{source}: replay_sizes says {H} clones for {K} observations; this merger has "
-                             f"{self._clones_per_observation(K)} clones per observation (n_clones={self.n_clones})")
+                             f"{even} clones per observation (n_clones={self.n_clones}, alloc={self.alloc!r})")
         self._init(K, A)
+        if (layout != self._sizes).any():
+            self._layout(layout)
         n_states = len(d["assignment"]) if "assignment" in d else None
         T = get.floats("T", shape=(A, H, H), low=0.0, high=1.0)
         B = get.floats("B", shape=(H,), low=0.0, high=1.0)
@@ -1072,7 +1196,7 @@ class ReplayMerger(Estimator):
         if has:
             # rows sum to 1 on the pairs' blocks (0 for an observation never followed by another), nothing
             # outside them
-            colour = np.repeat(np.arange(K), H // K)
+            colour = self._colour
             inside = has_pair[colour][:, colour]
             rows = np.where(inside[None], T, 0.0).sum(axis=2)
             want = has_pair.any(axis=1)[colour][None, :].astype(float)
@@ -1088,7 +1212,7 @@ class ReplayMerger(Estimator):
         clone_state = get.ints("clone_of_state", shape=(n_seen,), low=-1, high=H - 1)
         block = get.ints("block_of_clone", shape=(H,), low=0, high=H - 1)
         block_of = get.ints("block_of_cluster", ndim=1, low=0, high=int(block.max()))
-        colour = np.repeat(np.arange(K), H // K)
+        colour = self._colour
         first = np.full(H, -1, dtype=np.int64)
         first[block[::-1]] = colour[::-1]
         if (first[block] != colour).any() or not np.array_equal(np.unique(block), np.arange(block.max() + 1)):

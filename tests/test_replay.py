@@ -135,6 +135,7 @@ def test_resume_from_a_file_equals_an_uninterrupted_life(tmp_path):
     ({"n_iter": 0}, "n_iter"), ({"step_exponent": 0.5}, "step_exponent"), ({"step_exponent": 1.5}, "step_exponent"),
     ({"pseudocount": 0.0}, "pseudocount"), ({"prune": -0.1}, "prune"), ({"n_clones": 2.5}, "n_clones"),
     ({"slip": 1.0}, "slip"), ({"slip": -0.1}, "slip"), ({"min_new": 0}, "min_new"), ({"split": -1.0}, "split"),
+    ({"priority": 1}, "priority"),
 ])
 def test_bad_parameters_are_refused_with_the_name(params, message):
     with pytest.raises(ValueError, match=message):
@@ -538,6 +539,89 @@ def test_a_three_colour_torus_is_learned_better_with_the_default_iterations_than
     assert agent.merger_.n_iter_ == 8
     # 200 episodes: two iterations per sleep are still far from the torus (0.68-0.71), eight near it (0.90-0.92)
     assert acc[None] >= acc[2] + 0.1 and acc[None] >= 0.85
+
+
+def _grid_life(priority=True, episodes=120):
+    env = gridworld(8, 8, n_colours=6, seed=3)
+    return TwoLevelMemory(6, 4, merger=ReplayMerger(priority=priority), seed=0).fit(
+        random_walk(env, episodes, 40, seed=3))
+
+
+def test_the_replay_priority_is_the_sum_over_steps_of_one_over_the_visits_of_their_clone():
+    m = _grid_life().merger_
+    n = len(m._episodes)
+    m._clone_state[m._episodes[1][2][3]] = -1     # a step without a clone counts as a clone never visited
+    w = m._weights()
+
+    def brute(n_old):                             # step by step
+        out = []
+        for obs, acts, states in m._episodes[:n_old]:
+            total = 0.0
+            for s in states.tolist():
+                c = int(m._clone_state[s])
+                total += 1.0 / ((w[c] if c >= 0 else 0.0) + 1.0 / n_old)
+            out.append(total)
+        return out
+
+    assert np.allclose(m._replay_priority(n), brute(n), rtol=1e-12)
+    assert np.allclose(m._replay_priority(n - 5), brute(n - 5), rtol=1e-12)   # the old episodes only
+
+
+def test_prioritised_replay_spreads_the_replayed_visits_over_the_clones_more_evenly_than_uniform_draws():
+    m = _grid_life().merger_
+    n = len(m._episodes)
+    visits = np.zeros((n, m._H))                  # visits of each clone in each buffered episode
+    for e, (_, _, states) in enumerate(m._episodes):
+        np.add.at(visits[e], m._clone_state[states], 1.0)
+    used = visits.sum(axis=0) > 0
+    p = m._replay_priority(n)
+    per_draw = {"uniform": visits.mean(axis=0)[used], "priority": (p / p.sum()) @ visits[:, used]}
+    # the expected replayed visits of the least visited clones rise against the mean ...
+    low = {k: np.sort(v / v.mean())[:10].mean() for k, v in per_draw.items()}
+    assert low["priority"] > 1.2 * low["uniform"]    # 1.35x on this walk
+    # ... and the visits are less spread out (coefficient of variation)
+    cv = {k: v.std() / v.mean() for k, v in per_draw.items()}
+    assert cv["priority"] < cv["uniform"]
+
+
+def test_without_priority_the_replayed_episodes_are_uniform_draws_of_the_generator():
+    # priority=False draws as the learner before it did: rng.integers over the old episodes
+    a = _grid_life(priority=False, episodes=60)
+    m = a.merger_
+    m._n_new = 10   # ten new episodes: the other ones are old
+    n_old = len(m._episodes) - 10
+    rng = np.random.default_rng(7)
+    picks = []
+    original = m._data
+
+    def record(obs, acts):
+        picks.append(len(obs))
+        return original(obs, acts)
+
+    m._data = record
+    m.sleep(a.memory_, a.clusters_, rng=np.random.default_rng(7))
+    want = rng.integers(0, n_old, size=min(m.replay, n_old))
+    lens = [len(e[0]) for e in m._episodes]
+    # the batch: the 10 new episodes then the draws, the length of the first _data call
+    assert picks[0] == sum(lens[n_old:]) + sum(lens[i] for i in want.tolist())
+
+
+def test_a_prioritised_life_resumes_from_a_file_as_it_would_have_gone_on(tmp_path):
+    env = gridworld()
+    first, second = random_walk(env, 30, seed=0), random_walk(env, 30, seed=1)
+
+    def agent():
+        return TwoLevelMemory(10, 4, merger=ReplayMerger(priority=True), sleep_every=300, seed=3)
+
+    whole = agent().fit(first).partial_fit(second)
+    part = agent().fit(first)
+    part.save(tmp_path / "a.npz")
+    back = TwoLevelMemory.load(tmp_path / "a.npz")
+    assert back.merger_.priority is True          # the option is kept with the merger's parameters
+    back.partial_fit(second)
+    assert np.array_equal(whole.merger_._T, back.merger_._T)
+    assert not np.array_equal(whole.merger_._T, agent().set_params(merger=ReplayMerger()).fit(first)
+                              .partial_fit(second).merger_._T)   # and it changes the life
 
 
 # ----------------------------------------------------------------- the sparse level 2 against the dense formulas

@@ -1,0 +1,200 @@
+"""Clones per view by visits (``ReplayMerger(alloc="visits")``): the rule against a brute force, its bounds,
+the layout a merger takes at its first sleep, and checkpoints of it."""
+
+import os
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hmmmerge import gridworld, random_walk
+from hmmmerge.agent import TwoLevelMemory
+from hmmmerge.evaluate import evaluate_model
+from hmmmerge.replay import CLONE_CAP, CLONE_FLOOR, ReplayMerger, allocate_clones
+
+
+def brute_force(visits, total, floor, cap):
+    """The rule as stated, one clone at a time: every view ``floor``; then, while clones remain, the seen view
+    below ``cap`` with the largest ``visits / (clones + 1)`` (the lowest index on a tie) takes one."""
+    n = [floor] * len(visits)
+    for _ in range(total - floor * len(visits)):
+        best, q_best = -1, -1.0
+        for v, x in enumerate(visits):
+            if x > 0 and n[v] < cap and x / (n[v] + 1) > q_best:
+                best, q_best = v, x / (n[v] + 1)
+        if best < 0:
+            break
+        n[best] += 1
+    return n
+
+
+def test_hand_made_counts_match_the_brute_force():
+    visits = [145, 40, 22, 22, 6, 5, 1, 1, 0, 0, 3, 60]
+    for total, floor, cap in [(60, 1, 30), (40, 1, 30), (12, 1, 30), (200, 1, 30), (100, 2, 10), (30, 2, 3)]:
+        got = allocate_clones(visits, total, floor, cap)
+        assert got.tolist() == brute_force(visits, total, floor, cap), (total, floor, cap)
+    # by hand: 145 and 60 share the first clones above the floor (quotients 72.5, 48.3, 36.25, 30, 29 ...)
+    assert allocate_clones([145, 60, 0], 8, 1, 30).tolist() == [5, 2, 1]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 300), min_size=1, max_size=12), st.integers(1, 4), st.integers(0, 8),
+       st.integers(0, 150))
+def test_the_rule_is_the_brute_force_and_keeps_its_bounds(visits, floor, extra_cap, extra_total):
+    cap = floor + extra_cap
+    total = floor * len(visits) + extra_total
+    got = allocate_clones(np.array(visits), total, floor, cap)
+    assert got.tolist() == brute_force(visits, total, floor, cap)
+    assert got.sum() <= total and (got >= floor).all() and (got <= cap).all()
+    seen = np.array(visits) > 0
+    assert (got[~seen] == floor).all()                       # a view never seen keeps its floor
+    if got.sum() < total:                                    # clones left only when every seen view is full
+        assert (got[seen] == cap).all()
+
+
+def test_even_views_up_to_twenty_keep_thirty_each():
+    # the default total of 20 views or fewer is 30 per view: every seen view reaches the cap
+    for k in (3, 10, 20):
+        m = ReplayMerger()
+        total = k * m._clones_per_observation(k)
+        visits = np.random.default_rng(k).integers(1, 1000, k)
+        assert allocate_clones(visits, total, CLONE_FLOOR, CLONE_CAP).tolist() == [30] * k
+
+
+@pytest.mark.parametrize("args, msg", [(([], 3, 1, 2), "non-empty"), (([1, -1], 3, 1, 2), ">= 0"),
+                                       (([1, 2], 3, 0, 2), "floor"), (([1, 2], 3, 3, 2), "floor"),
+                                       (([1, 2], 1, 1, 2), "cannot give")])
+def test_bad_arguments_are_refused(args, msg):
+    with pytest.raises(ValueError, match=msg):
+        allocate_clones(*args)
+
+
+def uneven_world():
+    """A 6x6 grid of 25 views: one colour on 12 cells, 24 cells of a view of their own (the 12 in the first
+    two rows start the walk, so the common view is seen most)."""
+    colours = np.arange(36).reshape(6, 6) - 11
+    colours[colours < 0] = 0
+    colours[colours == 24] = 0
+    return gridworld(6, 6, n_colours=25, colours=colours, start=(0, 0))
+
+
+def fitted(alloc, episodes=12, seed=0, more=10, **kw):
+    """A replay agent on the uneven world: ``episodes`` walks, one sleep after them (the last episode is still
+    being lived, so the sleep learns from the others), then 10 more walks with the usual sleeps."""
+    env = uneven_world()
+    agent = TwoLevelMemory(env.n_obs, env.n_actions, merge="replay", merger=ReplayMerger(alloc=alloc, **kw),
+                           sleep_every=10**6, seed=seed)
+    walk = random_walk(env, episodes + more, 50, seed=seed)
+    agent.partial_fit(walk[:episodes])
+    agent.sleep()
+    agent.sleep_every = 500
+    return env, agent.partial_fit(walk[episodes:])
+
+
+def test_first_sleep_deals_clones_by_visits():
+    env, agent = fitted("visits", episodes=4, more=60)
+    m = agent.merger_
+    walk = random_walk(env, 64, 50, seed=0)
+    even = m._clones_per_observation(env.n_obs)
+    assert even == 24
+    visits = np.bincount(walk.obs[:3].ravel(), minlength=env.n_obs)   # the episodes of the first sleep
+    seen = visits > 0
+    # the most seen view asks for more than the cap of the seen views' clones: they share them by visits;
+    # a view not seen yet keeps the even count
+    assert visits.max() / visits.sum() * even * seen.sum() > CLONE_CAP
+    expected = np.full(env.n_obs, even)
+    expected[seen] = allocate_clones(visits[seen], even * int(seen.sum()), CLONE_FLOOR, CLONE_CAP)
+    assert len(set(expected.tolist())) > 2 and (~seen).any() and expected.min() < even // 2
+    assert m._sizes.tolist() == expected.tolist()
+    assert m._sizes[0] == CLONE_CAP and m._H == int(expected.sum()) <= env.n_obs * even
+    assert np.array_equal(m._colour, np.repeat(np.arange(env.n_obs), m._sizes))
+    # views of one place with the fewest clones: seen later, held by level-1 states, and level 2 predicts
+    few = np.flatnonzero(m._sizes == m._sizes.min())
+    later = few[np.isin(few, walk.obs[3:])]
+    held = np.add.reduceat(m._clone_n, m._starts) > 0
+    assert len(later) and held[later].all()
+    fresh = random_walk(env, 20, 50, seed=99)
+    assert evaluate_model(env, agent.level2_hmm(), trajectories=fresh, smoothing=1e-3).accuracy > 0.9
+
+
+def test_even_is_the_layout_of_before_and_visits_is_the_same_on_the_paper_grid():
+    env, agent = fitted("even")
+    assert agent.merger_._sizes.tolist() == [24] * 25
+    grid = gridworld()
+    walk = random_walk(grid, 30, 50, seed=1)
+    runs = [TwoLevelMemory(10, 4, merge="replay", merger=ReplayMerger(alloc=a), seed=1).fit(walk) for a in ("visits", "even")]
+    a, b = (r.history() for r in runs)
+    assert all(np.array_equal(a[k], b[k], equal_nan=True) for k in a)
+    assert np.array_equal(runs[0].merger_._T, runs[1].merger_._T)
+
+
+def test_even_visits_keep_the_even_layout():
+    # 144 views of one place each (5 clones each): no view's share of the visits asks for more than the
+    # cap of the seen views' clones, so nothing moves
+    env = gridworld(12, 12, n_colours=144, colours=np.arange(144).reshape(12, 12))
+    agent = TwoLevelMemory(144, 4, merge="replay", sleep_every=10**6, seed=1)
+    walk = random_walk(env, 11, 50, seed=1)   # (seed 0 and 2: the start cell asks for 37 and 54 clones)
+    agent.partial_fit(walk)
+    agent.sleep()
+    visits = np.bincount(walk.obs[:10].ravel(), minlength=144)
+    assert 0 < visits.max() / visits.sum() * 5 * (visits > 0).sum() <= CLONE_CAP
+    assert agent.merger_._sizes.tolist() == [5] * 144
+
+
+def test_explicit_n_clones_is_even():
+    env, agent = fitted("visits", n_clones=3)
+    assert agent.merger_._sizes.tolist() == [3] * 25
+
+
+def test_bad_alloc_is_refused():
+    env = uneven_world()
+    agent = TwoLevelMemory(env.n_obs, env.n_actions, merge="replay", merger=ReplayMerger(alloc="uneven"), seed=0)
+    with pytest.raises(ValueError, match="alloc must be one of"):
+        agent.fit(random_walk(env, 2, 10, seed=0))
+
+
+def test_checkpoint_keeps_the_layout_and_resumes_exactly(tmp_path):
+    env, agent = fitted("visits")
+    assert len(set(agent.merger_._sizes.tolist())) > 1
+    path = os.path.join(tmp_path, "agent.npz")
+    agent.save(path)
+    back = TwoLevelMemory.load(path)
+    assert np.array_equal(back.merger_._sizes, agent.merger_._sizes)
+    more = random_walk(env, 15, 50, seed=7)
+    a, b = agent.partial_fit(more).history(), back.partial_fit(more).history()
+    assert all(np.array_equal(a[k], b[k], equal_nan=True) for k in a)
+    assert np.array_equal(agent.merger_._T, back.merger_._T)
+
+
+def test_old_files_without_a_layout_load_even_and_bad_layouts_are_named():
+    env, agent = fitted("even")
+    d = agent.merger_.state_dict()
+    old = {k: v for k, v in d.items() if k != "replay_clone_sizes"}
+    back = ReplayMerger()
+    back.load_state_dict(old)
+    assert back._sizes.tolist() == [24] * 25 and np.array_equal(back._T, agent.merger_._T)
+    _, uneven = fitted("visits")
+    d = uneven.merger_.state_dict()
+    bad = dict(d, replay_clone_sizes=d["replay_clone_sizes"][::-1].copy())
+    bad["replay_clone_sizes"][0] += 1
+    with pytest.raises(ValueError, match="replay_clone_sizes sum to"):
+        ReplayMerger().load_state_dict(bad, source="x.npz")
+    with pytest.raises(ValueError, match="alloc='even'"):   # an uneven layout is not an even merger's
+        ReplayMerger(alloc="even").load_state_dict(d, source="x.npz")
+
+
+def test_views_of_one_clone_keep_working(monkeypatch):
+    # every view of one place in one clone (the rule gives that to a rarely seen view): the kernels take
+    # blocks of one clone, the states of those views are held by it and level 2 predicts as well
+    import hmmmerge.replay as replay
+
+    monkeypatch.setattr(replay, "allocate_clones", lambda visits, total, floor, cap: np.where(
+        np.arange(len(visits)) == 0, cap, floor))
+    env, agent = fitted("visits", episodes=4, more=60)
+    m = agent.merger_
+    assert m._sizes[0] == CLONE_CAP
+    ones = np.flatnonzero(m._sizes == 1)
+    assert len(ones) >= 15 and (m._clone_n[m._starts[ones]] > 0).all()
+    fresh = random_walk(env, 20, 50, seed=99)
+    assert evaluate_model(env, agent.level2_hmm(), trajectories=fresh, smoothing=1e-3).accuracy > 0.9
