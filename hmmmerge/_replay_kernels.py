@@ -304,16 +304,21 @@ def pairwise_sum(pos, val, p0, p1, lo, n):
     skipped (adding a zero changes no sum but the sign of a zero one).  ``x.sum(axis=-1)`` of a float row
     is ``0.0 + pairwise_sum(...)`` of the whole row; ``np.add.reduceat`` of a group is its first entry
     ``+ pairwise_sum(...)`` of the others.  (An explicit stack: numba does not cache recursive kernels.)"""
+    return _pairwise(pos, val, p0, p1, lo, n, np.empty((6, 64), dtype=np.int64), np.empty(64))
+
+
+@njit(cache=True)
+def _pairwise(pos, val, p0, p1, lo, n, fi, fl):
+    """:func:`pairwise_sum` with its stack in ``fi`` ((6, 64) int) and ``fl`` ((64,) float): no allocation."""
+    if p1 - p0 <= 2:   # no entry, one, or two: their sum whatever the order
+        if p1 == p0:
+            return -0.0 if n < 8 else 0.0
+        return val[p0] if p1 - p0 == 1 else val[p0] + val[p0 + 1]
     if n <= 128:
         return _pairwise_leaf(pos, val, p0, p1, lo, n)
-    depth = 64
-    f_p0 = np.empty(depth, dtype=np.int64)
-    f_p1 = np.empty(depth, dtype=np.int64)
-    f_lo = np.empty(depth, dtype=np.int64)
-    f_n = np.empty(depth, dtype=np.int64)
-    f_mid = np.empty(depth, dtype=np.int64)
-    f_phase = np.zeros(depth, dtype=np.int64)   # 0 new, 1 waiting for the left half, 2 for the right
-    f_left = np.zeros(depth)
+    f_p0, f_p1, f_lo, f_n, f_mid = fi[0], fi[1], fi[2], fi[3], fi[4]
+    f_phase = fi[5]   # 0 new, 1 waiting for the left half, 2 for the right
+    f_left = fl       # the left half's sum
     f_p0[0], f_p1[0], f_lo[0], f_n[0], f_phase[0] = p0, p1, lo, n, 0
     top = 1
     result = 0.0
@@ -403,11 +408,11 @@ def lumped_model(T, B, weight, block, nb, succ_ptr, succ_col, starts, sizes, col
                             tl[mt] = y
                             mt += 1
                         acc[y] += wi * T[a, i, j]
-            cols = np.sort(tl[:mt])
+            tl[:mt].sort()
             col = _grown(col, m + mt)
             val = _grown(val, m + mt)
             for q in range(mt):
-                y = cols[q]
+                y = tl[q]
                 col[m] = y
                 val[m] = acc[y]
                 m += 1
@@ -421,11 +426,11 @@ def lumped_model(T, B, weight, block, nb, succ_ptr, succ_col, starts, sizes, col
 
 
 @njit(cache=True)
-def _group_sums(key, rank, v, p0, p1, out_key, out_val, m):
+def _group_sums(key, rank, v, p0, p1, out_key, out_val, m, pos, fi, fl):
     """``np.add.reduceat`` of groups: entries ``p0:p1`` sorted by ``key`` then ``rank`` (the entry's place in
     its group of ``size`` entries is ``rank``; value ``v``) give one sum per key, the group's first entry
     (zero when absent) plus the pairwise sum of the others; written from ``out_*[m]``, returns the new m.
-    ``rank`` holds ``rank * 2**32 + size`` (one array for both)."""
+    ``rank`` holds ``rank * 2**32 + size`` (one array for both); ``pos``, ``fi``, ``fl``: work space."""
     p = p0
     while p < p1:
         q = p
@@ -438,10 +443,9 @@ def _group_sums(key, rank, v, p0, p1, out_key, out_val, m):
             first = v[p]
             s = p + 1
         if size > 1:
-            pos = np.empty(q - s, dtype=np.int64)
             for t in range(s, q):
-                pos[t - s] = rank[t] >> 32
-            first = first + pairwise_sum(pos, v[s:q], 0, q - s, 1, size - 1)
+                pos[t] = rank[t] >> 32
+            first = first + _pairwise(pos, v, s, q, 1, size - 1, fi, fl)
         out_key[m] = key[p]
         out_val[m] = first
         m += 1
@@ -482,6 +486,11 @@ def folded_model(ptr, col, val, A, nb, share, fold, n):
     for X in range(n):
         for q in range(gptr[X], gptr[X + 1]):
             rank[order[q]] = ((q - gptr[X]) << 32) | (gptr[X + 1] - gptr[X])
+    largest = 0
+    for X in range(n):
+        largest = max(largest, gptr[X + 1] - gptr[X])
+    if largest <= 8:
+        return _folded_small(ptr, col, val, A, nb, share, fold, n, order, gptr, rank)
     width = 1   # the most entries of one joined row
     for a in range(A):
         for X in range(n):
@@ -495,6 +504,9 @@ def folded_model(ptr, col, val, A, nb, share, fold, n):
     kv = np.empty(width)
     y1 = np.empty(width, dtype=np.int64)
     v1 = np.empty(width)
+    pos = np.empty(width, dtype=np.int64)
+    fi = np.empty((6, 64), dtype=np.int64)
+    fl = np.empty(64)
     out_ptr = np.zeros(A * n + 1, dtype=np.int64)
     out_col = np.empty(max(val.shape[0], 1), dtype=np.int64)
     out_val = np.empty(max(val.shape[0], 1))
@@ -512,13 +524,77 @@ def folded_model(ptr, col, val, A, nb, share, fold, n):
                     kv[e] = val[p] * share[x]
                     e += 1
             _sort_by(ky, kr, kv, e)   # by column, members in order
-            m1 = _group_sums(ky, kr, kv, 0, e, y1, v1, 0)   # rows joined, column by column
+            m1 = _group_sums(ky, kr, kv, 0, e, y1, v1, 0, pos, fi, fl)   # rows joined, column by column
             for t in range(m1):   # by joined column, members in order (y1 increasing)
                 ky[t] = fold[y1[t]]
                 kr[t] = rank[y1[t]]
                 kv[t] = v1[t]
             _sort_by(ky, kr, kv, m1)
-            m = _group_sums(ky, kr, kv, 0, m1, out_col, out_val, m)
+            m = _group_sums(ky, kr, kv, 0, m1, out_col, out_val, m, pos, fi, fl)
+            out_ptr[a * n + X + 1] = m
+    return out_ptr, out_col[:m].copy(), out_val[:m].copy()
+
+
+@njit(cache=True)
+def _folded_small(ptr, col, val, A, nb, share, fold, n, order, gptr, rank):
+    """:func:`folded_model` when no joined block has more than 8 blocks: ``np.add.reduceat`` of a group is
+    then its first entry plus the others summed in turn (from -0.0: numpy's pairwise sum of fewer than 8),
+    so two running sums per column do it, without sorting the entries."""
+    first = np.zeros(nb)
+    rest = np.zeros(nb)
+    seen = np.zeros(nb, dtype=np.bool_)
+    tl = np.empty(nb, dtype=np.int64)
+    first2 = np.zeros(n)
+    rest2 = np.zeros(n)
+    seen2 = np.zeros(n, dtype=np.bool_)
+    tl2 = np.empty(n, dtype=np.int64)
+    out_ptr = np.zeros(A * n + 1, dtype=np.int64)
+    out_col = np.empty(max(val.shape[0], 1), dtype=np.int64)
+    out_val = np.empty(max(val.shape[0], 1))
+    m = 0
+    for a in range(A):
+        for X in range(n):
+            g = gptr[X + 1] - gptr[X]
+            mt = 0
+            for q in range(gptr[X], gptr[X + 1]):   # members in increasing order
+                x = order[q]
+                r = a * nb + x
+                for p in range(ptr[r], ptr[r + 1]):
+                    y = col[p]
+                    if not seen[y]:
+                        seen[y] = True
+                        tl[mt] = y
+                        mt += 1
+                        first[y] = 0.0
+                        rest[y] = -0.0
+                    if q == gptr[X]:
+                        first[y] = val[p] * share[x]
+                    else:
+                        rest[y] += val[p] * share[x]
+            tl[:mt].sort()
+            m2 = 0
+            for t in range(mt):   # columns in increasing order: each joined column's members in order
+                y = tl[t]
+                seen[y] = False
+                v = first[y] + rest[y] if g > 1 else first[y]
+                Y = fold[y]
+                if not seen2[Y]:
+                    seen2[Y] = True
+                    tl2[m2] = Y
+                    m2 += 1
+                    first2[Y] = 0.0
+                    rest2[Y] = -0.0
+                if (rank[y] >> 32) == 0:
+                    first2[Y] = v
+                else:
+                    rest2[Y] += v
+            tl2[:m2].sort()
+            for t in range(m2):
+                Y = tl2[t]
+                seen2[Y] = False
+                out_col[m] = Y
+                out_val[m] = first2[Y] + rest2[Y] if (rank[order[gptr[Y]]] & 0xFFFFFFFF) > 1 else first2[Y]
+                m += 1
             out_ptr[a * n + X + 1] = m
     return out_ptr, out_col[:m].copy(), out_val[:m].copy()
 
@@ -546,6 +622,8 @@ def restricted_transitions(ptr, col, val, nb, ids, prune):
     spare = np.empty(max(k, 1), dtype=np.int64)
     kp = np.empty(max(k, 1), dtype=np.int64)
     kv = np.empty(max(k, 1))
+    fi = np.empty((6, 64), dtype=np.int64)
+    fl = np.empty(64)
     for a in range(A):
         for c in range(k):
             r = a * nb + ids[c]
@@ -587,7 +665,7 @@ def restricted_transitions(ptr, col, val, nb, ids, prune):
                     kp[n_k] = pos[q]
                     kv[n_k] = v[q]
                     n_k += 1
-            z = 0.0 + pairwise_sum(kp, kv, 0, n_k, 0, k)
+            z = 0.0 + _pairwise(kp, kv, 0, n_k, 0, k, fi, fl)
             out_idx = _grown(out_idx, m + n_k)
             out_val = _grown(out_val, m + n_k)
             for q in range(n_k):

@@ -1006,12 +1006,22 @@ class ReplayMerger(Estimator):
         self._blocks_model()
         colour = self._block_colour()
         target = np.arange(len(held))
-        for u in np.flatnonzero(~held).tolist():
-            cands = np.flatnonzero(held & (colour == colour[u]))
-            if len(cands):
-                near, own = self._dense_rows(cands), self._dense_rows([u])
-                dist = np.abs(near - own).sum(axis=(0, 2))
-                target[u] = cands[int(np.argmin(dist))]
+        unheld = np.flatnonzero(~held)
+        keep = np.flatnonzero(held & np.isin(colour, colour[unheld]))
+        keep = keep[np.argsort(colour[keep], kind="stable")]   # held blocks by view, increasing within
+        cuts = np.searchsorted(colour[keep], np.arange(int(colour.max()) + 2))
+        first = cuts[colour[unheld]]
+        last = cuts[colour[unheld] + 1]
+        asked = first < last   # an unheld block with a held block of its view
+        rows = np.concatenate([keep, unheld[asked]])
+        dense = self._dense_rows(rows)   # the rows asked for, once
+        at = np.full(len(held), -1, dtype=np.int64)
+        at[rows] = np.arange(len(rows))
+        for u, lo, hi in zip(unheld[asked].tolist(), first[asked].tolist(), last[asked].tolist()):
+            cands = keep[lo:hi]
+            near, own = dense[:, at[cands], :], dense[:, at[u], None, :]
+            dist = np.abs(near - own).sum(axis=(0, 2))   # as on the dense model (the same sums)
+            target[u] = cands[int(np.argmin(dist))]
         ids, fold = np.unique(target, return_inverse=True)
         self._block = fold[self._block].astype(np.int64)
         self._lumped = _folded_model(self._lumped, self._block_weights, fold, len(ids))
@@ -1038,7 +1048,7 @@ class ReplayMerger(Estimator):
         rows = (np.arange(self._A)[:, None] * nb + np.asarray(blocks, dtype=np.int64)[None, :]).ravel()
         out = np.zeros((len(rows), nb))
         lens = ptr[rows + 1] - ptr[rows]
-        take = np.concatenate([np.arange(ptr[r], ptr[r + 1]) for r in rows]) if len(rows) else np.zeros(0, int)
+        take = np.repeat(ptr[rows] - np.cumsum(lens) + lens, lens) + np.arange(int(lens.sum()))
         out[np.repeat(np.arange(len(rows)), lens), col[take]] = val[take]
         return out.reshape(self._A, -1, nb)
 

@@ -726,3 +726,31 @@ def test_the_sparse_level2_model_is_the_dense_one_bit_for_bit(monkeypatch, world
     monkeypatch.setattr(ReplayMerger, "level2_transitions", checked_transitions)
     agent = TwoLevelMemory(10, 4, merger=ReplayMerger(n_clones=12, prune=prune), sleep_every=100, seed=0).fit(train)
     assert agent.n_clusters_ > 10 and min(checked.values()) >= 3, checked
+
+
+@pytest.mark.parametrize("largest", [3, 8, 12])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_joining_blocks_of_the_sparse_model_is_reduceat_on_the_dense_one_bit_for_bit(largest, seed):
+    """folded_model (joined groups of at most 8 blocks: running sums; larger: sorted entries and pairwise
+    sums) equals np.add.reduceat on the dense array, entry by entry, on rows of many magnitudes."""
+    from hmmmerge._replay_kernels import dense_lumped, folded_model
+
+    rng = np.random.default_rng(seed)
+    A, nb = 3, 40
+    dense = rng.random((A, nb, nb)) * 10.0 ** rng.integers(-6, 3, (A, nb, nb)) * (rng.random((A, nb, nb)) < 0.3)
+    keep = dense.reshape(A * nb, nb) != 0
+    ptr = np.r_[0, np.cumsum(keep.sum(axis=1))].astype(np.int64)
+    col = np.nonzero(keep)[1].astype(np.int64)
+    val = dense.reshape(A * nb, nb)[keep]
+    sizes = [largest]
+    while sum(sizes) < nb:
+        sizes.append(int(rng.integers(1, largest + 1)))
+    sizes[-1] -= sum(sizes) - nb
+    fold = rng.permutation(np.repeat(np.arange(len(sizes)), sizes)).astype(np.int64)
+    n = len(sizes)
+    W, cnt = rng.random(nb) * (rng.random(nb) < 0.8), np.ones(nb)
+    want, _ = _dense_folded_model(dense, np.zeros(nb), W, cnt, fold, n)
+    c = np.where(np.bincount(fold, weights=W, minlength=n)[fold] > 0, W, cnt)
+    share = c / np.bincount(fold, weights=c, minlength=n)[fold]
+    got = dense_lumped(*folded_model(ptr, col, val, A, nb, share, fold, n), A, n)
+    assert max(sizes) == largest and np.array_equal(got, want)
