@@ -688,9 +688,25 @@ def dense_lumped(ptr, col, val, A, n):
     return out.reshape(A, n, n)
 
 
+def m_step_pairs(S, Q, T, pairs, starts, sizes, scale, pc, slip, redo, row_sums=None, pair_on=None):
+    """:func:`_m_step_pairs` with ``row_sums`` and ``pair_on`` optional (None: empty). numba types an
+    omitted array default by the default's identity, a new object in every process, so a kernel with array
+    defaults is compiled afresh in every process and its cache grows by one entry per process; this
+    wrapper always passes arrays.
+
+    >>> S = np.ones((1, 2, 2)); Q, T = np.zeros_like(S), np.zeros_like(S)
+    >>> one = np.zeros(1, dtype=np.int64)
+    >>> m_step_pairs(S, Q, T, np.zeros((1, 2), dtype=np.int64), one, one + 2, 1.0, 0.0, 0.0, np.ones(1, dtype=np.bool_))
+    >>> T[0].tolist()
+    [[0.5, 0.5], [0.5, 0.5]]
+    """
+    _m_step_pairs(S, Q, T, pairs, starts, sizes, scale, pc, slip, redo,
+                  np.zeros((0, 0)) if row_sums is None else row_sums,
+                  np.zeros(0, dtype=np.bool_) if pair_on is None else pair_on)
+
+
 @njit(cache=True)
-def m_step_pairs(S, Q, T, pairs, starts, sizes, scale, pc, slip, redo, row_sums=np.zeros((0, 0)),
-                 pair_on=np.zeros(0, dtype=np.bool_)):
+def _m_step_pairs(S, Q, T, pairs, starts, sizes, scale, pc, slip, redo, row_sums, pair_on):
     """The M-step on the blocks of the observation pairs (``T``, ``Q`` zero elsewhere), rows of the
     observations with ``redo`` only: ``Q[a, i, :] ~ scale * S[a, i, :] + pc`` over the pairs' blocks, and
     ``T_a = (1 - slip) Q_a + slip mean_b Q_b``.  ``row_sums``: ``S.sum(axis=2)`` summed pair by pair as

@@ -14,7 +14,7 @@ import inspect
 import numpy as np
 import pytest
 
-from hmmmerge import random_walk
+from hmmmerge import gridworld, random_walk
 from hmmmerge._estimator import Estimator
 from hmmmerge.agent import TwoLevelMemory
 from hmmmerge.hmm import ActionHMM
@@ -131,3 +131,43 @@ def test_every_parameter_has_a_declared_constraint(cls):
     table = getattr(cls, "_parameter_constraints", {})
     assert set(table) == set(cls._param_names()), cls.__name__
     assert all(callable(rule) or (isinstance(rule, tuple) and all(map(callable, rule))) for rule in table.values())
+
+
+def _numba_kernels():
+    """Every numba dispatcher defined in a module of the package."""
+    import importlib
+    import pkgutil
+
+    import hmmmerge
+    from numba.core.registry import CPUDispatcher
+
+    for m in pkgutil.walk_packages(hmmmerge.__path__, "hmmmerge."):
+        if m.name.endswith("__main__"):   # runs the CLI on import
+            continue
+        try:
+            module = importlib.import_module(m.name)
+        except ModuleNotFoundError as e:   # optional extras (gymnasium, minigrid, aalpy) hold no kernels
+            if e.name.split(".")[0] in ("gymnasium", "minigrid", "aalpy"):
+                continue
+            raise
+        for name, obj in vars(module).items():
+            if isinstance(obj, CPUDispatcher) and obj.py_func.__module__ == m.name:
+                yield f"{m.name}.{name}", obj
+
+
+def test_no_numba_kernel_has_an_array_default():
+    # numba types an omitted array default by the default object's identity, which is new in every
+    # process: such a kernel is compiled afresh in every process and its on-disk cache grows without end
+    kernels = dict(_numba_kernels())
+    assert "hmmmerge._replay_kernels._m_step_pairs" in kernels
+    bad = [name for name, k in kernels.items()
+           if any(isinstance(p.default, np.ndarray) for p in inspect.signature(k.py_func).parameters.values())]
+    assert bad == []
+
+
+def test_the_replay_m_step_is_compiled_once_for_every_call_form():
+    from hmmmerge._replay_kernels import _m_step_pairs
+
+    life = TwoLevelMemory(10, 4, merge="replay", seed=0).fit(random_walk(gridworld(), 60, seed=0))
+    assert life.merger_.n_clones_total > 0
+    assert len(_m_step_pairs.signatures) == 1
