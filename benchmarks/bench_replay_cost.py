@@ -13,7 +13,10 @@ e.g. a worktree of the commit before a change) when given, on the walks of
   50 moves in blocks of 100: fit CPU, the 10th block over the 2nd, held-out;
 * ``many-views``: the grids of ``bench_unseen_worlds.py`` with the most views (30x30 with 20 colours, clean,
   slip 0.05, noise 0.05 and random starts; 20x20 with 15 colours, clean and slip 0.05; 600 and 450 clones,
-  nearly every pair of views seen), its walks of seeds ``--seeds``, 1,000 episodes of 50 moves.
+  nearly every pair of views seen), its walks of seeds ``--seeds``, 1,000 episodes of 50 moves;
+* ``minigrid-5x5``: the probe set's MiniGrid FourRooms with the 5x5 view (149 views of very uneven
+  frequency: clones by visits), clean, noise 0.05 (the view pairs that noise makes) and random starts,
+  seeds ``--seeds``, 1,000 episodes of 100 moves.
 
 CPU is ``time.process_time`` of the fit alone (``partial_fit`` calls), as in ``bench_world_as_it_is.py``.
 Writes ``OUT/replay_cost.json`` and ``OUT/replay_cost.md``.  Timings on a shared machine are noisy:
@@ -31,7 +34,7 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SECTIONS = ("long-life", "fourrooms-7x7", "paper-grid", "many-views")
+SECTIONS = ("long-life", "fourrooms-7x7", "paper-grid", "many-views", "minigrid-5x5")
 
 CHILD = r"""
 import json, sys, time
@@ -80,6 +83,10 @@ def runs(args) -> list[tuple[str, dict]]:
         out += [("many-views", {"world": w, "condition": c, "colouring": s, "seed": s, "episodes": 1000,
                                 "episode_length": 50, "block": 100, "bench": "unseen"})
                 for w, c in cells for s in args.seeds]
+    if "minigrid-5x5" in args.sections:
+        out += [("minigrid-5x5", {"world": "minigrid-fourrooms-5x5", "condition": c, "colouring": s, "seed": s,
+                                  "episodes": 1000, "episode_length": 100, "block": 100, "bench": "unseen"})
+                for c in ("clean", "noise-0.05", "random-start") for s in args.seeds]
     return out
 
 
