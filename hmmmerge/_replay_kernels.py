@@ -386,47 +386,65 @@ def lumped_model(T, B, weight, block, nb, succ_ptr, succ_col, starts, sizes, col
         bptr[block[i] + 1] += 1
     for x in range(nb):
         bptr[x + 1] += bptr[x]
-    # a block's clones share its view, so every row of the block reaches the same blocks: those of the
-    # clones of the views after its view (increasing), listed once per view (no per-row sort)
+    # every row of block X reaches the same blocks: those of the clones of the views after its clones'
+    # views (increasing); listed once per view (blocks of the learner hold one view each) and, for a
+    # block of several views, once for the block (no per-row sort)
     mark = np.full(nb, -1, dtype=np.int64)
     rptr = np.zeros(K + 1, dtype=np.int64)
     reach = np.empty(16, dtype=np.int64)
+    n_r = 0
     for o in range(K):
-        n_o = rptr[o]
         for e in range(succ_ptr[o], succ_ptr[o + 1]):
             o2 = succ_col[e]
             for j in range(starts[o2], starts[o2] + sizes[o2]):
                 if mark[block[j]] != o:
                     mark[block[j]] = o
-                    reach = _grown(reach, n_o + 1)
-                    reach[n_o] = block[j]
-                    n_o += 1
-        reach[rptr[o]:n_o].sort()
-        rptr[o + 1] = n_o
+                    reach = _grown(reach, n_r + 1)
+                    reach[n_r] = block[j]
+                    n_r += 1
+        reach[rptr[o]:n_r].sort()
+        rptr[o + 1] = n_r
+    r_lo = np.empty(nb, dtype=np.int64)
+    r_hi = np.empty(nb, dtype=np.int64)
+    for x in range(nb):
+        if bptr[x + 1] == bptr[x]:
+            r_lo[x] = r_hi[x] = 0
+            continue
+        o = colour[order[bptr[x]]]
+        r_lo[x], r_hi[x] = rptr[o], rptr[o + 1]
+        for q in range(bptr[x] + 1, bptr[x + 1]):
+            if colour[order[q]] != o:   # a block of several views: the union of their lists
+                r_lo[x] = n_r
+                for q2 in range(bptr[x], bptr[x + 1]):
+                    o1 = colour[order[q2]]
+                    for r in range(rptr[o1], rptr[o1 + 1]):
+                        if mark[reach[r]] != K + x:
+                            mark[reach[r]] = K + x
+                            reach = _grown(reach, n_r + 1)
+                            reach[n_r] = reach[r]
+                            n_r += 1
+                reach[r_lo[x]:n_r].sort()
+                r_hi[x] = n_r
+                break
     acc = np.zeros(nb)
     ptr = np.zeros(A * nb + 1, dtype=np.int64)
     room = 0
     for x in range(nb):
-        if bptr[x + 1] > bptr[x]:
-            o = colour[order[bptr[x]]]
-            room += rptr[o + 1] - rptr[o]
+        room += r_hi[x] - r_lo[x]
     col = np.empty(A * room, dtype=np.int64)
     val = np.empty(A * room)
     m = 0
     for a in range(A):
         for x in range(nb):
-            if bptr[x + 1] == bptr[x]:
-                ptr[a * nb + x + 1] = m
-                continue
-            o = colour[order[bptr[x]]]
             for q in range(bptr[x], bptr[x + 1]):
                 i = order[q]
                 wi = weight[i] / w[x] if w[x] > 0.0 else 1.0 / cnt[x]
+                o = colour[i]
                 for e in range(succ_ptr[o], succ_ptr[o + 1]):
                     o2 = succ_col[e]
                     for j in range(starts[o2], starts[o2] + sizes[o2]):
                         acc[block[j]] += wi * T[a, i, j]
-            for r in range(rptr[o], rptr[o + 1]):
+            for r in range(r_lo[x], r_hi[x]):
                 y = reach[r]
                 col[m] = y
                 val[m] = acc[y]

@@ -578,12 +578,12 @@ def _uneven_pairs(rng, K, max_size, p_pair):
 
 @settings(max_examples=40, deadline=None)
 @given(st.integers(1, 12), st.integers(1, 8), st.integers(1, 3), st.floats(0.1, 1.0), st.floats(0.0, 1.0),
-       st.integers(0, 10**6))
-def test_lumped_model_of_many_blocks_is_the_dense_formula_bit_for_bit(K, max_size, A, p_pair, p_alone, seed):
+       st.booleans(), st.integers(0, 10**6))
+def test_lumped_model_of_many_blocks_is_the_dense_formula_bit_for_bit(K, max_size, A, p_pair, p_alone, mixed, seed):
     """lumped_model (each view's reached blocks listed once, no per-row sort) equals the dense formula
     entry by entry and bit for bit, on uneven views, pairs in any order and blocks from one per view to one
-    per clone (rows that reach nearly every block); its CSR holds exactly the blocks each row reaches,
-    columns increasing."""
+    per clone (rows that reach nearly every block), and blocks of several views (``mixed``; the learner's
+    never are); its CSR holds exactly the blocks each row reaches, columns increasing."""
     from hmmmerge._replay_kernels import dense_lumped, lumped_model
 
     rng = np.random.default_rng(seed)
@@ -593,16 +593,27 @@ def test_lumped_model_of_many_blocks_is_the_dense_formula_bit_for_bit(K, max_siz
     T = rng.random((A, H, H)) * inside * (rng.random((A, H, H)) < 0.8)   # zeros inside the blocks too
     B, weight = rng.random(H), rng.random(H) * (rng.random(H) < 0.8)
     alone = rng.random(H) < p_alone   # a clone alone in its block, or in its view's shared block
-    block = np.unique(np.where(alone, H + np.arange(H), colour), return_inverse=True)[1].astype(np.int64)
+    block = np.where(alone, H + np.arange(H), rng.integers(0, max(K // 2, 1), H) if mixed else colour)
+    block = np.unique(block, return_inverse=True)[1].astype(np.int64)
     nb = int(block.max()) + 1
     order = np.lexsort((pairs[:, 1], pairs[:, 0]))
     succ_ptr = np.r_[0, np.cumsum(np.bincount(pairs[:, 0], minlength=K))].astype(np.int64)
     ptr, col, val, BL = lumped_model(T, B, weight, block, nb, succ_ptr, np.ascontiguousarray(pairs[order, 1]),
                                      starts, sizes, colour)
     TL, BLd = _dense_lumped_model(T, B, weight, block, nb, pairs, starts, sizes)
-    assert np.array_equal(dense_lumped(ptr, col, val, A, nb), TL) and np.array_equal(BL, BLd)
-    reach = np.zeros((nb, nb), dtype=bool)   # block x reaches block y: some pair of their views
-    reach[block[:, None], block[None, :]] = inside
+    if mixed:   # clones of several views in a block share entries: summed one by one, in another order
+        w = np.bincount(block, weights=weight, minlength=nb)
+        wi = np.where(w[block] > 0, weight / np.where(w[block] > 0, w[block], 1.0),
+                      1.0 / np.bincount(block, minlength=nb)[block])
+        a, i, j = np.nonzero(np.broadcast_to(inside, T.shape))
+        TL = np.zeros((A, nb, nb))
+        np.add.at(TL, (a, block[i], block[j]), wi[i] * T[a, i, j])
+        np.testing.assert_allclose(dense_lumped(ptr, col, val, A, nb), TL, rtol=1e-12, atol=1e-15)
+        np.testing.assert_allclose(BL, BLd, rtol=1e-12)
+    else:
+        assert np.array_equal(dense_lumped(ptr, col, val, A, nb), TL) and np.array_equal(BL, BLd)
+    member = np.eye(nb, dtype=int)[block]   # block x reaches block y: some pair of their clones' views
+    reach = member.T @ inside.astype(int) @ member > 0
     rows = np.repeat(np.arange(A * nb), np.diff(ptr))
     assert np.array_equal(np.diff(ptr), np.tile(reach.sum(axis=1), A))
     assert reach[rows % nb, col].all() and (np.diff(col)[np.diff(rows) == 0] > 0).all()
