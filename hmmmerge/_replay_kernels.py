@@ -374,6 +374,7 @@ def lumped_model(T, B, weight, block, nb, succ_ptr, succ_col, starts, sizes, col
     or not).  Each entry is summed as a dense ``T_L[a, block[i], block[j]] += w_i T[a, i, j]`` over the
     pairs, ``i`` then ``j`` increasing, would sum it (the same numbers bit for bit)."""
     A, H, _ = T.shape
+    K = sizes.shape[0]
     w = np.zeros(nb)
     cnt = np.zeros(nb)
     for i in range(H):
@@ -385,16 +386,56 @@ def lumped_model(T, B, weight, block, nb, succ_ptr, succ_col, starts, sizes, col
         bptr[block[i] + 1] += 1
     for x in range(nb):
         bptr[x + 1] += bptr[x]
+    # every row of block X reaches the same blocks: those of the clones of the views after its clones'
+    # views (increasing); listed once per view (blocks of the learner hold one view each) and, for a
+    # block of several views, once for the block (no per-row sort)
+    mark = np.full(nb, -1, dtype=np.int64)
+    rptr = np.zeros(K + 1, dtype=np.int64)
+    reach = np.empty(16, dtype=np.int64)
+    n_r = 0
+    for o in range(K):
+        for e in range(succ_ptr[o], succ_ptr[o + 1]):
+            o2 = succ_col[e]
+            for j in range(starts[o2], starts[o2] + sizes[o2]):
+                if mark[block[j]] != o:
+                    mark[block[j]] = o
+                    reach = _grown(reach, n_r + 1)
+                    reach[n_r] = block[j]
+                    n_r += 1
+        reach[rptr[o]:n_r].sort()
+        rptr[o + 1] = n_r
+    r_lo = np.empty(nb, dtype=np.int64)
+    r_hi = np.empty(nb, dtype=np.int64)
+    for x in range(nb):
+        if bptr[x + 1] == bptr[x]:
+            r_lo[x] = r_hi[x] = 0
+            continue
+        o = colour[order[bptr[x]]]
+        r_lo[x], r_hi[x] = rptr[o], rptr[o + 1]
+        for q in range(bptr[x] + 1, bptr[x + 1]):
+            if colour[order[q]] != o:   # a block of several views: the union of their lists
+                r_lo[x] = n_r
+                for q2 in range(bptr[x], bptr[x + 1]):
+                    o1 = colour[order[q2]]
+                    for r in range(rptr[o1], rptr[o1 + 1]):
+                        if mark[reach[r]] != K + x:
+                            mark[reach[r]] = K + x
+                            reach = _grown(reach, n_r + 1)
+                            reach[n_r] = reach[r]
+                            n_r += 1
+                reach[r_lo[x]:n_r].sort()
+                r_hi[x] = n_r
+                break
     acc = np.zeros(nb)
-    touched = np.zeros(nb, dtype=np.bool_)
-    tl = np.empty(nb, dtype=np.int64)
     ptr = np.zeros(A * nb + 1, dtype=np.int64)
-    col = np.empty(16, dtype=np.int64)
-    val = np.empty(16)
+    room = 0
+    for x in range(nb):
+        room += r_hi[x] - r_lo[x]
+    col = np.empty(A * room, dtype=np.int64)
+    val = np.empty(A * room)
     m = 0
     for a in range(A):
         for x in range(nb):
-            mt = 0
             for q in range(bptr[x], bptr[x + 1]):
                 i = order[q]
                 wi = weight[i] / w[x] if w[x] > 0.0 else 1.0 / cnt[x]
@@ -402,27 +443,18 @@ def lumped_model(T, B, weight, block, nb, succ_ptr, succ_col, starts, sizes, col
                 for e in range(succ_ptr[o], succ_ptr[o + 1]):
                     o2 = succ_col[e]
                     for j in range(starts[o2], starts[o2] + sizes[o2]):
-                        y = block[j]
-                        if not touched[y]:
-                            touched[y] = True
-                            tl[mt] = y
-                            mt += 1
-                        acc[y] += wi * T[a, i, j]
-            tl[:mt].sort()
-            col = _grown(col, m + mt)
-            val = _grown(val, m + mt)
-            for q in range(mt):
-                y = tl[q]
+                        acc[block[j]] += wi * T[a, i, j]
+            for r in range(r_lo[x], r_hi[x]):
+                y = reach[r]
                 col[m] = y
                 val[m] = acc[y]
                 m += 1
                 acc[y] = 0.0
-                touched[y] = False
             ptr[a * nb + x + 1] = m
     BL = np.zeros(nb)
     for i in range(H):
         BL[block[i]] += B[i]
-    return ptr, col[:m].copy(), val[:m].copy(), BL
+    return ptr, col, val, BL
 
 
 @njit(cache=True)
@@ -624,16 +656,33 @@ def restricted_transitions(ptr, col, val, nb, ids, prune):
     kv = np.empty(max(k, 1))
     fi = np.empty((6, 64), dtype=np.int64)
     fl = np.empty(64)
+    stamp = np.full(max(k, 1), -1, dtype=np.int64)
+    dense = np.empty(max(k, 1))
     for a in range(A):
         for c in range(k):
             r = a * nb + ids[c]
             n_r = 0
+            increasing = True
             for p in range(ptr[r], ptr[r + 1]):
                 if pos_of[col[p]] >= 0:
                     pos[n_r] = pos_of[col[p]]
                     v[n_r] = val[p]
+                    if n_r and pos[n_r] < pos[n_r - 1]:
+                        increasing = False
                     n_r += 1
-            _sort_by(pos, spare, v, n_r)
+            if not increasing:
+                if n_r <= 48:
+                    _sort_by(pos, spare, v, n_r)
+                else:   # positions are distinct: placed by position and read in order (no sort)
+                    for q in range(n_r):
+                        stamp[pos[q]] = r
+                        dense[pos[q]] = v[q]
+                    q = 0
+                    for t in range(k):
+                        if stamp[t] == r:
+                            pos[q] = t
+                            v[q] = dense[t]
+                            q += 1
             total = 0.0   # numpy sums T[:, ids][:, :, ids] along its slowest axis: in turn, no pairs
             for q in range(n_r):
                 total += v[q]
@@ -1064,8 +1113,28 @@ def noise_odds(T, starts, sizes, obs, acts, off, alpha, scale, horizon, n_obs, e
     mass = np.empty(K)
     log_odds = np.full(N, -np.inf)
     expected = np.full(N, -1, dtype=np.int64)
-    for t in range(1, N):
-        if acts[t] < 0:
+    # the views after each view as runs of contiguous clones (one loop where the pairs' blocks adjoin)
+    run_ptr = np.zeros(K + 1, dtype=np.int64)
+    run_lo = np.empty(succ_col.shape[0], dtype=np.int64)
+    run_hi = np.empty(succ_col.shape[0], dtype=np.int64)
+    nr = 0
+    for o in range(K):
+        for q in range(succ_ptr[o], succ_ptr[o + 1]):
+            lo = starts[succ_col[q]]
+            if nr > run_ptr[o] and run_hi[nr - 1] == lo:
+                run_hi[nr - 1] = lo + sizes[succ_col[q]]
+            else:
+                run_lo[nr] = lo
+                run_hi[nr] = lo + sizes[succ_col[q]]
+                nr += 1
+        run_ptr[o + 1] = nr
+    # steps taken by (action, previous view): consecutive steps read the same rows of T (each step's
+    # numbers are its own: the order changes no result)
+    key = np.empty(N, dtype=np.int64)
+    for t in range(N):
+        key[t] = (acts[t] * K + obs[t - 1]) if t > 0 and acts[t] >= 0 else -1
+    for t in np.argsort(key, kind="mergesort"):
+        if key[t] < 0:
             continue
         if scale[t] >= expected_above:
             log_odds[t] = -np.log(n_obs * scale[t])
@@ -1086,10 +1155,10 @@ def noise_odds(T, starts, sizes, obs, acts, off, alpha, scale, horizon, n_obs, e
         for i in range(sizes[po]):
             w = alpha[pb + i]
             if w > 0.0:
-                for q in range(succ_ptr[po], succ_ptr[po + 1]):   # T is zero outside the observed pairs
-                    s2 = starts[succ_col[q]]
-                    for j in range(s2, s2 + sizes[succ_col[q]]):
-                        m[j] += w * Ta[p0 + i, j]
+                row = Ta[p0 + i]
+                for q in range(run_ptr[po], run_ptr[po + 1]):   # T is zero outside the observed pairs
+                    for j in range(run_lo[q], run_hi[q]):
+                        m[j] += w * row[j]
         for o in range(K):
             mass[o] = 0.0
             for k in range(sizes[o]):
@@ -1108,9 +1177,11 @@ def noise_odds(T, starts, sizes, obs, acts, off, alpha, scale, horizon, n_obs, e
             for k in range(n1):
                 buf[k] = 0.0
             for j in range(H):
-                if m[j] > 0.0:
+                mj = m[j]
+                if mj > 0.0:
+                    row = Tb[j, s1:s1 + n1]
                     for k in range(n1):
-                        buf[k] += m[j] * Tb[j, s1 + k]
+                        buf[k] += mj * row[k]
             c = 0.0
             for k in range(n1):
                 c += buf[k]

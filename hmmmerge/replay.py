@@ -409,8 +409,10 @@ class ReplayMerger(Estimator):
             moves = np.flatnonzero(acts >= 0)
             first = np.unique(obs[moves - 1][~self._has_pair[obs[moves - 1], obs[moves]]])
             if len(first):
-                rows = np.concatenate([np.arange(self._starts[o], self._starts[o] + self._sizes[o]) for o in first])
-                saved = (rows, self._T[:, rows].copy(), self._Q[:, rows].copy(), self._pairs, self._has_pair.copy(),
+                # the M-step of _add_pairs writes the rows of ``first`` on the blocks of the moves from them
+                after = np.unique(obs[moves[np.isin(obs[moves - 1], first)]])
+                cells = np.ix_(np.arange(self._A), self._clones_of(first), self._clones_of(after))
+                saved = (cells, self._T[cells], self._Q[cells], self._pairs, self._has_pair.copy(),
                          self._succ, self._pred, self._slip)
                 self._add_pairs(obs, acts, refresh=False)
         try:
@@ -421,9 +423,13 @@ class ReplayMerger(Estimator):
             return self._starts[obs] + _block_argmax(d.alpha, d.off)
         finally:
             if saved is not None:
-                rows, T, Q, self._pairs, self._has_pair, self._succ, self._pred, self._slip = saved
-                self._T[:, rows] = T
-                self._Q[:, rows] = Q
+                cells, T, Q, self._pairs, self._has_pair, self._succ, self._pred, self._slip = saved
+                self._T[cells] = T
+                self._Q[cells] = Q
+
+    def _clones_of(self, views) -> np.ndarray:
+        """The clones of ``views``, in order."""
+        return np.concatenate([np.arange(self._starts[o], self._starts[o] + self._sizes[o]) for o in views])
 
     def _connect(self, clusters, states, clones, labels) -> None:
         """Remember the clone of each new level-1 state (true labels ``labels``) and connect it to its
@@ -554,12 +560,15 @@ class ReplayMerger(Estimator):
     def _add_pairs(self, obs, acts, refresh: bool = True) -> None:
         """Add the observation pairs of the moves of ``(obs, acts)`` that are new; once the model exists,
         redo the M-step of the rows they start from (their blocks get the pseudocount). ``refresh=False``:
-        the cached lumped model is kept (:meth:`_filtered_clones` puts the model back afterwards)."""
+        the cached lumped model is kept and the M-step writes those rows on the blocks of the moves' own
+        pairs only, all that a filter of these moves reads (:meth:`_filtered_clones` puts the model back
+        afterwards; the rest of the rows would be written for nothing: a third of a noisy MiniGrid life)."""
         moves = np.flatnonzero(acts >= 0)
         if not len(moves):
             return
         seen = np.zeros((self._K, self._K), dtype=bool)
         seen[obs[moves - 1], obs[moves]] = True
+        made = None if refresh else seen.copy()
         seen &= ~self._has_pair
         if not seen.any():
             return
@@ -570,7 +579,7 @@ class ReplayMerger(Estimator):
         if self._S is not None:
             redo = np.zeros(self._K, dtype=np.bool_)
             redo[new[:, 0]] = True
-            self._m_step(redo)
+            self._m_step(redo, pair_on=None if refresh else made[self._pairs[:, 0], self._pairs[:, 1]])
             if refresh:
                 self._lumped = None
                 self._t2 = None
