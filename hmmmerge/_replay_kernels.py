@@ -68,17 +68,22 @@ def lump_clones_pairs(counts, factor, pairs, starts, sizes, colour, bound, floor
     n_out = np.zeros((H, A))
     occ = np.zeros(H)
     m = 0
-    for p in range(pairs.shape[0]):
-        s0, n0, s1, n1 = starts[pairs[p, 0]], sizes[pairs[p, 0]], starts[pairs[p, 1]], sizes[pairs[p, 1]]
-        for a in range(A):
-            for i in range(s0, s0 + n0):
-                for j in range(s1, s1 + n1):
-                    c = factor * counts[a, i, j]
-                    if c >= 1e-3:
-                        e_a[m], e_i[m], e_j[m], e_c[m] = a, i, j, c
-                        n_out[i, a] += c
-                        occ[i] += c
-                        m += 1
+    # row by row, a row's blocks in the order of the pairs: each clone's entries come in the order of a
+    # pass pair by pair (pair, action, next clone), which is all that the refinement reads of their order
+    vptr, vidx = _pairs_by_view(pairs, sizes.shape[0], np.ones(pairs.shape[0], dtype=np.bool_))
+    for o in range(sizes.shape[0]):
+        for i in range(starts[o], starts[o] + sizes[o]):
+            for e in range(vptr[o], vptr[o + 1]):
+                p = vidx[e]
+                s1, n1 = starts[pairs[p, 1]], sizes[pairs[p, 1]]
+                for a in range(A):
+                    for j in range(s1, s1 + n1):
+                        c = factor * counts[a, i, j]
+                        if c >= 1e-3:
+                            e_a[m], e_i[m], e_j[m], e_c[m] = a, i, j, c
+                            n_out[i, a] += c
+                            occ[i] += c
+                            m += 1
     e_a, e_i, e_j, e_c = e_a[:m], e_i[:m], e_j[:m], e_c[:m]
     order = np.argsort(-occ, kind="mergesort")
     # colours renumbered 0..nb-1 in order of first appearance by clone index
@@ -763,10 +768,10 @@ def _m_step_pairs(S, Q, T, pairs, starts, sizes, scale, pc, slip, redo, row_sums
     ``pair_on``: when not empty, ``Q`` and ``T`` are written on the blocks of the pairs it marks only
     (normalised over all the pairs; the other blocks keep stale values until the next full M-step)."""
     A, H, _ = S.shape
+    K = sizes.shape[0]
     given = row_sums.shape[0] > 0
-    every = pair_on.shape[0] == 0
     Z = row_sums if given else np.zeros((A, H))
-    width = np.zeros(sizes.shape[0])
+    width = np.zeros(K)
     for p in range(pairs.shape[0]):
         o, o2 = pairs[p, 0], pairs[p, 1]
         if not redo[o]:
@@ -781,24 +786,84 @@ def _m_step_pairs(S, Q, T, pairs, starts, sizes, scale, pc, slip, redo, row_sums
                 for j in range(s1, s1 + n1):
                     acc += S[a, i, j]
                 Z[a, i] += acc
+    # row by row over the runs of adjoining blocks to write (every cell is its own: any order gives the
+    # same numbers, and whole rows are read and written in long stretches)
+    rptr, lo, hi = _pair_runs(pairs, starts, sizes, redo, pair_on)
     mean = np.empty(H)
-    for p in range(pairs.shape[0]):
-        o, o2 = pairs[p, 0], pairs[p, 1]
-        if not redo[o] or not (every or pair_on[p]):
+    for o in range(K):
+        if rptr[o] == rptr[o + 1]:
             continue
-        s0, n0, s1, n1 = starts[o], sizes[o], starts[o2], sizes[o2]
-        for i in range(s0, s0 + n0):
-            for j in range(s1, s1 + n1):
-                mean[j] = 0.0
+        for i in range(starts[o], starts[o] + sizes[o]):
+            for r in range(rptr[o], rptr[o + 1]):
+                for j in range(lo[r], hi[r]):
+                    mean[j] = 0.0
             for a in range(A):
                 z = scale * Z[a, i] + pc * width[o]
-                for j in range(s1, s1 + n1):
-                    q = (scale * S[a, i, j] + pc) / z
-                    Q[a, i, j] = q
-                    mean[j] += q
+                for r in range(rptr[o], rptr[o + 1]):
+                    for j in range(lo[r], hi[r]):
+                        q = (scale * S[a, i, j] + pc) / z
+                        Q[a, i, j] = q
+                        mean[j] += q
             for a in range(A):
-                for j in range(s1, s1 + n1):
-                    T[a, i, j] = (1.0 - slip) * Q[a, i, j] + slip / A * mean[j]
+                for r in range(rptr[o], rptr[o + 1]):
+                    for j in range(lo[r], hi[r]):
+                        T[a, i, j] = (1.0 - slip) * Q[a, i, j] + slip / A * mean[j]
+
+
+@njit(cache=True)
+def _pair_runs(pairs, starts, sizes, redo, pair_on):
+    """The blocks of the pairs whose first view is marked ``redo`` (and which ``pair_on`` marks, unless it is
+    empty) as runs of adjoining clones per first view: ``(ptr, lo, hi)``, view ``o``'s runs
+    ``lo[ptr[o]:ptr[o + 1]]`` to ``hi[...]`` (increasing)."""
+    K = sizes.shape[0]
+    every = pair_on.shape[0] == 0
+    ptr = np.zeros(K + 1, dtype=np.int64)
+    for p in range(pairs.shape[0]):
+        if redo[pairs[p, 0]] and (every or pair_on[p]):
+            ptr[pairs[p, 0] + 1] += 1
+    for o in range(K):
+        ptr[o + 1] += ptr[o]
+    nxt = np.empty(ptr[K], dtype=np.int64)
+    fill = ptr[:-1].copy()
+    for p in range(pairs.shape[0]):
+        o = pairs[p, 0]
+        if redo[o] and (every or pair_on[p]):
+            nxt[fill[o]] = pairs[p, 1]
+            fill[o] += 1
+    rptr = np.zeros(K + 1, dtype=np.int64)
+    lo = np.empty(ptr[K], dtype=np.int64)
+    hi = np.empty(ptr[K], dtype=np.int64)
+    nr = 0
+    for o in range(K):
+        nxt[ptr[o]:ptr[o + 1]].sort()   # views in order: their clones in order
+        for q in range(ptr[o], ptr[o + 1]):
+            s0 = starts[nxt[q]]
+            if nr > rptr[o] and hi[nr - 1] == s0:
+                hi[nr - 1] = s0 + sizes[nxt[q]]
+            else:
+                lo[nr] = s0
+                hi[nr] = s0 + sizes[nxt[q]]
+                nr += 1
+        rptr[o + 1] = nr
+    return rptr, lo, hi
+
+
+@njit(cache=True)
+def _pairs_by_view(pairs, K, on):
+    """The pairs marked ``on`` by first view, each view's in the order of ``pairs``: ``(ptr, pair index)``."""
+    ptr = np.zeros(K + 1, dtype=np.int64)
+    for p in range(pairs.shape[0]):
+        if on[p]:
+            ptr[pairs[p, 0] + 1] += 1
+    for o in range(K):
+        ptr[o + 1] += ptr[o]
+    idx = np.empty(ptr[K], dtype=np.int64)
+    fill = ptr[:-1].copy()
+    for p in range(pairs.shape[0]):
+        if on[p]:
+            idx[fill[pairs[p, 0]]] = p
+            fill[pairs[p, 0]] += 1
+    return ptr, idx
 
 
 @njit(cache=True)
@@ -815,54 +880,66 @@ def absorb_counts(S, C, Q, Z, pairs, on, starts, sizes, slip, add, floor=0.0):
     make cost nothing.  A row of an ``on`` block where ``C`` is at most ``floor`` for every action (the
     batch hardly passed through that clone) only decays too: its counts are dropped (``C`` is zeroed)."""
     A, H, _ = C.shape
+    K = sizes.shape[0]
     rsum = np.empty(H)
     qsum = np.empty(H)
-    slipped = 0.0
+    # row by row (a row's blocks in the order of the pairs: the row sums add up as pair by pair); the
+    # slipped moves of each cell kept and summed at the end in the order of a pass pair by pair
+    vptr, vidx = _pairs_by_view(pairs, K, on)
+    base = np.zeros(pairs.shape[0] + 1, dtype=np.int64)
     for p in range(pairs.shape[0]):
-        if not on[p]:
-            continue
-        s0, n0, s1, n1 = starts[pairs[p, 0]], sizes[pairs[p, 0]], starts[pairs[p, 1]], sizes[pairs[p, 1]]
+        base[p + 1] = base[p] + (sizes[pairs[p, 0]] * sizes[pairs[p, 1]] if on[p] and slip > 0.0 else 0)
+    part = np.zeros(base[pairs.shape[0]])
+    for o in range(K):
+        s0, n0 = starts[o], sizes[o]
         for i in range(s0, s0 + n0):
-            empty = True
-            for a in range(A):
-                for j in range(s1, s1 + n1):
-                    if C[a, i, j] > floor:
-                        empty = False
+            for e in range(vptr[o], vptr[o + 1]):
+                p = vidx[e]
+                s1, n1 = starts[pairs[p, 1]], sizes[pairs[p, 1]]
+                empty = True
+                for a in range(A):
+                    for j in range(s1, s1 + n1):
+                        if C[a, i, j] > floor:
+                            empty = False
+                            break
+                    if not empty:
                         break
-                if not empty:
-                    break
-            if empty:
-                if floor > 0.0:
+                if empty:
+                    if floor > 0.0:
+                        for a in range(A):
+                            for j in range(s1, s1 + n1):
+                                C[a, i, j] = 0.0
+                    continue
+                if slip > 0.0:
+                    # T_a = (1 - slip) Q_a + slip mean_b Q_b as the M-step writes it, from Q (one array less read)
+                    for j in range(s1, s1 + n1):
+                        rsum[j] = 0.0
+                        qsum[j] = 0.0
                     for a in range(A):
                         for j in range(s1, s1 + n1):
-                            C[a, i, j] = 0.0
-                continue
-            if slip > 0.0:
-                # T_a = (1 - slip) Q_a + slip mean_b Q_b as the M-step writes it, from Q (one array less read)
-                for j in range(s1, s1 + n1):
-                    rsum[j] = 0.0
-                    qsum[j] = 0.0
-                for a in range(A):
+                            qsum[j] += Q[a, i, j]
+                    for a in range(A):
+                        for j in range(s1, s1 + n1):
+                            t = (1.0 - slip) * Q[a, i, j] + slip / A * qsum[j]
+                            r = C[a, i, j] / t if t > 0.0 else 0.0
+                            C[a, i, j] = r
+                            rsum[j] += r
+                    at = base[p] + (i - s0) * n1 - s1
                     for j in range(s1, s1 + n1):
-                        qsum[j] += Q[a, i, j]
+                        part[at + j] = slip / A * rsum[j] * qsum[j]
                 for a in range(A):
+                    acc = 0.0
                     for j in range(s1, s1 + n1):
-                        t = (1.0 - slip) * Q[a, i, j] + slip / A * qsum[j]
-                        r = C[a, i, j] / t if t > 0.0 else 0.0
-                        C[a, i, j] = r
-                        rsum[j] += r
-                for j in range(s1, s1 + n1):
-                    slipped += slip / A * rsum[j] * qsum[j]
-            for a in range(A):
-                acc = 0.0
-                for j in range(s1, s1 + n1):
-                    c = C[a, i, j]
-                    if slip > 0.0:
-                        c = Q[a, i, j] * ((1.0 - slip) * c + slip / A * rsum[j])
-                    S[a, i, j] += add * c
-                    acc += c
-                    C[a, i, j] = 0.0
-                Z[a, i] += add * acc
+                        c = C[a, i, j]
+                        if slip > 0.0:
+                            c = Q[a, i, j] * ((1.0 - slip) * c + slip / A * rsum[j])
+                        S[a, i, j] += add * c
+                        acc += c
+                        C[a, i, j] = 0.0
+                    Z[a, i] += add * acc
+    slipped = 0.0   # an empty row's zeros change no sum
+    for q in range(part.shape[0]):
+        slipped += part[q]
     return slipped
 
 

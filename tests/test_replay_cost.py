@@ -752,3 +752,130 @@ def test_place_filters_under_the_pairs_registered_for_good_and_puts_the_model_ba
     monkeypatch.setattr(ReplayMerger, "_data", recorded_data)
     TwoLevelMemory(9, 4, merger=ReplayMerger(n_clones=6), seed=2).fit(walk)
     assert sum(checked) >= 5, checked
+
+
+def _absorb_pair_by_pair(S, C, Q, Z, pairs, on, starts, sizes, slip, add, floor):
+    """absorb_counts as a plain pass pair by pair (pair, row, action, column): the order of every sum."""
+    A = S.shape[0]
+    slipped = 0.0
+    for p in np.flatnonzero(on).tolist():
+        s0, n0, s1, n1 = starts[pairs[p, 0]], sizes[pairs[p, 0]], starts[pairs[p, 1]], sizes[pairs[p, 1]]
+        for i in range(s0, s0 + n0):
+            cols = slice(s1, s1 + n1)
+            if not (C[:, i, cols] > floor).any():
+                if floor > 0.0:
+                    C[:, i, cols] = 0.0
+                continue
+            if slip > 0.0:
+                qsum, rsum = np.zeros(n1), np.zeros(n1)
+                for a in range(A):
+                    qsum = qsum + Q[a, i, cols]
+                for a in range(A):
+                    t = (1.0 - slip) * Q[a, i, cols] + slip / A * qsum
+                    C[a, i, cols] = np.where(t > 0.0, C[a, i, cols] / np.where(t > 0.0, t, 1.0), 0.0)
+                    rsum = rsum + C[a, i, cols]
+                for x in (slip / A * rsum * qsum).tolist():
+                    slipped += x
+            for a in range(A):
+                c = C[a, i, cols] if slip == 0.0 else Q[a, i, cols] * ((1.0 - slip) * C[a, i, cols] + slip / A * rsum)
+                S[a, i, cols] += add * c
+                acc = 0.0
+                for x in c.tolist():
+                    acc += x
+                Z[a, i] += add * acc
+                C[a, i, cols] = 0.0
+    return slipped
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 5), st.integers(1, 3), st.sampled_from([0.0, 0.05, 0.3]),
+       st.sampled_from([0.0, 0.3]), st.integers(0, 10**6))
+def test_absorb_row_by_row_is_the_pass_pair_by_pair_bit_for_bit(K, max_size, A, slip, floor, seed):
+    """absorb_counts (row by row, each row's blocks in the order of the pairs, slipped moves summed at the
+    end) gives S, the row sums, the buffer and the slipped moves of a pass pair by pair, bit for bit."""
+    from hmmmerge._replay_kernels import absorb_counts
+
+    rng = np.random.default_rng(seed)
+    starts, sizes, pairs, has, colour = _uneven_pairs(rng, K, max_size, 0.6)
+    H = int(sizes.sum())
+    inside = has[colour][:, colour][None]
+    S, Q = rng.random((A, H, H)) * inside, rng.random((A, H, H)) * inside
+    C = rng.random((A, H, H)) * inside * (rng.random((A, H, H)) < 0.5)
+    on = rng.random(len(pairs)) < 0.7
+    Z = rng.random((A, H))
+    got = [S.copy(), C.copy(), Z.copy()]
+    want = [S.copy(), C.copy(), Z.copy()]
+    s_got = absorb_counts(got[0], got[1], Q, got[2], pairs, on, starts, sizes, slip, 0.37, floor)
+    s_want = _absorb_pair_by_pair(want[0], want[1], Q, want[2], pairs, on, starts, sizes, slip, 0.37, floor)
+    assert s_got == s_want and all(np.array_equal(g, w) for g, w in zip(got, want))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 5), st.integers(1, 3), st.sampled_from([0.0, 0.2]), st.booleans(),
+       st.booleans(), st.integers(0, 10**6))
+def test_the_m_step_row_by_row_is_the_cellwise_formula_bit_for_bit(K, max_size, A, slip, given_sums, some, seed):
+    """_m_step_pairs (row by row over runs of adjoining blocks) writes every cell of the redone rows on the
+    chosen pairs as the formula cell by cell does (``Q = (scale S + pc) / (scale Z + pc width)``, ``T``
+    from ``Q`` and the mean over actions summed in turn), bit for bit, and nothing else."""
+    from hmmmerge._replay_kernels import m_step_pairs, row_sums
+
+    rng = np.random.default_rng(seed)
+    starts, sizes, pairs, has, colour = _uneven_pairs(rng, K, max_size, 0.6)
+    H = int(sizes.sum())
+    S = rng.random((A, H, H)) * has[colour][:, colour][None]
+    redo = rng.random(K) < 0.7
+    on = rng.random(len(pairs)) < 0.6 if some else np.ones(len(pairs), dtype=bool)
+    Z = row_sums(S, pairs, starts, sizes)
+    Q, T = np.full_like(S, -1.0), np.full_like(S, -1.0)
+    m_step_pairs(S, Q, T, pairs, starts, sizes, 3.0, 0.01, slip, redo, Z if given_sums else None,
+                 on if some else None)
+    width = np.zeros(K)
+    np.add.at(width, pairs[:, 0], sizes[pairs[:, 1]])
+    Qw, Tw = np.full_like(S, -1.0), np.full_like(S, -1.0)
+    for p in np.flatnonzero(on & redo[pairs[:, 0]]).tolist():
+        rows, cols = np.arange(starts[pairs[p, 0]], starts[pairs[p, 0]] + sizes[pairs[p, 0]]), \
+            slice(starts[pairs[p, 1]], starts[pairs[p, 1]] + sizes[pairs[p, 1]])
+        z = 3.0 * Z[:, rows] + 0.01 * width[pairs[p, 0]]
+        Qw[:, rows, cols] = (3.0 * S[:, rows, cols] + 0.01) / z[:, :, None]
+        mean = 0.0
+        for a in range(A):
+            mean = mean + Qw[a, rows, cols]
+        Tw[:, rows, cols] = (1.0 - slip) * Qw[:, rows, cols] + slip / A * mean
+    assert np.array_equal(Q, Qw) and np.array_equal(T, Tw)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 6), st.integers(1, 3), st.floats(0.0, 0.05), st.integers(0, 10**6))
+def test_lumping_row_by_row_is_the_lumping_of_the_pass_pair_by_pair(K, max_size, A, alpha, seed):
+    """lump_clones_pairs (entries listed row by row, each row's blocks in the order of the pairs) gives the
+    blocks of the refinement run on the entries of a pass pair by pair (pair, action, row, column)."""
+    from hmmmerge._replay_kernels import _refine, lump_clones_pairs
+
+    rng = np.random.default_rng(seed)
+    starts, sizes, pairs, has, colour = _uneven_pairs(rng, K, max_size, 0.6)
+    H = int(sizes.sum())
+    counts = rng.random((A, H, H)) ** 4 * 3 * has[colour][:, colour][None]
+    bound, floor, threshold = 1.36, 0.2, 3.0
+    got = lump_clones_pairs(counts, 1.7, pairs, starts, sizes, colour, bound, floor, 50, alpha, threshold)
+    e = [(a, i, j, 1.7 * counts[a, i, j]) for p in range(len(pairs)) for a in range(A)
+         for i in range(starts[pairs[p, 0]], starts[pairs[p, 0]] + sizes[pairs[p, 0]])
+         for j in range(starts[pairs[p, 1]], starts[pairs[p, 1]] + sizes[pairs[p, 1]]) if 1.7 * counts[a, i, j] >= 1e-3]
+    e_a, e_i, e_j = (np.array([x[k] for x in e], dtype=np.int64).reshape(-1) for k in range(3))
+    e_c = np.array([x[3] for x in e], dtype=float).reshape(-1)
+    n_out, occ = np.zeros((H, A)), np.zeros(H)
+    for a, i, _, c in e:
+        n_out[i, a] += c
+        occ[i] += c
+    by_clone = np.argsort(e_i, kind="stable").astype(np.int64)
+    ptr = np.r_[0, np.cumsum(np.bincount(e_i, minlength=H))].astype(np.int64)
+    order = np.argsort(-occ, kind="stable").astype(np.int64)
+    block = np.unique(colour, return_inverse=True)[1].astype(np.int64)
+    for _ in range(50):
+        new = _refine(block, int(block.max()) + 1, order, ptr, by_clone, e_a, e_j, e_c, n_out, A, bound, floor,
+                      alpha, threshold)
+        new = np.unique(new, return_index=True)[1].argsort().argsort()[np.unique(new, return_inverse=True)[1]]
+        stable = new.max() == block.max()
+        block = new.astype(np.int64)
+        if stable:
+            break
+    assert np.array_equal(got, block)
