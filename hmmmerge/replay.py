@@ -771,8 +771,14 @@ class ReplayMerger(Estimator):
         eps = self._episodes
         obs = np.concatenate([e[0] for e in eps])
         acts = np.concatenate([e[1] for e in eps])
-        self._add_pairs(obs, acts)   # pairs dropped as faded may come back with the buffer's raw views
+        self._add_pairs(obs, acts)   # pairs dropped as faded come back with the buffer's raw views ...
         d = self._data(obs, acts)
+        # ... and the views read as noise are replaced, as at every sleep (the pairs only they make then take
+        # no counts and are dropped again at the end of the sleep)
+        views, repaired = self._views_read_as_noise(d, obs, acts, update=False)
+        if repaired:
+            self._add_pairs(views, acts)
+            d = self._data(views, acts)
         on = np.ones(len(self._pairs), dtype=np.bool_)
         n = len(eps)
         floor = COUNT_FLOOR * float(self.pseudocount) * n / float(self.window)
@@ -939,7 +945,7 @@ class ReplayMerger(Estimator):
         P = np.add.reduceat(self._T[:, np.concatenate([[j], others])][:, :, order], bounds, axis=2)
         return np.abs(P[:, 1:] - P[:, :1]).sum(axis=(0, 2))
 
-    def _views_read_as_noise(self, d, obs, acts):
+    def _views_read_as_noise(self, d, obs, acts, update: bool = True):
         """Estimate the rate of random views and replace the views that are more likely random than not.
 
         Evidence per step (:func:`~hmmmerge._replay_kernels.noise_odds`): the next ``NOISE_HORIZON``
@@ -948,6 +954,8 @@ class ReplayMerger(Estimator):
         is the fixed point of ``q = mean_t P(random | evidence_t, q)``, kept as a running average like
         the statistics; a view whose posterior exceeds 1/2 is replaced by the view the skip belief
         expects (for this sleep's EM only; level 1 keeps what was seen).  Returns ``(views, count)``.
+        ``update=False`` (a deep sleep's buffer, most of it read at earlier sleeps): the kept rate is the
+        prior, and it is not updated.
         """
         from ._replay_kernels import noise_odds
 
@@ -957,16 +965,17 @@ class ReplayMerger(Estimator):
                                         NOISE_HORIZON, self._K, 0.5, *self._successors())
         moves = np.isfinite(log_odds)
         lo = np.clip(log_odds[moves], -700.0, 700.0)
-        q = 0.05
-        for _ in range(50):
+        q = 0.05 if update else self._noise
+        for _ in range(50 if update else 0):
             q = min(float(np.mean(1.0 / (1.0 + (1.0 - q) / q * np.exp(-lo)))), NOISE_MAX) if len(lo) else 0.0
             if q <= 1e-12:
                 q = 0.0
                 break
-        # one sleep's estimate rests on thousands of views: a short average (half from this sleep) is
-        # enough, and forgets the early sleeps, whose unlearned model reads surprises as noise
-        eta = max((self._updates + 2.0) ** -float(self.step_exponent), 0.5)
-        self._noise = (1.0 - eta) * self._noise + eta * q
+        if update:
+            # one sleep's estimate rests on thousands of views: a short average (half from this sleep) is
+            # enough, and forgets the early sleeps, whose unlearned model reads surprises as noise
+            eta = max((self._updates + 2.0) ** -float(self.step_exponent), 0.5)
+            self._noise = (1.0 - eta) * self._noise + eta * q
         post = np.zeros(len(obs))
         if q > 0.0:
             post[moves] = 1.0 / (1.0 + (1.0 - q) / q * np.exp(-lo))
