@@ -93,6 +93,10 @@ ITER_MIN, ITER_MAX = 2, 8
 #: ``DEEP_BUDGET // H`` iterations for ``H`` clones in all where the iteration rule gives more than ITER_MIN
 #: (``H`` <= 240: 20 with 3 views of 30 clones, 15 with 4, 10 with 6, 7 with 8), none on larger models
 DEEP_BUDGET = 1800
+#: a deep sleep's kept counts: this share from the buffer re-counted, the rest the stepwise counts before it
+#: (replacing them all overfits the buffer's 200 episodes where slips spread the rows; BENCHMARKS.md,
+#: "Few-colour worlds under slips, session 11")
+DEEP_MIX = 0.5
 #: the scale of the kept counts below which it is folded into them (``S`` stays far from the float range)
 SCALE_FLOOR = 1e-100
 #: a clone's row of a batch's counts is dropped when every count in it would add less than this share of
@@ -163,8 +167,8 @@ class ReplayMerger(Estimator):
     split : a clone whose visits came in two ways followed by different views is split in two at a sleep
         when the likelihood-ratio statistic of the two groups exceeds this (:meth:`_split`); 0 turns it off.
     deep : iterations of a deep sleep, made whenever ``window // 2`` episodes were learned since the last
-        one: batch EM over every buffered episode from the current model, the kept counts replaced by the
-        buffer's (:meth:`_deep_sleep`); None: ``DEEP_BUDGET // H`` for ``H`` clones in all where ``n_iter=None``
+        one: batch EM over every buffered episode from the current model, the kept counts moved a share
+        :data:`DEEP_MIX` towards the buffer's (:meth:`_deep_sleep`); None: ``DEEP_BUDGET // H`` for ``H`` clones in all where ``n_iter=None``
         gives more than 2 iterations (``H`` <= 240), else 0 (:attr:`n_deep_`); 0 turns deep sleeps off.
     alloc : ``"visits"``: with ``n_clones=None``, at the first sleep the views seen so far share their
         clones of the even layout by how often each was seen (:func:`allocate_clones`, at least
@@ -757,14 +761,16 @@ class ReplayMerger(Estimator):
 
     def _deep_sleep(self) -> int:
         """Batch EM over every buffered episode, :attr:`n_deep_` iterations from the current model, the kept
-        counts replaced by the buffer's expected counts per episode; returns the episodes learned from.
+        counts at every iteration ``(1 - DEEP_MIX)`` those before the deep sleep plus ``DEEP_MIX`` the
+        buffer's expected counts per episode (:data:`DEEP_MIX`); returns the episodes learned from.
 
         Stepwise EM learns slowly where many places look alike: every update moves the kept counts a step
         ``eta`` towards the batch's, and on a 3-colour torus the model needed three times EM's 1,000 episodes
         to reach EM's accuracy (BENCHMARKS.md, "Few-colour worlds under slips, session 11").  Longer memory
         (a smaller ``eta``) keeps the counts of older, worse models; more iterations per sleep forget faster.
-        A deep sleep re-counts the whole buffer under the current model, so the kept counts rest on
-        ``window`` episodes counted under one model, as batch EM's do.  Its work is ``window`` episodes x
+        A deep sleep re-counts the whole buffer under the current model, so half the kept counts rest on
+        ``window`` episodes counted under one model, as batch EM's do (all of them: the model overfits the
+        buffer where slips spread the rows).  Its work is ``window`` episodes x
         :attr:`n_deep_` passes, once every ``window // 2`` episodes: bounded, and only on small models."""
         from ._replay_kernels import absorb_counts
 
@@ -781,20 +787,23 @@ class ReplayMerger(Estimator):
             d = self._data(views, acts)
         on = np.ones(len(self._pairs), dtype=np.bool_)
         n = len(eps)
-        floor = COUNT_FLOOR * float(self.pseudocount) * n / float(self.window)
+        mix = float(DEEP_MIX)
+        floor = COUNT_FLOOR * float(self.pseudocount) * n / (float(self.window) * mix)
+        kept = (self._g * (1.0 - mix)) * self._S, (self._g * (1.0 - mix)) * self._row_sums(), \
+            (1.0 - mix) * self._Sb, (1.0 - mix) * self._Sslip
         for _ in range(self._n_deep):
             ll, C, Bc = self._expected_counts(d)
             if not np.isfinite(ll):
                 raise ValueError("buffered episodes have probability 0 under level 2 (pseudocount too small?)")
-            self._S[:] = 0.0
-            self._Z[:] = 0.0
+            self._S[:] = kept[0]
+            self._Z[:] = kept[1]
             self._g = 1.0
             slipped = absorb_counts(self._S, C, self._Q, self._Z, self._pairs, on, self._starts, self._sizes,
-                                    self._slip, 1.0 / n, floor)
-            self._Sb[:] = Bc / n
-            self._Sslip = slipped / n
+                                    self._slip, mix / n, floor)
+            self._Sb[:] = kept[2] + mix * Bc / n
+            self._Sslip = kept[3] + mix * slipped / n
             self._m_step()
-        self._var = 1.0 / n
+        self._var = (1.0 - mix) ** 2 * self._var + mix ** 2 / n
         self._since_deep = 0
         return n
 
