@@ -90,9 +90,11 @@ ITER_BUDGET = 720
 #: the fewest and the most iterations per sleep of ``n_iter=None``
 ITER_MIN, ITER_MAX = 2, 8
 #: ``deep=None``: a deep sleep (batch EM over the whole buffer, :meth:`ReplayMerger._deep_sleep`) makes
-#: ``DEEP_BUDGET // H`` iterations for ``H`` clones in all where the iteration rule gives more than ITER_MIN
-#: (``H`` <= 240: 20 with 3 views of 30 clones, 15 with 4, 10 with 6, 7 with 8), none on larger models
-DEEP_BUDGET = 1800
+#: ``DEEP_BUDGET // H`` iterations for ``H`` clones in all (20 with 3 views of 30 clones, 15 with 4) on models
+#: of at most DEEP_MAX_CLONES clones, where stepwise EM is slowest; none on larger ones (with 6-8 views
+#: they gained nothing measurable and lost up to 0.007 with slips: BENCHMARKS.md, "Few-colour worlds
+#: under slips, session 11")
+DEEP_BUDGET, DEEP_MAX_CLONES = 1800, 120
 #: a deep sleep's kept counts: this share from the buffer re-counted, the rest the stepwise counts before it
 #: (replacing them all overfits the buffer's 200 episodes where slips spread the rows; BENCHMARKS.md,
 #: "Few-colour worlds under slips, session 11")
@@ -168,8 +170,9 @@ class ReplayMerger(Estimator):
         when the likelihood-ratio statistic of the two groups exceeds this (:meth:`_split`); 0 turns it off.
     deep : iterations of a deep sleep, made whenever ``window // 2`` episodes were learned since the last
         one: batch EM over every buffered episode from the current model, the kept counts moved a share
-        :data:`DEEP_MIX` towards the buffer's (:meth:`_deep_sleep`); None: ``DEEP_BUDGET // H`` for ``H`` clones in all where ``n_iter=None``
-        gives more than 2 iterations (``H`` <= 240), else 0 (:attr:`n_deep_`); 0 turns deep sleeps off.
+        :data:`DEEP_MIX` towards the buffer's (:meth:`_deep_sleep`); None: ``DEEP_BUDGET // H`` for ``H``
+        clones in all up to :data:`DEEP_MAX_CLONES` (120: 3 or 4 views of 30 clones), else 0 (:attr:`n_deep_`);
+        0 turns them off.
     alloc : ``"visits"``: with ``n_clones=None``, at the first sleep the views seen so far share their
         clones of the even layout by how often each was seen (:func:`allocate_clones`, at least
         :data:`CLONE_FLOOR` and at most :data:`CLONE_CAP` each) when the most seen view's share asks for
@@ -327,12 +330,12 @@ class ReplayMerger(Estimator):
     def _deep_iterations(self, n_clones_total: int) -> int:
         """``deep``, or its default for ``n_clones_total`` clones in all (see :data:`DEEP_BUDGET`).
 
-        >>> [ReplayMerger()._deep_iterations(30 * k) for k in (3, 4, 6, 8, 9, 10, 20)]
-        [20, 15, 10, 7, 0, 0, 0]
+        >>> [ReplayMerger()._deep_iterations(30 * k) for k in (3, 4, 5, 6, 8, 10, 20)]
+        [20, 15, 0, 0, 0, 0, 0]
         """
         if self.deep is not None:
             return int(self.deep)
-        if ITER_BUDGET // int(n_clones_total) <= ITER_MIN:
+        if int(n_clones_total) > DEEP_MAX_CLONES:
             return 0
         return int(DEEP_BUDGET // int(n_clones_total))
 

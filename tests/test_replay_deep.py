@@ -103,7 +103,7 @@ def test_deep_sleeps_come_once_every_half_window_of_learned_episodes():
     assert off.sleep()[0]["deep_episodes"] == 0 and off.merger_.n_deep_ == 0
 
 
-@pytest.mark.parametrize("n_obs, expected", [(3, 20), (4, 15), (6, 10), (8, 7), (9, 0), (10, 0), (30, 0)])
+@pytest.mark.parametrize("n_obs, expected", [(3, 20), (4, 15), (5, 0), (6, 0), (8, 0), (10, 0), (30, 0)])
 def test_default_deep_iterations_are_the_documented_counts(n_obs, expected):
     merger = ReplayMerger()
     merger._init(n_obs, 4)
