@@ -16,7 +16,12 @@ e.g. a worktree of the commit before a change) when given, on the walks of
   nearly every pair of views seen), its walks of seeds ``--seeds``, 1,000 episodes of 50 moves;
 * ``minigrid-5x5``: the probe set's MiniGrid FourRooms with the 5x5 view (149 views of very uneven
   frequency: clones by visits), clean, noise 0.05 (the view pairs that noise makes) and random starts,
-  seeds ``--seeds``, 1,000 episodes of 100 moves.
+  seeds ``--seeds``, 1,000 episodes of 100 moves;
+* ``many-clones``: every run of the unseen and probe sets whose fit was over 5 s per 1,000 episodes on
+  main 87d8783 (issue 22's cost misses): the 30x30 grid with 20 colours under every condition, the 20x20
+  grid with 15 colours under slip 0.10, noise, slip with noise and random starts, MiniGrid 5x5 with
+  noise and with slip and noise, MiniGrid 7x7 from random poses, the 30x30 grid with 10 colours from
+  random starts; seeds ``--seeds``.
 
 CPU is ``time.process_time`` of the fit alone (``partial_fit`` calls), as in ``bench_world_as_it_is.py``.
 Writes ``OUT/replay_cost.json`` and ``OUT/replay_cost.md``.  Timings on a shared machine are noisy:
@@ -34,7 +39,7 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SECTIONS = ("long-life", "fourrooms-7x7", "paper-grid", "many-views", "minigrid-5x5")
+SECTIONS = ("long-life", "fourrooms-7x7", "paper-grid", "many-views", "minigrid-5x5", "many-clones")
 
 CHILD = r"""
 import json, sys, time
@@ -87,6 +92,15 @@ def runs(args) -> list[tuple[str, dict]]:
         out += [("minigrid-5x5", {"world": "minigrid-fourrooms-5x5", "condition": c, "colouring": s, "seed": s,
                                   "episodes": 1000, "episode_length": 100, "block": 100, "bench": "unseen"})
                 for c in ("clean", "noise-0.05", "random-start") for s in args.seeds]
+    if "many-clones" in args.sections:
+        grid30 = ("clean", "slip-0.05", "slip-0.10", "noise-0.05", "slip+noise", "random-start")
+        cells = [("grid-30x30-c20", c, 50) for c in grid30] + \
+            [("grid-20x20-c15", c, 50) for c in ("slip-0.10", "noise-0.05", "slip+noise", "random-start")] + \
+            [("minigrid-fourrooms-5x5", c, 100) for c in ("noise-0.05", "slip+noise")] + \
+            [("minigrid-fourrooms-7x7", "random-start", 100), ("grid-30x30-c10", "random-start", 50)]
+        out += [("many-clones", {"world": w, "condition": c, "colouring": s, "seed": s, "episodes": 1000,
+                                 "episode_length": n, "block": 100, "bench": "unseen"})
+                for w, c, n in cells for s in args.seeds]
     return out
 
 

@@ -68,17 +68,22 @@ def lump_clones_pairs(counts, factor, pairs, starts, sizes, colour, bound, floor
     n_out = np.zeros((H, A))
     occ = np.zeros(H)
     m = 0
-    for p in range(pairs.shape[0]):
-        s0, n0, s1, n1 = starts[pairs[p, 0]], sizes[pairs[p, 0]], starts[pairs[p, 1]], sizes[pairs[p, 1]]
-        for a in range(A):
-            for i in range(s0, s0 + n0):
-                for j in range(s1, s1 + n1):
-                    c = factor * counts[a, i, j]
-                    if c >= 1e-3:
-                        e_a[m], e_i[m], e_j[m], e_c[m] = a, i, j, c
-                        n_out[i, a] += c
-                        occ[i] += c
-                        m += 1
+    # row by row, a row's blocks in the order of the pairs: each clone's entries come in the order of a
+    # pass pair by pair (pair, action, next clone), which is all that the refinement reads of their order
+    vptr, vidx = _pairs_by_view(pairs, sizes.shape[0], np.ones(pairs.shape[0], dtype=np.bool_))
+    for o in range(sizes.shape[0]):
+        for i in range(starts[o], starts[o] + sizes[o]):
+            for e in range(vptr[o], vptr[o + 1]):
+                p = vidx[e]
+                s1, n1 = starts[pairs[p, 1]], sizes[pairs[p, 1]]
+                for a in range(A):
+                    for j in range(s1, s1 + n1):
+                        c = factor * counts[a, i, j]
+                        if c >= 1e-3:
+                            e_a[m], e_i[m], e_j[m], e_c[m] = a, i, j, c
+                            n_out[i, a] += c
+                            occ[i] += c
+                            m += 1
     e_a, e_i, e_j, e_c = e_a[:m], e_i[:m], e_j[:m], e_c[:m]
     order = np.argsort(-occ, kind="mergesort")
     # colours renumbered 0..nb-1 in order of first appearance by clone index
@@ -374,6 +379,7 @@ def lumped_model(T, B, weight, block, nb, succ_ptr, succ_col, starts, sizes, col
     or not).  Each entry is summed as a dense ``T_L[a, block[i], block[j]] += w_i T[a, i, j]`` over the
     pairs, ``i`` then ``j`` increasing, would sum it (the same numbers bit for bit)."""
     A, H, _ = T.shape
+    K = sizes.shape[0]
     w = np.zeros(nb)
     cnt = np.zeros(nb)
     for i in range(H):
@@ -385,16 +391,56 @@ def lumped_model(T, B, weight, block, nb, succ_ptr, succ_col, starts, sizes, col
         bptr[block[i] + 1] += 1
     for x in range(nb):
         bptr[x + 1] += bptr[x]
+    # every row of block X reaches the same blocks: those of the clones of the views after its clones'
+    # views (increasing); listed once per view (blocks of the learner hold one view each) and, for a
+    # block of several views, once for the block (no per-row sort)
+    mark = np.full(nb, -1, dtype=np.int64)
+    rptr = np.zeros(K + 1, dtype=np.int64)
+    reach = np.empty(16, dtype=np.int64)
+    n_r = 0
+    for o in range(K):
+        for e in range(succ_ptr[o], succ_ptr[o + 1]):
+            o2 = succ_col[e]
+            for j in range(starts[o2], starts[o2] + sizes[o2]):
+                if mark[block[j]] != o:
+                    mark[block[j]] = o
+                    reach = _grown(reach, n_r + 1)
+                    reach[n_r] = block[j]
+                    n_r += 1
+        reach[rptr[o]:n_r].sort()
+        rptr[o + 1] = n_r
+    r_lo = np.empty(nb, dtype=np.int64)
+    r_hi = np.empty(nb, dtype=np.int64)
+    for x in range(nb):
+        if bptr[x + 1] == bptr[x]:
+            r_lo[x] = r_hi[x] = 0
+            continue
+        o = colour[order[bptr[x]]]
+        r_lo[x], r_hi[x] = rptr[o], rptr[o + 1]
+        for q in range(bptr[x] + 1, bptr[x + 1]):
+            if colour[order[q]] != o:   # a block of several views: the union of their lists
+                r_lo[x] = n_r
+                for q2 in range(bptr[x], bptr[x + 1]):
+                    o1 = colour[order[q2]]
+                    for r in range(rptr[o1], rptr[o1 + 1]):
+                        if mark[reach[r]] != K + x:
+                            mark[reach[r]] = K + x
+                            reach = _grown(reach, n_r + 1)
+                            reach[n_r] = reach[r]
+                            n_r += 1
+                reach[r_lo[x]:n_r].sort()
+                r_hi[x] = n_r
+                break
     acc = np.zeros(nb)
-    touched = np.zeros(nb, dtype=np.bool_)
-    tl = np.empty(nb, dtype=np.int64)
     ptr = np.zeros(A * nb + 1, dtype=np.int64)
-    col = np.empty(16, dtype=np.int64)
-    val = np.empty(16)
+    room = 0
+    for x in range(nb):
+        room += r_hi[x] - r_lo[x]
+    col = np.empty(A * room, dtype=np.int64)
+    val = np.empty(A * room)
     m = 0
     for a in range(A):
         for x in range(nb):
-            mt = 0
             for q in range(bptr[x], bptr[x + 1]):
                 i = order[q]
                 wi = weight[i] / w[x] if w[x] > 0.0 else 1.0 / cnt[x]
@@ -402,27 +448,18 @@ def lumped_model(T, B, weight, block, nb, succ_ptr, succ_col, starts, sizes, col
                 for e in range(succ_ptr[o], succ_ptr[o + 1]):
                     o2 = succ_col[e]
                     for j in range(starts[o2], starts[o2] + sizes[o2]):
-                        y = block[j]
-                        if not touched[y]:
-                            touched[y] = True
-                            tl[mt] = y
-                            mt += 1
-                        acc[y] += wi * T[a, i, j]
-            tl[:mt].sort()
-            col = _grown(col, m + mt)
-            val = _grown(val, m + mt)
-            for q in range(mt):
-                y = tl[q]
+                        acc[block[j]] += wi * T[a, i, j]
+            for r in range(r_lo[x], r_hi[x]):
+                y = reach[r]
                 col[m] = y
                 val[m] = acc[y]
                 m += 1
                 acc[y] = 0.0
-                touched[y] = False
             ptr[a * nb + x + 1] = m
     BL = np.zeros(nb)
     for i in range(H):
         BL[block[i]] += B[i]
-    return ptr, col[:m].copy(), val[:m].copy(), BL
+    return ptr, col, val, BL
 
 
 @njit(cache=True)
@@ -624,16 +661,33 @@ def restricted_transitions(ptr, col, val, nb, ids, prune):
     kv = np.empty(max(k, 1))
     fi = np.empty((6, 64), dtype=np.int64)
     fl = np.empty(64)
+    stamp = np.full(max(k, 1), -1, dtype=np.int64)
+    dense = np.empty(max(k, 1))
     for a in range(A):
         for c in range(k):
             r = a * nb + ids[c]
             n_r = 0
+            increasing = True
             for p in range(ptr[r], ptr[r + 1]):
                 if pos_of[col[p]] >= 0:
                     pos[n_r] = pos_of[col[p]]
                     v[n_r] = val[p]
+                    if n_r and pos[n_r] < pos[n_r - 1]:
+                        increasing = False
                     n_r += 1
-            _sort_by(pos, spare, v, n_r)
+            if not increasing:
+                if n_r <= 48:
+                    _sort_by(pos, spare, v, n_r)
+                else:   # positions are distinct: placed by position and read in order (no sort)
+                    for q in range(n_r):
+                        stamp[pos[q]] = r
+                        dense[pos[q]] = v[q]
+                    q = 0
+                    for t in range(k):
+                        if stamp[t] == r:
+                            pos[q] = t
+                            v[q] = dense[t]
+                            q += 1
             total = 0.0   # numpy sums T[:, ids][:, :, ids] along its slowest axis: in turn, no pairs
             for q in range(n_r):
                 total += v[q]
@@ -714,10 +768,10 @@ def _m_step_pairs(S, Q, T, pairs, starts, sizes, scale, pc, slip, redo, row_sums
     ``pair_on``: when not empty, ``Q`` and ``T`` are written on the blocks of the pairs it marks only
     (normalised over all the pairs; the other blocks keep stale values until the next full M-step)."""
     A, H, _ = S.shape
+    K = sizes.shape[0]
     given = row_sums.shape[0] > 0
-    every = pair_on.shape[0] == 0
     Z = row_sums if given else np.zeros((A, H))
-    width = np.zeros(sizes.shape[0])
+    width = np.zeros(K)
     for p in range(pairs.shape[0]):
         o, o2 = pairs[p, 0], pairs[p, 1]
         if not redo[o]:
@@ -732,24 +786,84 @@ def _m_step_pairs(S, Q, T, pairs, starts, sizes, scale, pc, slip, redo, row_sums
                 for j in range(s1, s1 + n1):
                     acc += S[a, i, j]
                 Z[a, i] += acc
+    # row by row over the runs of adjoining blocks to write (every cell is its own: any order gives the
+    # same numbers, and whole rows are read and written in long stretches)
+    rptr, lo, hi = _pair_runs(pairs, starts, sizes, redo, pair_on)
     mean = np.empty(H)
-    for p in range(pairs.shape[0]):
-        o, o2 = pairs[p, 0], pairs[p, 1]
-        if not redo[o] or not (every or pair_on[p]):
+    for o in range(K):
+        if rptr[o] == rptr[o + 1]:
             continue
-        s0, n0, s1, n1 = starts[o], sizes[o], starts[o2], sizes[o2]
-        for i in range(s0, s0 + n0):
-            for j in range(s1, s1 + n1):
-                mean[j] = 0.0
+        for i in range(starts[o], starts[o] + sizes[o]):
+            for r in range(rptr[o], rptr[o + 1]):
+                for j in range(lo[r], hi[r]):
+                    mean[j] = 0.0
             for a in range(A):
                 z = scale * Z[a, i] + pc * width[o]
-                for j in range(s1, s1 + n1):
-                    q = (scale * S[a, i, j] + pc) / z
-                    Q[a, i, j] = q
-                    mean[j] += q
+                for r in range(rptr[o], rptr[o + 1]):
+                    for j in range(lo[r], hi[r]):
+                        q = (scale * S[a, i, j] + pc) / z
+                        Q[a, i, j] = q
+                        mean[j] += q
             for a in range(A):
-                for j in range(s1, s1 + n1):
-                    T[a, i, j] = (1.0 - slip) * Q[a, i, j] + slip / A * mean[j]
+                for r in range(rptr[o], rptr[o + 1]):
+                    for j in range(lo[r], hi[r]):
+                        T[a, i, j] = (1.0 - slip) * Q[a, i, j] + slip / A * mean[j]
+
+
+@njit(cache=True)
+def _pair_runs(pairs, starts, sizes, redo, pair_on):
+    """The blocks of the pairs whose first view is marked ``redo`` (and which ``pair_on`` marks, unless it is
+    empty) as runs of adjoining clones per first view: ``(ptr, lo, hi)``, view ``o``'s runs
+    ``lo[ptr[o]:ptr[o + 1]]`` to ``hi[...]`` (increasing)."""
+    K = sizes.shape[0]
+    every = pair_on.shape[0] == 0
+    ptr = np.zeros(K + 1, dtype=np.int64)
+    for p in range(pairs.shape[0]):
+        if redo[pairs[p, 0]] and (every or pair_on[p]):
+            ptr[pairs[p, 0] + 1] += 1
+    for o in range(K):
+        ptr[o + 1] += ptr[o]
+    nxt = np.empty(ptr[K], dtype=np.int64)
+    fill = ptr[:-1].copy()
+    for p in range(pairs.shape[0]):
+        o = pairs[p, 0]
+        if redo[o] and (every or pair_on[p]):
+            nxt[fill[o]] = pairs[p, 1]
+            fill[o] += 1
+    rptr = np.zeros(K + 1, dtype=np.int64)
+    lo = np.empty(ptr[K], dtype=np.int64)
+    hi = np.empty(ptr[K], dtype=np.int64)
+    nr = 0
+    for o in range(K):
+        nxt[ptr[o]:ptr[o + 1]].sort()   # views in order: their clones in order
+        for q in range(ptr[o], ptr[o + 1]):
+            s0 = starts[nxt[q]]
+            if nr > rptr[o] and hi[nr - 1] == s0:
+                hi[nr - 1] = s0 + sizes[nxt[q]]
+            else:
+                lo[nr] = s0
+                hi[nr] = s0 + sizes[nxt[q]]
+                nr += 1
+        rptr[o + 1] = nr
+    return rptr, lo, hi
+
+
+@njit(cache=True)
+def _pairs_by_view(pairs, K, on):
+    """The pairs marked ``on`` by first view, each view's in the order of ``pairs``: ``(ptr, pair index)``."""
+    ptr = np.zeros(K + 1, dtype=np.int64)
+    for p in range(pairs.shape[0]):
+        if on[p]:
+            ptr[pairs[p, 0] + 1] += 1
+    for o in range(K):
+        ptr[o + 1] += ptr[o]
+    idx = np.empty(ptr[K], dtype=np.int64)
+    fill = ptr[:-1].copy()
+    for p in range(pairs.shape[0]):
+        if on[p]:
+            idx[fill[pairs[p, 0]]] = p
+            fill[pairs[p, 0]] += 1
+    return ptr, idx
 
 
 @njit(cache=True)
@@ -766,54 +880,66 @@ def absorb_counts(S, C, Q, Z, pairs, on, starts, sizes, slip, add, floor=0.0):
     make cost nothing.  A row of an ``on`` block where ``C`` is at most ``floor`` for every action (the
     batch hardly passed through that clone) only decays too: its counts are dropped (``C`` is zeroed)."""
     A, H, _ = C.shape
+    K = sizes.shape[0]
     rsum = np.empty(H)
     qsum = np.empty(H)
-    slipped = 0.0
+    # row by row (a row's blocks in the order of the pairs: the row sums add up as pair by pair); the
+    # slipped moves of each cell kept and summed at the end in the order of a pass pair by pair
+    vptr, vidx = _pairs_by_view(pairs, K, on)
+    base = np.zeros(pairs.shape[0] + 1, dtype=np.int64)
     for p in range(pairs.shape[0]):
-        if not on[p]:
-            continue
-        s0, n0, s1, n1 = starts[pairs[p, 0]], sizes[pairs[p, 0]], starts[pairs[p, 1]], sizes[pairs[p, 1]]
+        base[p + 1] = base[p] + (sizes[pairs[p, 0]] * sizes[pairs[p, 1]] if on[p] and slip > 0.0 else 0)
+    part = np.zeros(base[pairs.shape[0]])
+    for o in range(K):
+        s0, n0 = starts[o], sizes[o]
         for i in range(s0, s0 + n0):
-            empty = True
-            for a in range(A):
-                for j in range(s1, s1 + n1):
-                    if C[a, i, j] > floor:
-                        empty = False
+            for e in range(vptr[o], vptr[o + 1]):
+                p = vidx[e]
+                s1, n1 = starts[pairs[p, 1]], sizes[pairs[p, 1]]
+                empty = True
+                for a in range(A):
+                    for j in range(s1, s1 + n1):
+                        if C[a, i, j] > floor:
+                            empty = False
+                            break
+                    if not empty:
                         break
-                if not empty:
-                    break
-            if empty:
-                if floor > 0.0:
+                if empty:
+                    if floor > 0.0:
+                        for a in range(A):
+                            for j in range(s1, s1 + n1):
+                                C[a, i, j] = 0.0
+                    continue
+                if slip > 0.0:
+                    # T_a = (1 - slip) Q_a + slip mean_b Q_b as the M-step writes it, from Q (one array less read)
+                    for j in range(s1, s1 + n1):
+                        rsum[j] = 0.0
+                        qsum[j] = 0.0
                     for a in range(A):
                         for j in range(s1, s1 + n1):
-                            C[a, i, j] = 0.0
-                continue
-            if slip > 0.0:
-                # T_a = (1 - slip) Q_a + slip mean_b Q_b as the M-step writes it, from Q (one array less read)
-                for j in range(s1, s1 + n1):
-                    rsum[j] = 0.0
-                    qsum[j] = 0.0
-                for a in range(A):
+                            qsum[j] += Q[a, i, j]
+                    for a in range(A):
+                        for j in range(s1, s1 + n1):
+                            t = (1.0 - slip) * Q[a, i, j] + slip / A * qsum[j]
+                            r = C[a, i, j] / t if t > 0.0 else 0.0
+                            C[a, i, j] = r
+                            rsum[j] += r
+                    at = base[p] + (i - s0) * n1 - s1
                     for j in range(s1, s1 + n1):
-                        qsum[j] += Q[a, i, j]
+                        part[at + j] = slip / A * rsum[j] * qsum[j]
                 for a in range(A):
+                    acc = 0.0
                     for j in range(s1, s1 + n1):
-                        t = (1.0 - slip) * Q[a, i, j] + slip / A * qsum[j]
-                        r = C[a, i, j] / t if t > 0.0 else 0.0
-                        C[a, i, j] = r
-                        rsum[j] += r
-                for j in range(s1, s1 + n1):
-                    slipped += slip / A * rsum[j] * qsum[j]
-            for a in range(A):
-                acc = 0.0
-                for j in range(s1, s1 + n1):
-                    c = C[a, i, j]
-                    if slip > 0.0:
-                        c = Q[a, i, j] * ((1.0 - slip) * c + slip / A * rsum[j])
-                    S[a, i, j] += add * c
-                    acc += c
-                    C[a, i, j] = 0.0
-                Z[a, i] += add * acc
+                        c = C[a, i, j]
+                        if slip > 0.0:
+                            c = Q[a, i, j] * ((1.0 - slip) * c + slip / A * rsum[j])
+                        S[a, i, j] += add * c
+                        acc += c
+                        C[a, i, j] = 0.0
+                    Z[a, i] += add * acc
+    slipped = 0.0   # an empty row's zeros change no sum
+    for q in range(part.shape[0]):
+        slipped += part[q]
     return slipped
 
 
@@ -1064,8 +1190,28 @@ def noise_odds(T, starts, sizes, obs, acts, off, alpha, scale, horizon, n_obs, e
     mass = np.empty(K)
     log_odds = np.full(N, -np.inf)
     expected = np.full(N, -1, dtype=np.int64)
-    for t in range(1, N):
-        if acts[t] < 0:
+    # the views after each view as runs of contiguous clones (one loop where the pairs' blocks adjoin)
+    run_ptr = np.zeros(K + 1, dtype=np.int64)
+    run_lo = np.empty(succ_col.shape[0], dtype=np.int64)
+    run_hi = np.empty(succ_col.shape[0], dtype=np.int64)
+    nr = 0
+    for o in range(K):
+        for q in range(succ_ptr[o], succ_ptr[o + 1]):
+            lo = starts[succ_col[q]]
+            if nr > run_ptr[o] and run_hi[nr - 1] == lo:
+                run_hi[nr - 1] = lo + sizes[succ_col[q]]
+            else:
+                run_lo[nr] = lo
+                run_hi[nr] = lo + sizes[succ_col[q]]
+                nr += 1
+        run_ptr[o + 1] = nr
+    # steps taken by (action, previous view): consecutive steps read the same rows of T (each step's
+    # numbers are its own: the order changes no result)
+    key = np.empty(N, dtype=np.int64)
+    for t in range(N):
+        key[t] = (acts[t] * K + obs[t - 1]) if t > 0 and acts[t] >= 0 else -1
+    for t in np.argsort(key, kind="mergesort"):
+        if key[t] < 0:
             continue
         if scale[t] >= expected_above:
             log_odds[t] = -np.log(n_obs * scale[t])
@@ -1086,10 +1232,10 @@ def noise_odds(T, starts, sizes, obs, acts, off, alpha, scale, horizon, n_obs, e
         for i in range(sizes[po]):
             w = alpha[pb + i]
             if w > 0.0:
-                for q in range(succ_ptr[po], succ_ptr[po + 1]):   # T is zero outside the observed pairs
-                    s2 = starts[succ_col[q]]
-                    for j in range(s2, s2 + sizes[succ_col[q]]):
-                        m[j] += w * Ta[p0 + i, j]
+                row = Ta[p0 + i]
+                for q in range(run_ptr[po], run_ptr[po + 1]):   # T is zero outside the observed pairs
+                    for j in range(run_lo[q], run_hi[q]):
+                        m[j] += w * row[j]
         for o in range(K):
             mass[o] = 0.0
             for k in range(sizes[o]):
@@ -1108,9 +1254,11 @@ def noise_odds(T, starts, sizes, obs, acts, off, alpha, scale, horizon, n_obs, e
             for k in range(n1):
                 buf[k] = 0.0
             for j in range(H):
-                if m[j] > 0.0:
+                mj = m[j]
+                if mj > 0.0:
+                    row = Tb[j, s1:s1 + n1]
                     for k in range(n1):
-                        buf[k] += m[j] * Tb[j, s1 + k]
+                        buf[k] += mj * row[k]
             c = 0.0
             for k in range(n1):
                 c += buf[k]

@@ -2,6 +2,9 @@
 per-clone counts kept as level-1 states take clones (not a pass over level 1 at every sleep) equal the
 recount from level 1; the lumping's sparse refinement equals the dense one."""
 
+import os
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -518,8 +521,9 @@ def test_the_model_is_the_m_step_of_the_scaled_counts_and_the_scale_is_only_a_re
     env = gridworld(6, 6, n_colours=9, seed=1, slip=slip, obs_noise=noise)
     walk = random_walk(env, 300, 30, seed=4)
 
-    def fit():
-        return TwoLevelMemory(9, 4, merger=ReplayMerger(min_new=5), seed=2).fit(walk)
+    def fit():   # uniform draws: the rarity draw reads the blocks, where a near tie of the lumping test may
+        # go either way at rounding level, and the two lives then replay other episodes
+        return TwoLevelMemory(9, 4, merger=ReplayMerger(min_new=5, priority=False), seed=2).fit(walk)
 
     lazy = fit()
     m = lazy.merger_
@@ -554,3 +558,324 @@ def test_sleeps_with_m_steps_on_the_batch_pairs_equal_sleeps_with_full_m_steps(m
     for name in ("_T", "_Q", "_S", "_B", "_block"):
         assert np.array_equal(getattr(a, name), getattr(b, name)), name
     assert np.array_equal(fast.clusters_.assignment, full.clusters_.assignment)
+
+
+# ----------------------------------------------------------------- many clones: the kernels' fast paths
+sys.path.insert(0, os.path.dirname(__file__))
+from test_replay import _dense_lumped_model, _dense_transitions  # noqa: E402  (the dense formulas)
+
+
+def _uneven_pairs(rng, K, max_size, p_pair):
+    """Views of 1..max_size clones and a random set of pairs (every view followed by some), shuffled."""
+    sizes = rng.integers(1, max_size + 1, K).astype(np.int64)
+    starts = np.r_[0, np.cumsum(sizes)[:-1]].astype(np.int64)
+    has = rng.random((K, K)) < p_pair
+    has[np.arange(K), rng.integers(0, K, K)] = True
+    pairs = np.argwhere(has).astype(np.int64)
+    rng.shuffle(pairs)
+    colour = np.repeat(np.arange(K), sizes).astype(np.int64)
+    return starts, sizes, pairs, has, colour
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 12), st.integers(1, 8), st.integers(1, 3), st.floats(0.1, 1.0), st.floats(0.0, 1.0),
+       st.booleans(), st.integers(0, 10**6))
+def test_lumped_model_of_many_blocks_is_the_dense_formula_bit_for_bit(K, max_size, A, p_pair, p_alone, mixed, seed):
+    """lumped_model (each view's reached blocks listed once, no per-row sort) equals the dense formula
+    entry by entry and bit for bit, on uneven views, pairs in any order and blocks from one per view to one
+    per clone (rows that reach nearly every block), and blocks of several views (``mixed``; the learner's
+    never are); its CSR holds exactly the blocks each row reaches, columns increasing."""
+    from hmmmerge._replay_kernels import dense_lumped, lumped_model
+
+    rng = np.random.default_rng(seed)
+    starts, sizes, pairs, has, colour = _uneven_pairs(rng, K, max_size, p_pair)
+    H = int(sizes.sum())
+    inside = has[colour][:, colour]
+    T = rng.random((A, H, H)) * inside * (rng.random((A, H, H)) < 0.8)   # zeros inside the blocks too
+    B, weight = rng.random(H), rng.random(H) * (rng.random(H) < 0.8)
+    alone = rng.random(H) < p_alone   # a clone alone in its block, or in its view's shared block
+    block = np.where(alone, H + np.arange(H), rng.integers(0, max(K // 2, 1), H) if mixed else colour)
+    block = np.unique(block, return_inverse=True)[1].astype(np.int64)
+    nb = int(block.max()) + 1
+    order = np.lexsort((pairs[:, 1], pairs[:, 0]))
+    succ_ptr = np.r_[0, np.cumsum(np.bincount(pairs[:, 0], minlength=K))].astype(np.int64)
+    ptr, col, val, BL = lumped_model(T, B, weight, block, nb, succ_ptr, np.ascontiguousarray(pairs[order, 1]),
+                                     starts, sizes, colour)
+    TL, BLd = _dense_lumped_model(T, B, weight, block, nb, pairs, starts, sizes)
+    if mixed:   # clones of several views in a block share entries: summed one by one, in another order
+        w = np.bincount(block, weights=weight, minlength=nb)
+        wi = np.where(w[block] > 0, weight / np.where(w[block] > 0, w[block], 1.0),
+                      1.0 / np.bincount(block, minlength=nb)[block])
+        a, i, j = np.nonzero(np.broadcast_to(inside, T.shape))
+        TL = np.zeros((A, nb, nb))
+        np.add.at(TL, (a, block[i], block[j]), wi[i] * T[a, i, j])
+        np.testing.assert_allclose(dense_lumped(ptr, col, val, A, nb), TL, rtol=1e-12, atol=1e-15)
+        np.testing.assert_allclose(BL, BLd, rtol=1e-12)
+    else:
+        assert np.array_equal(dense_lumped(ptr, col, val, A, nb), TL) and np.array_equal(BL, BLd)
+    member = np.eye(nb, dtype=int)[block]   # block x reaches block y: some pair of their clones' views
+    reach = member.T @ inside.astype(int) @ member > 0
+    rows = np.repeat(np.arange(A * nb), np.diff(ptr))
+    assert np.array_equal(np.diff(ptr), np.tile(reach.sum(axis=1), A))
+    assert reach[rows % nb, col].all() and (np.diff(col)[np.diff(rows) == 0] > 0).all()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 130), st.integers(2, 4), st.sampled_from([0.0, 1e-3, 0.05]), st.floats(0.0, 1.0),
+       st.floats(0.0, 1.0), st.integers(0, 10**6))
+def test_restricted_transitions_of_long_shuffled_rows_is_the_dense_one_bit_for_bit(nb, A, prune, p_entry, p_keep,
+                                                                                   seed):
+    """restricted_transitions equals the dense steps bit for bit where clusters are blocks in any order: rows
+    longer than 48 entries placed by position (no sort), short ones sorted, rows already in order kept.
+    (Two actions or more, as in every world: with one, numpy lays ``T[:, ids][:, :, ids]`` out otherwise
+    and sums its rows in another order.)"""
+    from hmmmerge._replay_kernels import restricted_transitions
+
+    rng = np.random.default_rng(seed)
+    reached = rng.random((A * nb, nb)) < p_entry           # the CSR's entries, zero or not
+    dense = np.where(reached & (rng.random((A * nb, nb)) < 0.9), rng.random((A * nb, nb)), 0.0)
+    ptr = np.r_[0, np.cumsum(reached.sum(axis=1))].astype(np.int64)
+    r, col = np.nonzero(reached)
+    ids = rng.permutation(nb)[:max(1, int(round(p_keep * nb)))].astype(np.int64)
+    if rng.random() < 0.3:
+        ids = np.sort(ids)
+    got = restricted_transitions(ptr, col.astype(np.int64), dense[r, col], nb, ids, prune)
+    want = _dense_transitions(dense.reshape(A, nb, nb), ids, prune)
+    for g, w in zip(got, want):
+        assert np.array_equal(g, w)
+
+
+def _noise_odds_plain(T, starts, sizes, obs, acts, alpha, off, scale, horizon, n_obs, above):
+    """noise_odds step by step with numpy products (its docstring's definition)."""
+    K = len(sizes)
+    log_odds, expected = np.full(len(obs), -np.inf), np.full(len(obs), -1)
+
+    def blk(o):
+        return slice(starts[o], starts[o] + sizes[o])
+
+    for t in range(1, len(obs)):
+        if acts[t] < 0:
+            continue
+        if scale[t] >= above:
+            log_odds[t], expected[t] = -np.log(n_obs * scale[t]), obs[t]
+            continue
+        e = t
+        while e + 1 < len(obs) and acts[e + 1] >= 0 and e - t < horizon:
+            e += 1
+        m = alpha[off[t - 1]:off[t]] @ T[acts[t]][blk(obs[t - 1])]
+        expected[t] = int(np.argmax([m[blk(o)].sum() for o in range(K)]))
+        skip = -np.log(n_obs)
+        if e > t:
+            b = m @ T[acts[t + 1]][:, blk(obs[t + 1])]
+            if not b.sum() > 0:
+                continue
+            skip, b = skip + np.log(b.sum()), b / b.sum()
+            for s in range(t + 2, e + 1):
+                b = b @ T[acts[s]][blk(obs[s - 1]), blk(obs[s])]
+                if not b.sum() > 0:
+                    skip = -np.inf
+                    break
+                skip, b = skip + np.log(b.sum()), b / b.sum()
+        log_odds[t] = skip - np.log(scale[t:e + 1]).sum()
+    return log_odds, expected
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(2, 9), st.integers(1, 6), st.integers(1, 3), st.floats(0.2, 1.0), st.integers(1, 3),
+       st.integers(0, 10**6))
+def test_noise_odds_is_its_definition_step_by_step(K, max_size, A, p_pair, horizon, seed):
+    """noise_odds (steps taken by action and previous view, loops over runs of adjoining blocks) gives every
+    step the log odds and the expected view of its definition, on uneven views and pairs in any order."""
+    from hmmmerge._replay_kernels import noise_odds
+    from hmmmerge.baselines import _em_kernels as EK
+
+    rng = np.random.default_rng(seed)
+    starts, sizes, pairs, has, colour = _uneven_pairs(rng, K, max_size, p_pair)
+    H = int(sizes.sum())
+    T = rng.random((A, H, H)) ** 3 * has[colour][:, colour]
+    T /= T.sum(axis=2, keepdims=True)
+    obs, acts = [], []
+    for _ in range(4):   # episodes along the pairs, some steps off them (probability 0 is avoided below)
+        o = int(rng.integers(K))
+        obs.append(o), acts.append(-1)
+        for _ in range(int(rng.integers(1, 12))):
+            o = int(rng.choice(np.flatnonzero(has[o])))
+            obs.append(o), acts.append(int(rng.integers(A)))
+    obs, acts = np.array(obs, dtype=np.int64), np.array(acts, dtype=np.int64)
+    off = EK.step_offsets(obs, sizes)
+    alpha, scale = np.empty(off[-1]), np.empty(len(obs))
+    B = np.full(H, 1.0 / H)
+    assert np.isfinite(EK.forward(T, B, starts, sizes, obs, acts, off, alpha, scale, int(sizes.max())))
+    order = np.lexsort((pairs[:, 1], pairs[:, 0]))
+    succ_ptr = np.r_[0, np.cumsum(np.bincount(pairs[:, 0], minlength=K))].astype(np.int64)
+    got = noise_odds(T, starts, sizes, obs, acts, off, alpha, scale, horizon, K, 0.5, succ_ptr,
+                     np.ascontiguousarray(pairs[order, 1]))
+    want = _noise_odds_plain(T, starts, sizes, obs, acts, alpha, off, scale, horizon, K, 0.5)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-10, atol=1e-12)
+    assert np.array_equal(got[1], want[1])
+
+
+def test_place_filters_under_the_pairs_registered_for_good_and_puts_the_model_back(monkeypatch):
+    """The temporary registration of place (the M-step of the new pairs' rows on the episode's own blocks,
+    only those saved and restored) filters the episode as a copy of the merger with the pairs registered
+    for good (full rows) does, and leaves T and Q as they were."""
+    import copy
+
+    from hmmmerge.replay import _block_argmax
+
+    env = gridworld(6, 6, n_colours=9, seed=1, obs_noise=0.1)
+    walk = random_walk(env, 120, 30, seed=4)
+    own, own_data = ReplayMerger._filtered_clones, ReplayMerger._data
+    checked, last = [], []
+
+    def recorded_data(self, obs, acts):
+        last[:] = [own_data(self, obs, acts)]
+        return last[0]
+
+    def checked_filter(self, obs, acts):
+        before = None if self._S is None else (self._T.copy(), self._Q.copy(), copy.deepcopy(self))
+        got = own(self, obs, acts)
+        if before is not None:
+            T, Q, twin = before
+            assert np.array_equal(self._T, T) and np.array_equal(self._Q, Q)
+            new = ~twin._has_pair[obs[np.flatnonzero(acts >= 0) - 1], obs[acts >= 0]]
+            twin._add_pairs(obs, acts)
+            d = own_data(twin, obs, acts)
+            d.log_likelihood(twin._T, twin._B)
+            # the same filter, bit for bit (not only its most probable clones)
+            assert np.array_equal(last[0].alpha, d.alpha) and np.array_equal(last[0].scale, d.scale)
+            assert np.array_equal(got, twin._starts[obs] + _block_argmax(d.alpha, d.off))
+            checked.append(bool(new.any()))
+        return got
+
+    monkeypatch.setattr(ReplayMerger, "_filtered_clones", checked_filter)
+    monkeypatch.setattr(ReplayMerger, "_data", recorded_data)
+    TwoLevelMemory(9, 4, merger=ReplayMerger(n_clones=6), seed=2).fit(walk)
+    assert sum(checked) >= 5, checked
+
+
+def _absorb_pair_by_pair(S, C, Q, Z, pairs, on, starts, sizes, slip, add, floor):
+    """absorb_counts as a plain pass pair by pair (pair, row, action, column): the order of every sum."""
+    A = S.shape[0]
+    slipped = 0.0
+    for p in np.flatnonzero(on).tolist():
+        s0, n0, s1, n1 = starts[pairs[p, 0]], sizes[pairs[p, 0]], starts[pairs[p, 1]], sizes[pairs[p, 1]]
+        for i in range(s0, s0 + n0):
+            cols = slice(s1, s1 + n1)
+            if not (C[:, i, cols] > floor).any():
+                if floor > 0.0:
+                    C[:, i, cols] = 0.0
+                continue
+            if slip > 0.0:
+                qsum, rsum = np.zeros(n1), np.zeros(n1)
+                for a in range(A):
+                    qsum = qsum + Q[a, i, cols]
+                for a in range(A):
+                    t = (1.0 - slip) * Q[a, i, cols] + slip / A * qsum
+                    C[a, i, cols] = np.where(t > 0.0, C[a, i, cols] / np.where(t > 0.0, t, 1.0), 0.0)
+                    rsum = rsum + C[a, i, cols]
+                for x in (slip / A * rsum * qsum).tolist():
+                    slipped += x
+            for a in range(A):
+                c = C[a, i, cols] if slip == 0.0 else Q[a, i, cols] * ((1.0 - slip) * C[a, i, cols] + slip / A * rsum)
+                S[a, i, cols] += add * c
+                acc = 0.0
+                for x in c.tolist():
+                    acc += x
+                Z[a, i] += add * acc
+                C[a, i, cols] = 0.0
+    return slipped
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 5), st.integers(1, 3), st.sampled_from([0.0, 0.05, 0.3]),
+       st.sampled_from([0.0, 0.3]), st.integers(0, 10**6))
+def test_absorb_row_by_row_is_the_pass_pair_by_pair_bit_for_bit(K, max_size, A, slip, floor, seed):
+    """absorb_counts (row by row, each row's blocks in the order of the pairs, slipped moves summed at the
+    end) gives S, the row sums, the buffer and the slipped moves of a pass pair by pair, bit for bit."""
+    from hmmmerge._replay_kernels import absorb_counts
+
+    rng = np.random.default_rng(seed)
+    starts, sizes, pairs, has, colour = _uneven_pairs(rng, K, max_size, 0.6)
+    H = int(sizes.sum())
+    inside = has[colour][:, colour][None]
+    S, Q = rng.random((A, H, H)) * inside, rng.random((A, H, H)) * inside
+    C = rng.random((A, H, H)) * inside * (rng.random((A, H, H)) < 0.5)
+    on = rng.random(len(pairs)) < 0.7
+    Z = rng.random((A, H))
+    got = [S.copy(), C.copy(), Z.copy()]
+    want = [S.copy(), C.copy(), Z.copy()]
+    s_got = absorb_counts(got[0], got[1], Q, got[2], pairs, on, starts, sizes, slip, 0.37, floor)
+    s_want = _absorb_pair_by_pair(want[0], want[1], Q, want[2], pairs, on, starts, sizes, slip, 0.37, floor)
+    assert s_got == s_want and all(np.array_equal(g, w) for g, w in zip(got, want))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 5), st.integers(1, 3), st.sampled_from([0.0, 0.2]), st.booleans(),
+       st.booleans(), st.integers(0, 10**6))
+def test_the_m_step_row_by_row_is_the_cellwise_formula_bit_for_bit(K, max_size, A, slip, given_sums, some, seed):
+    """_m_step_pairs (row by row over runs of adjoining blocks) writes every cell of the redone rows on the
+    chosen pairs as the formula cell by cell does (``Q = (scale S + pc) / (scale Z + pc width)``, ``T``
+    from ``Q`` and the mean over actions summed in turn), bit for bit, and nothing else."""
+    from hmmmerge._replay_kernels import m_step_pairs, row_sums
+
+    rng = np.random.default_rng(seed)
+    starts, sizes, pairs, has, colour = _uneven_pairs(rng, K, max_size, 0.6)
+    H = int(sizes.sum())
+    S = rng.random((A, H, H)) * has[colour][:, colour][None]
+    redo = rng.random(K) < 0.7
+    on = rng.random(len(pairs)) < 0.6 if some else np.ones(len(pairs), dtype=bool)
+    Z = row_sums(S, pairs, starts, sizes)
+    Q, T = np.full_like(S, -1.0), np.full_like(S, -1.0)
+    m_step_pairs(S, Q, T, pairs, starts, sizes, 3.0, 0.01, slip, redo, Z if given_sums else None,
+                 on if some else None)
+    width = np.zeros(K)
+    np.add.at(width, pairs[:, 0], sizes[pairs[:, 1]])
+    Qw, Tw = np.full_like(S, -1.0), np.full_like(S, -1.0)
+    for p in np.flatnonzero(on & redo[pairs[:, 0]]).tolist():
+        rows, cols = np.arange(starts[pairs[p, 0]], starts[pairs[p, 0]] + sizes[pairs[p, 0]]), \
+            slice(starts[pairs[p, 1]], starts[pairs[p, 1]] + sizes[pairs[p, 1]])
+        z = 3.0 * Z[:, rows] + 0.01 * width[pairs[p, 0]]
+        Qw[:, rows, cols] = (3.0 * S[:, rows, cols] + 0.01) / z[:, :, None]
+        mean = 0.0
+        for a in range(A):
+            mean = mean + Qw[a, rows, cols]
+        Tw[:, rows, cols] = (1.0 - slip) * Qw[:, rows, cols] + slip / A * mean
+    assert np.array_equal(Q, Qw) and np.array_equal(T, Tw)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 6), st.integers(1, 3), st.floats(0.0, 0.05), st.integers(0, 10**6))
+def test_lumping_row_by_row_is_the_lumping_of_the_pass_pair_by_pair(K, max_size, A, alpha, seed):
+    """lump_clones_pairs (entries listed row by row, each row's blocks in the order of the pairs) gives the
+    blocks of the refinement run on the entries of a pass pair by pair (pair, action, row, column)."""
+    from hmmmerge._replay_kernels import _refine, lump_clones_pairs
+
+    rng = np.random.default_rng(seed)
+    starts, sizes, pairs, has, colour = _uneven_pairs(rng, K, max_size, 0.6)
+    H = int(sizes.sum())
+    counts = rng.random((A, H, H)) ** 4 * 3 * has[colour][:, colour][None]
+    bound, floor, threshold = 1.36, 0.2, 3.0
+    got = lump_clones_pairs(counts, 1.7, pairs, starts, sizes, colour, bound, floor, 50, alpha, threshold)
+    e = [(a, i, j, 1.7 * counts[a, i, j]) for p in range(len(pairs)) for a in range(A)
+         for i in range(starts[pairs[p, 0]], starts[pairs[p, 0]] + sizes[pairs[p, 0]])
+         for j in range(starts[pairs[p, 1]], starts[pairs[p, 1]] + sizes[pairs[p, 1]]) if 1.7 * counts[a, i, j] >= 1e-3]
+    e_a, e_i, e_j = (np.array([x[k] for x in e], dtype=np.int64).reshape(-1) for k in range(3))
+    e_c = np.array([x[3] for x in e], dtype=float).reshape(-1)
+    n_out, occ = np.zeros((H, A)), np.zeros(H)
+    for a, i, _, c in e:
+        n_out[i, a] += c
+        occ[i] += c
+    by_clone = np.argsort(e_i, kind="stable").astype(np.int64)
+    ptr = np.r_[0, np.cumsum(np.bincount(e_i, minlength=H))].astype(np.int64)
+    order = np.argsort(-occ, kind="stable").astype(np.int64)
+    block = np.unique(colour, return_inverse=True)[1].astype(np.int64)
+    for _ in range(50):
+        new = _refine(block, int(block.max()) + 1, order, ptr, by_clone, e_a, e_j, e_c, n_out, A, bound, floor,
+                      alpha, threshold)
+        new = np.unique(new, return_index=True)[1].argsort().argsort()[np.unique(new, return_inverse=True)[1]]
+        stable = new.max() == block.max()
+        block = new.astype(np.int64)
+        if stable:
+            break
+    assert np.array_equal(got, block)
