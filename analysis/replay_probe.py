@@ -23,8 +23,16 @@ to every view: the measurement (session 9) that led to the learner's ``ReplayMer
 (session 10), made by rewriting the merger's clone layout when it is built; the learner's own allocation at
 the first sleep is then skipped.
 
+Session 11 (BENCHMARKS.md, "Few-colour worlds under slips, session 11"): ``--refit N`` runs N batch-EM
+iterations (no slip mixture) from the merger's final clone HMM on every training episode so far (or the last
+``--refit-last`` ones) and scores it: forgetting against a local optimum; ``--deep EPISODES`` makes the
+experiment that led to the learner's deep sleeps (batch EM over the buffer after those episodes, the kept
+counts replaced, ``--deep-iter`` iterations); ``--set`` sets class attributes or module constants (JSON);
+``--agent-seed`` the learner's seed (the benchmark's is 1), for means over learner seeds.
+
     python analysis/replay_probe.py torus-9x9-c3 clean 0 [--params '{"n_iter": 8}'] [--checkpoints 1000,3000]
-        [--structure] [--alloc-by-visits 10 --alloc-cap 30]
+        [--structure] [--alloc-by-visits 10 --alloc-cap 30] [--refit 50 [--refit-last 200]] [--agent-seed 2]
+        [--deep 100,200,300 --deep-iter 20] [--set '{"NOISE_AFTER": 100000}']
 
 Prints one JSON line per checkpoint.
 """
