@@ -920,10 +920,12 @@ def absorb_counts(S, C, Q, Z, pairs, on, starts, sizes, slip, add, floor=0.0):
                             qsum[j] += Q[a, i, j]
                     for a in range(A):
                         for j in range(s1, s1 + n1):
-                            t = (1.0 - slip) * Q[a, i, j] + slip / A * qsum[j]
-                            r = C[a, i, j] / t if t > 0.0 else 0.0
-                            C[a, i, j] = r
-                            rsum[j] += r
+                            c = C[a, i, j]
+                            if c != 0.0:   # 0 / t is 0: the division only where the batch counted
+                                t = (1.0 - slip) * Q[a, i, j] + slip / A * qsum[j]
+                                r = c / t if t > 0.0 else 0.0
+                                C[a, i, j] = r
+                                rsum[j] += r
                     at = base[p] + (i - s0) * n1 - s1
                     for j in range(s1, s1 + n1):
                         part[at + j] = slip / A * rsum[j] * qsum[j]
