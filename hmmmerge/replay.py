@@ -10,11 +10,11 @@ What a sleep does (:meth:`ReplayMerger.sleep`):
 
 * the episodes lived since the last sleep and ``replay`` episodes drawn at
   random from the last ``window`` ones (level 1 stores every episode; this
-  merger keeps their (action, observation) sequences) form a batch; with
-  ``priority=True`` (not the default yet) an episode is drawn in proportion to
-  the rarity of the clones it passes through (:meth:`ReplayMerger._replay_priority`),
+  merger keeps their (action, observation) sequences) form a batch; an episode is
+  drawn in proportion to the rarity of the places (blocks of clones) it passes
+  through (``priority=True``, the default; :meth:`ReplayMerger._replay_priority`),
   so that rarely visited places are re-estimated under the current model before
-  stepwise EM forgets them;
+  stepwise EM forgets them, and the start counts come from the new episodes;
 * ``n_iter`` EM iterations on the batch (by default more on small models, see
   :data:`ITER_BUDGET`), warm-started from the current
   model: an E-step (forward-backward on the clone blocks, the numba kernels of
@@ -78,6 +78,10 @@ NOISE_AFTER = 20
 SPLIT_MIN_VISITS = 20
 #: the weight of the split evidence of earlier sleeps is multiplied by this at every sleep
 SPLIT_MEMORY = 0.5
+#: ``priority=True``: a step of a replayed episode weighs ``1 / (v + PRIORITY_FLOOR * mean v)``, ``v`` the expected
+#: visits of its clone's block and ``mean v`` that of a clone holding level-1 states: at most 1 / PRIORITY_FLOOR
+#: times a step through a clone of mean visits (see ReplayMerger._replay_priority)
+PRIORITY_FLOOR = 0.1
 #: clones in all above which the default ``n_clones`` shrinks (to at least 20 per observation, 5 beyond 100)
 CLONE_BUDGET = 600
 #: ``alloc="visits"``: the most and the fewest clones a view seen before the first sleep gets (the cap is the
@@ -164,9 +168,10 @@ class ReplayMerger(Estimator):
         more than :data:`CLONE_CAP` of them; a view not seen yet keeps the even count, the total is the
         even layout's. A world of at most 20 views keeps 30 per view, as with ``"even"`` (BENCHMARKS.md,
         "Clones by visits"). ``"even"``: every view the same number (``n_clones`` or its default).
-    priority : draw the replayed episodes in proportion to the rarity of their clones
-        (:meth:`_replay_priority`); False (the default until every benchmark set is re-run with it:
-        BENCHMARKS.md, "Clean large grids, session 10"): uniformly.
+    priority : draw the replayed episodes in proportion to the rarity of the places they pass through
+        (:meth:`_replay_priority`; the start distribution is then learned from the new episodes alone);
+        False: uniformly, every episode's start counted (the learner of session 10; BENCHMARKS.md,
+        "Clean large grids, session 11").
 
     >>> ReplayMerger(n_clones=5).n_clones
     5
@@ -184,7 +189,7 @@ class ReplayMerger(Estimator):
     def __init__(self, n_clones: int | None = None, replay: int = 20, window: int = 200, n_iter: int | None = None,
                  step_exponent: float = 0.51, pseudocount: float = 1e-3, prune: float = 1e-3, risk: float = 0.05,
                  tolerance: float = 0.2, slip: float = 0.05, min_new: int = 10, split: float = 25.0,
-                 dirichlet: float = 0.01, alloc: str = "visits", priority: bool = False):
+                 dirichlet: float = 0.01, alloc: str = "visits", priority: bool = True):
         self.n_clones = n_clones
         self.replay = replay
         self.window = window
@@ -617,8 +622,9 @@ class ReplayMerger(Estimator):
             self._succ = (ptr, np.ascontiguousarray(self._pairs[order, 1]))
         return self._succ
 
-    def _expected_counts(self, d):
-        """E-step into the kept buffer: ``(log P(X), C, Bc)`` (``C`` nonzero on the batch's blocks only)."""
+    def _expected_counts(self, d, start_weight=None):
+        """E-step into the kept buffer: ``(log P(X), C, Bc)`` (``C`` nonzero on the batch's blocks only);
+        ``start_weight``: a weight per episode of ``d`` on its start counts ``Bc`` (None: 1 each)."""
         ll = d.log_likelihood(self._T, self._B)
         Bc = np.zeros(self._H)
         if not np.isfinite(ll):
@@ -628,8 +634,8 @@ class ReplayMerger(Estimator):
         d.K.transition_counts(self._T, d.starts, d.sizes, d.obs, d.acts, d.off, d.alpha, d.bk, order, bounds,
                               self._C)
         flat, states = d._first_blocks()
-        c = np.repeat(d.scale[d.first], d._first_len)
-        np.add.at(Bc, states, d.alpha[flat] * d.bk[flat] * c)
+        c = d.scale[d.first] if start_weight is None else d.scale[d.first] * start_weight
+        np.add.at(Bc, states, d.alpha[flat] * d.bk[flat] * np.repeat(c, d._first_len))
         return ll, self._C, Bc
 
     def sleep(self, memory, clusters, rng=None) -> list[dict]:
@@ -657,9 +663,14 @@ class ReplayMerger(Estimator):
         if n_new == 0 or (n_new < int(self.min_new) and self._T is not None):
             return [dict(report, postponed=n_new > 0)]
         n_old = len(self._episodes) - n_new
+        start_weight = None
         if n_old and self.priority and self._S is not None:
             pr = self._replay_priority(n_old)
             picks = rng.choice(n_old, size=min(int(self.replay), n_old), p=pr / pr.sum())
+            # episodes drawn by rarity are not a sample of where episodes start: the start counts come from
+            # the new episodes alone, weighted up to the batch's size (random starts: BENCHMARKS.md, "Clean
+            # large grids, session 11")
+            start_weight = np.concatenate([np.full(n_new, (n_new + len(picks)) / n_new), np.zeros(len(picks))])
         else:
             picks = rng.integers(0, n_old, size=min(int(self.replay), n_old)) if n_old else np.zeros(0, dtype=np.int64)
         batch = [self._episodes[i] for i in np.concatenate([np.arange(n_old, len(self._episodes)), picks]).tolist()]
@@ -684,7 +695,7 @@ class ReplayMerger(Estimator):
         # iteration's M-step writes them all
         on = self._pairs_in(d)
         for it in range(self._n_iter):
-            ll, C, Bc = self._expected_counts(d)
+            ll, C, Bc = self._expected_counts(d, start_weight)
             if not np.isfinite(ll):
                 raise ValueError("replayed episodes have probability 0 under level 2 (pseudocount too small?)")
             eta = (self._updates + 2.0) ** -float(self.step_exponent)
@@ -728,16 +739,21 @@ class ReplayMerger(Estimator):
 
     def _replay_priority(self, n_old: int) -> np.ndarray:
         """The weight of each of the first ``n_old`` buffered episodes in the replay draw:
-        ``sum_t 1 / (v(c_t) + 1 / n_old)`` over its steps, ``c_t`` the clone of step ``t``'s level-1 state and
-        ``v`` the expected visits of a clone per episode (:meth:`_weights`; a step without a clone counts
-        as a clone never visited).
+        ``sum_t 1 / (v(b_t) + f)`` over its steps, ``b_t`` the block (lumped clones, :meth:`_lump`) of the clone
+        of step ``t``'s level-1 state, ``v`` the expected visits of a block per episode (the kept counts of its
+        clones, :meth:`_weights`), ``f`` :data:`PRIORITY_FLOOR` times the mean visits of a clone that holds
+        level-1 states (a step without a clone counts as a block never visited).
 
         Drawn uniformly, a clone's replayed visits follow its visits: a place seen in one episode of a
         hundred is replayed about once in five sleeps, and in between stepwise EM decays its kept counts
         with every update, so its row rests on the last visit or two, counted under an older model
-        (BENCHMARKS.md, "Clean large grids, session 10"). Drawn with this weight, every step counts in
-        inverse proportion to its clone's visits, so the replayed visits are spread over the clones more
-        evenly. ``1 / n_old`` is the visits per episode of a clone seen once in the buffer.
+        (BENCHMARKS.md, "Clean large grids, session 10"). Drawn with this weight, a step counts in inverse
+        proportion to the visits of its place as level 2 sees it, so the replayed visits are spread over
+        the places more evenly. The block, not the clone: a spurious duplicate (a clone that a slip or an
+        aliased patch made, lumped with the clone of its place) weighs as its place does, so it is not
+        replayed back to life; and the floor bounds a step's weight at ``1 / f``, so that a few rarely
+        visited clones do not take every draw (session 11: with the clone and a floor of one visit in the
+        buffer, the 3-colour torus lost 0.025).
 
         >>> from hmmmerge import gridworld, random_walk
         >>> from hmmmerge.agent import TwoLevelMemory
@@ -746,13 +762,15 @@ class ReplayMerger(Estimator):
         True
         """
         eps = self._episodes[:n_old]
-        floor = 1.0 / n_old
         states = np.concatenate([e[2] for e in eps])
         cs = self._clone_state
         clone = np.where(states < len(cs), cs[np.minimum(states, len(cs) - 1)], -1) if len(cs) else \
             np.full(len(states), -1)
         w = self._weights()
-        per_step = 1.0 / (np.where(clone >= 0, w[np.maximum(clone, 0)], 0.0) + floor)
+        used = self._clone_n > 0
+        floor = PRIORITY_FLOOR * float(w[used].mean()) if used.any() and w[used].sum() > 0 else 1.0 / n_old
+        v = np.bincount(self._block, weights=w)[self._block]   # the visits of each clone's block
+        per_step = 1.0 / (np.where(clone >= 0, v[np.maximum(clone, 0)], 0.0) + floor)
         cuts = np.concatenate([[0], np.cumsum([len(e[2]) for e in eps])[:-1]]).astype(np.int64)
         return np.add.reduceat(per_step, cuts)
 

@@ -547,24 +547,102 @@ def _grid_life(priority=True, episodes=120):
         random_walk(env, episodes, 40, seed=3))
 
 
-def test_the_replay_priority_is_the_sum_over_steps_of_one_over_the_visits_of_their_clone():
+def test_the_replay_priority_is_the_sum_over_steps_of_one_over_the_visits_of_their_block_plus_the_floor():
+    from hmmmerge.replay import PRIORITY_FLOOR
+
     m = _grid_life().merger_
     n = len(m._episodes)
-    m._clone_state[m._episodes[1][2][3]] = -1     # a step without a clone counts as a clone never visited
+    m._clone_state[m._episodes[1][2][3]] = -1     # a step without a clone counts as a block never visited
     w = m._weights()
+    floor = PRIORITY_FLOOR * np.mean([w[c] for c in range(m._H) if m._clone_n[c] > 0])
 
-    def brute(n_old):                             # step by step
+    def brute(n_old):                             # step by step, a block's visits summed over its clones
         out = []
         for obs, acts, states in m._episodes[:n_old]:
             total = 0.0
             for s in states.tolist():
                 c = int(m._clone_state[s])
-                total += 1.0 / ((w[c] if c >= 0 else 0.0) + 1.0 / n_old)
+                v = sum(w[j] for j in range(m._H) if m._block[j] == m._block[c]) if c >= 0 else 0.0
+                total += 1.0 / (v + floor)
             out.append(total)
         return out
 
+    assert len(np.unique(m._block)) < m._H        # some blocks hold several clones on this walk
     assert np.allclose(m._replay_priority(n), brute(n), rtol=1e-12)
     assert np.allclose(m._replay_priority(n - 5), brute(n - 5), rtol=1e-12)   # the old episodes only
+
+
+def test_a_duplicate_lumped_with_its_place_is_not_replayed_more_than_its_place_and_a_step_weighs_at_most_the_floor():
+    from hmmmerge.replay import PRIORITY_FLOOR
+
+    m = _grid_life().merger_
+    n = len(m._episodes)
+    w = m._weights()
+    # the busiest clone gets a duplicate: an unused clone of its view joins its block, and one step of an
+    # episode through the busy clone is moved to the duplicate (as a slip read as a place of its own would)
+    busy = int(np.argmax(np.where(m._clone_n > 0, w, -1.0)))
+    view = m._colour[busy]
+    dup = next(j for j in range(m._starts[view], m._starts[view] + m._sizes[view]) if m._clone_n[j] == 0)
+    e, t = next((e, t) for e, (_, _, st) in enumerate(m._episodes) for t, s in enumerate(st.tolist())
+                if m._clone_state[s] == busy)
+    m._S[:, dup, :] = 0.0
+    m._Z = None                                   # the duplicate holds (nearly) no kept visits
+    before = m._replay_priority(n)
+    m._block[dup] = m._block[busy]
+    m._clone_state[m._episodes[e][2][t]] = dup   # (the per-clone counts are left: the floor stays the same)
+    after = m._replay_priority(n)
+    assert after[e] == pytest.approx(before[e], rel=1e-12)   # the step weighs what its place weighs
+    m._block[dup] = int(m._block.max()) + 1       # the duplicate a place of its own: now a rare one
+    assert m._replay_priority(n)[e] > before[e] + 0.5 / (PRIORITY_FLOOR * w[m._clone_n > 0].mean())
+    # no step weighs more than one through a block never visited: 1 / (floor x a used clone's mean visits)
+    lens = np.array([len(x[2]) for x in m._episodes])
+    w = m._weights()
+    assert (m._replay_priority(n) <= lens / (PRIORITY_FLOOR * w[m._clone_n > 0].mean()) * (1 + 1e-12)).all()
+
+
+def _random_start_life(priority):
+    env = gridworld(6, 6, n_colours=3, seed=2)
+    agent = TwoLevelMemory(3, 4, merger=ReplayMerger(priority=priority), seed=0)
+    return agent.fit(random_walk(env, 80, 30, seed=5, start="random")), env
+
+
+@pytest.mark.parametrize("priority", [True, False])
+def test_with_priority_the_start_counts_come_from_the_new_episodes_alone(priority):
+    # with the rarity draw, the replayed episodes are not a sample of where episodes start: whatever is
+    # replayed, a sleep's start counts are the new episodes' start posteriors, scaled to the batch's size
+    starts = []
+    for draw in (1, 2):
+        agent, env = _random_start_life(priority)
+        m = agent.merger_
+        agent.sleep_every = 10**6                 # 12 more episodes lived, not learned from yet
+        agent.partial_fit(random_walk(env, 13, 30, seed=9, start="random"))
+        assert m._n_new >= 12
+        new = m._episodes[-m._n_new:]
+        d_new = m._data(np.concatenate([x[0] for x in new]), np.concatenate([x[1] for x in new]))
+        d_new.log_likelihood(m._T, m._B)
+        d_new._backward(m._T)
+        flat, states = d_new._first_blocks()
+        want = np.zeros(m._H)                     # each new episode's posterior of its first clone
+        np.add.at(want, states, d_new.alpha[flat] * d_new.bk[flat] * np.repeat(d_new.scale[d_new.first],
+                                                                                d_new._first_len))
+        seen = []
+        original = m._expected_counts
+
+        def record(d, start_weight=None):
+            out = original(d, start_weight)
+            seen.append(out[2].copy())
+            return out
+
+        m._expected_counts = record
+        n_new = m._n_new
+        m.sleep(agent.memory_, agent.clusters_, rng=np.random.default_rng(draw))
+        starts.append(seen[0])
+        n_batch = n_new + min(m.replay, len(m._episodes) - n_new)
+        assert seen[0].sum() == pytest.approx(n_batch, rel=1e-9)   # one start per episode of the batch
+        if priority:
+            assert np.allclose(seen[0], want * n_batch / n_new, rtol=1e-9, atol=1e-12)
+    # replayed episodes move the start counts only without priority (random starts: they differ)
+    assert np.allclose(starts[0], starts[1], rtol=1e-9, atol=1e-12) == priority
 
 
 def test_prioritised_replay_spreads_the_replayed_visits_over_the_clones_more_evenly_than_uniform_draws():
@@ -620,7 +698,7 @@ def test_a_prioritised_life_resumes_from_a_file_as_it_would_have_gone_on(tmp_pat
     assert back.merger_.priority is True          # the option is kept with the merger's parameters
     back.partial_fit(second)
     assert np.array_equal(whole.merger_._T, back.merger_._T)
-    assert not np.array_equal(whole.merger_._T, agent().set_params(merger=ReplayMerger()).fit(first)
+    assert not np.array_equal(whole.merger_._T, agent().set_params(merger=ReplayMerger(priority=False)).fit(first)
                               .partial_fit(second).merger_._T)   # and it changes the life
 
 

@@ -521,8 +521,9 @@ def test_the_model_is_the_m_step_of_the_scaled_counts_and_the_scale_is_only_a_re
     env = gridworld(6, 6, n_colours=9, seed=1, slip=slip, obs_noise=noise)
     walk = random_walk(env, 300, 30, seed=4)
 
-    def fit():
-        return TwoLevelMemory(9, 4, merger=ReplayMerger(min_new=5), seed=2).fit(walk)
+    def fit():   # uniform draws: the rarity draw reads the blocks, where a near tie of the lumping test may
+        # go either way at rounding level, and the two lives then replay other episodes
+        return TwoLevelMemory(9, 4, merger=ReplayMerger(min_new=5, priority=False), seed=2).fit(walk)
 
     lazy = fit()
     m = lazy.merger_
