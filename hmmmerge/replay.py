@@ -93,6 +93,16 @@ CLONE_CAP, CLONE_FLOOR = 30, 1
 ITER_BUDGET = 720
 #: the fewest and the most iterations per sleep of ``n_iter=None``
 ITER_MIN, ITER_MAX = 2, 8
+#: ``deep=None``: a deep sleep (batch EM over the whole buffer, :meth:`ReplayMerger._deep_sleep`) makes
+#: ``DEEP_BUDGET // H`` iterations for ``H`` clones in all (20 with 3 views of 30 clones, 15 with 4) on models
+#: of at most DEEP_MAX_CLONES clones, where stepwise EM is slowest; none on larger ones (with 6-8 views
+#: they gained nothing measurable and lost up to 0.007 with slips: BENCHMARKS.md, "Few-colour worlds
+#: under slips, session 11")
+DEEP_BUDGET, DEEP_MAX_CLONES = 1800, 120
+#: a deep sleep's kept counts: this share from the buffer re-counted, the rest the stepwise counts before it
+#: (replacing them all overfits the buffer's 200 episodes where slips spread the rows; BENCHMARKS.md,
+#: "Few-colour worlds under slips, session 11")
+DEEP_MIX = 0.5
 #: the scale of the kept counts below which it is folded into them (``S`` stays far from the float range)
 SCALE_FLOOR = 1e-100
 #: a clone's row of a batch's counts is dropped when every count in it would add less than this share of
@@ -162,6 +172,11 @@ class ReplayMerger(Estimator):
         recorded one (``T_a = (1 - e) Q_a + e mean_b Q_b``, ``e`` then estimated by EM); 0 turns it off.
     split : a clone whose visits came in two ways followed by different views is split in two at a sleep
         when the likelihood-ratio statistic of the two groups exceeds this (:meth:`_split`); 0 turns it off.
+    deep : iterations of a deep sleep, made whenever ``window // 2`` episodes were learned since the last
+        one: batch EM over every buffered episode from the current model, the kept counts moved a share
+        :data:`DEEP_MIX` towards the buffer's (:meth:`_deep_sleep`); None: ``DEEP_BUDGET // H`` for ``H``
+        clones in all up to :data:`DEEP_MAX_CLONES` (120: 3 or 4 views of 30 clones), else 0 (:attr:`n_deep_`);
+        0 turns them off.
     alloc : ``"visits"``: with ``n_clones=None``, at the first sleep the views seen so far share their
         clones of the even layout by how often each was seen (:func:`allocate_clones`, at least
         :data:`CLONE_FLOOR` and at most :data:`CLONE_CAP` each) when the most seen view's share asks for
@@ -183,13 +198,13 @@ class ReplayMerger(Estimator):
         "prune": Float(0.0, 1.0), "risk": Float(0.0, 1.0, low_open=True),
         "tolerance": Float(0.0, 1.0), "slip": Float(0.0, 0.99), "min_new": Int(1, 10**6),
         "split": Float(0.0, 1e9), "dirichlet": Float(0.0, 1.0), "alloc": Options("visits", "even"),
-        "priority": Bool(),
+        "priority": Bool(), "deep": Int(0, 1000, none=True),
     }
 
     def __init__(self, n_clones: int | None = None, replay: int = 20, window: int = 200, n_iter: int | None = None,
                  step_exponent: float = 0.51, pseudocount: float = 1e-3, prune: float = 1e-3, risk: float = 0.05,
                  tolerance: float = 0.2, slip: float = 0.05, min_new: int = 10, split: float = 25.0,
-                 dirichlet: float = 0.01, alloc: str = "visits", priority: bool = True):
+                 dirichlet: float = 0.01, alloc: str = "visits", priority: bool = True, deep: int | None = None):
         self.n_clones = n_clones
         self.replay = replay
         self.window = window
@@ -205,6 +220,7 @@ class ReplayMerger(Estimator):
         self.dirichlet = dirichlet
         self.alloc = alloc
         self.priority = priority
+        self.deep = deep
         self._A = None
 
     # ------------------------------------------------------------ set-up
@@ -234,6 +250,7 @@ class ReplayMerger(Estimator):
         self._var = 0.0          # variance factor of the kept statistics: 1 / (effective number of episodes)
         self._episodes: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (obs, acts, states), last `window`
         self._n_new = 0         # episodes at the end of the buffer not learned from yet
+        self._since_deep = 0    # episodes learned from since the last deep sleep
         self._cur = ([], [], [])  # the episode being lived: obs, actions, level-1 states
         self._last = -1          # the last level-1 state placed
         self._n_seen = 0         # level-1 states that existed at the last chunk
@@ -255,6 +272,7 @@ class ReplayMerger(Estimator):
         self._starts = np.concatenate([[0], np.cumsum(self._sizes)[:-1]]).astype(np.int64)
         self._H = int(self._sizes.sum())
         self._n_iter = self._iterations(self._H)
+        self._n_deep = self._deep_iterations(self._H)
         check_memory(f"replay merger: {self._H} clones x {self._A} actions", 3 * 8 * self._A * self._H ** 2)
         self._colour = np.repeat(np.arange(self._K), self._sizes)
         self._block = np.arange(self._H, dtype=np.int64)     # block (lumped clones) of each clone
@@ -313,6 +331,29 @@ class ReplayMerger(Estimator):
         if self.n_iter is not None:
             return int(self.n_iter)
         return int(min(ITER_MAX, max(ITER_MIN, ITER_BUDGET // int(n_clones_total))))
+
+    def _deep_iterations(self, n_clones_total: int) -> int:
+        """``deep``, or its default for ``n_clones_total`` clones in all (see :data:`DEEP_BUDGET`).
+
+        >>> [ReplayMerger()._deep_iterations(30 * k) for k in (3, 4, 5, 6, 8, 10, 20)]
+        [20, 15, 0, 0, 0, 0, 0]
+        """
+        if self.deep is not None:
+            return int(self.deep)
+        if int(n_clones_total) > DEEP_MAX_CLONES:
+            return 0
+        return int(DEEP_BUDGET // int(n_clones_total))
+
+    @property
+    def n_deep_(self) -> int:
+        """Iterations of a deep sleep in this life (``deep``, or its default for the capacity); 0 before any data.
+
+        >>> from hmmmerge import gridworld, random_walk
+        >>> from hmmmerge.agent import TwoLevelMemory
+        >>> TwoLevelMemory(3, 4, merge="replay", seed=0).fit(random_walk(gridworld(n_colours=3), 5, seed=0)).merger_.n_deep_
+        20
+        """
+        return 0 if self._A is None else self._n_deep
 
     @property
     def n_iter_(self) -> int:
@@ -720,6 +761,10 @@ class ReplayMerger(Estimator):
             self._updates += 1
             self._m_step(pair_on=on if it + 1 < self._n_iter else None)
         n_split = self._split(d) if self.split else 0
+        self._since_deep += n_new
+        deep = 0
+        if self._n_deep and self._since_deep >= max(int(self.window) // 2, 1):
+            deep = self._deep_sleep()
         self._n_new = 0
         # the batch's level-1 states take their most probable clone under the new model; clones are
         # lumped into blocks; C is written from the blocks
@@ -734,8 +779,56 @@ class ReplayMerger(Estimator):
         self._lump()
         self._fold_unheld()
         self._write_clusters(clusters, memory.n_states)
-        report.update(replayed=len(picks), views_read_as_noise=int(repaired), clones_split=n_split, pairs_dropped=n_dropped, noise_rate=self._noise, log_likelihood_per_step=float(ll) / len(obs), clusters=clusters.n_clusters)
+        report.update(replayed=len(picks), views_read_as_noise=int(repaired), clones_split=n_split, deep_episodes=deep, pairs_dropped=n_dropped, noise_rate=self._noise, log_likelihood_per_step=float(ll) / len(obs), clusters=clusters.n_clusters)
         return [report]
+
+    def _deep_sleep(self) -> int:
+        """Batch EM over every buffered episode, :attr:`n_deep_` iterations from the current model, the kept
+        counts at every iteration ``(1 - DEEP_MIX)`` those before the deep sleep plus ``DEEP_MIX`` the
+        buffer's expected counts per episode (:data:`DEEP_MIX`); returns the episodes learned from.
+
+        Stepwise EM learns slowly where many places look alike: every update moves the kept counts a step
+        ``eta`` towards the batch's, and on a 3-colour torus the model needed three times EM's 1,000 episodes
+        to reach EM's accuracy (BENCHMARKS.md, "Few-colour worlds under slips, session 11").  Longer memory
+        (a smaller ``eta``) keeps the counts of older, worse models; more iterations per sleep forget faster.
+        A deep sleep re-counts the whole buffer under the current model, so half the kept counts rest on
+        ``window`` episodes counted under one model, as batch EM's do (all of them: the model overfits the
+        buffer where slips spread the rows).  Its work is ``window`` episodes x
+        :attr:`n_deep_` passes, once every ``window // 2`` episodes: bounded, and only on small models."""
+        from ._replay_kernels import absorb_counts
+
+        eps = self._episodes
+        obs = np.concatenate([e[0] for e in eps])
+        acts = np.concatenate([e[1] for e in eps])
+        self._add_pairs(obs, acts)   # pairs dropped as faded come back with the buffer's raw views ...
+        d = self._data(obs, acts)
+        # ... and the views read as noise are replaced, as at every sleep (the pairs only they make then take
+        # no counts and are dropped again at the end of the sleep)
+        views, repaired = self._views_read_as_noise(d, obs, acts, update=False)
+        if repaired:
+            self._add_pairs(views, acts)
+            d = self._data(views, acts)
+        on = np.ones(len(self._pairs), dtype=np.bool_)
+        n = len(eps)
+        mix = float(DEEP_MIX)
+        floor = COUNT_FLOOR * float(self.pseudocount) * n / (float(self.window) * mix)
+        kept = (self._g * (1.0 - mix)) * self._S, (self._g * (1.0 - mix)) * self._row_sums(), \
+            (1.0 - mix) * self._Sb, (1.0 - mix) * self._Sslip
+        for _ in range(self._n_deep):
+            ll, C, Bc = self._expected_counts(d)
+            if not np.isfinite(ll):
+                raise ValueError("buffered episodes have probability 0 under level 2 (pseudocount too small?)")
+            self._S[:] = kept[0]
+            self._Z[:] = kept[1]
+            self._g = 1.0
+            slipped = absorb_counts(self._S, C, self._Q, self._Z, self._pairs, on, self._starts, self._sizes,
+                                    self._slip, mix / n, floor)
+            self._Sb[:] = kept[2] + mix * Bc / n
+            self._Sslip = kept[3] + mix * slipped / n
+            self._m_step()
+        self._var = (1.0 - mix) ** 2 * self._var + mix ** 2 / n
+        self._since_deep = 0
+        return n
 
     def _replay_priority(self, n_old: int) -> np.ndarray:
         """The weight of each of the first ``n_old`` buffered episodes in the replay draw:
@@ -891,7 +984,7 @@ class ReplayMerger(Estimator):
         P = np.add.reduceat(self._T[:, np.concatenate([[j], others])][:, :, order], bounds, axis=2)
         return np.abs(P[:, 1:] - P[:, :1]).sum(axis=(0, 2))
 
-    def _views_read_as_noise(self, d, obs, acts):
+    def _views_read_as_noise(self, d, obs, acts, update: bool = True):
         """Estimate the rate of random views and replace the views that are more likely random than not.
 
         Evidence per step (:func:`~hmmmerge._replay_kernels.noise_odds`): the next ``NOISE_HORIZON``
@@ -900,6 +993,8 @@ class ReplayMerger(Estimator):
         is the fixed point of ``q = mean_t P(random | evidence_t, q)``, kept as a running average like
         the statistics; a view whose posterior exceeds 1/2 is replaced by the view the skip belief
         expects (for this sleep's EM only; level 1 keeps what was seen).  Returns ``(views, count)``.
+        ``update=False`` (a deep sleep's buffer, most of it read at earlier sleeps): the kept rate is the
+        prior, and it is not updated.
         """
         from ._replay_kernels import noise_odds
 
@@ -909,16 +1004,17 @@ class ReplayMerger(Estimator):
                                         NOISE_HORIZON, self._K, 0.5, *self._successors())
         moves = np.isfinite(log_odds)
         lo = np.clip(log_odds[moves], -700.0, 700.0)
-        q = 0.05
-        for _ in range(50):
+        q = 0.05 if update else self._noise
+        for _ in range(50 if update else 0):
             q = min(float(np.mean(1.0 / (1.0 + (1.0 - q) / q * np.exp(-lo)))), NOISE_MAX) if len(lo) else 0.0
             if q <= 1e-12:
                 q = 0.0
                 break
-        # one sleep's estimate rests on thousands of views: a short average (half from this sleep) is
-        # enough, and forgets the early sleeps, whose unlearned model reads surprises as noise
-        eta = max((self._updates + 2.0) ** -float(self.step_exponent), 0.5)
-        self._noise = (1.0 - eta) * self._noise + eta * q
+        if update:
+            # one sleep's estimate rests on thousands of views: a short average (half from this sleep) is
+            # enough, and forgets the early sleeps, whose unlearned model reads surprises as noise
+            eta = max((self._updates + 2.0) ** -float(self.step_exponent), 0.5)
+            self._noise = (1.0 - eta) * self._noise + eta * q
         post = np.zeros(len(obs))
         if q > 0.0:
             post[moves] = 1.0 / (1.0 + (1.0 - q) / q * np.exp(-lo))
@@ -1215,6 +1311,7 @@ class ReplayMerger(Estimator):
             "pairs": self._pairs.copy(), "slip": np.array([self._slip, self._Sslip]),
             "split_codes": self._evidence[0].copy() if self._evidence is not None else np.zeros(0, dtype=np.int64),
             "split_counts": self._evidence[1].copy() if self._evidence is not None else np.zeros(0),
+            "since_deep": np.array([self._since_deep], dtype=np.int64),   # episodes learned since a deep sleep
         }
         return {_PREFIX + k: v for k, v in out.items()}
 
@@ -1325,6 +1422,8 @@ class ReplayMerger(Estimator):
             if len(codes) and (np.diff(codes) <= 0).any():
                 raise ValueError(f"{source}: replay_split_codes must be strictly increasing")
             self._evidence = (codes, counts) if len(codes) else None
+        # files before deep sleeps: none made yet
+        self._since_deep = int(get.ints("since_deep", shape=(1,), low=0)[0]) if _PREFIX + "since_deep" in d else 0
         self._pairs, self._has_pair, self._slip, self._Sslip = pairs, has_pair, slip, slipped
         self._T, self._B = (T, B) if has else (None, None)
         self._S, self._Sb = (S, Sb) if updates else (None, None)

@@ -534,7 +534,8 @@ def test_a_three_colour_torus_is_learned_better_with_the_default_iterations_than
     train, fresh = random_walk(env, 200, 30, seed=seed), random_walk(env, 100, 30, seed=100 + seed)
     acc = {}
     for n_iter in (2, None):
-        agent = TwoLevelMemory(3, 4, merger=ReplayMerger(n_iter=n_iter), seed=seed).fit(train)
+        # deep=0: the iterations per sleep alone (deep sleeps: tests/test_replay_deep.py)
+        agent = TwoLevelMemory(3, 4, merger=ReplayMerger(n_iter=n_iter, deep=0), seed=seed).fit(train)
         acc[n_iter] = score_trajectories(agent.level2_hmm(), fresh).accuracy
     assert agent.merger_.n_iter_ == 8
     # 200 episodes: two iterations per sleep are still far from the torus (0.68-0.71), eight near it (0.90-0.92)
