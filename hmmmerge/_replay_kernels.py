@@ -830,22 +830,31 @@ def _pair_runs(pairs, starts, sizes, redo, pair_on):
         if redo[o] and (every or pair_on[p]):
             nxt[fill[o]] = pairs[p, 1]
             fill[o] += 1
-    rptr = np.zeros(K + 1, dtype=np.int64)
-    lo = np.empty(ptr[K], dtype=np.int64)
-    hi = np.empty(ptr[K], dtype=np.int64)
-    nr = 0
     for o in range(K):
         nxt[ptr[o]:ptr[o + 1]].sort()   # views in order: their clones in order
+    return _adjoining_runs(ptr, nxt, starts, sizes)
+
+
+@njit(cache=True)
+def _adjoining_runs(ptr, cols, starts, sizes):
+    """The clone blocks of the views ``cols[ptr[o]:ptr[o + 1]]`` after each view ``o`` (increasing) as runs of
+    adjoining clones: ``(run_ptr, lo, hi)``, view ``o``'s runs ``lo[run_ptr[o]:run_ptr[o + 1]]`` to ``hi[...]``."""
+    K = ptr.shape[0] - 1
+    run_ptr = np.zeros(K + 1, dtype=np.int64)
+    lo = np.empty(cols.shape[0], dtype=np.int64)
+    hi = np.empty(cols.shape[0], dtype=np.int64)
+    nr = 0
+    for o in range(K):
         for q in range(ptr[o], ptr[o + 1]):
-            s0 = starts[nxt[q]]
-            if nr > rptr[o] and hi[nr - 1] == s0:
-                hi[nr - 1] = s0 + sizes[nxt[q]]
+            s0 = starts[cols[q]]
+            if nr > run_ptr[o] and hi[nr - 1] == s0:
+                hi[nr - 1] = s0 + sizes[cols[q]]
             else:
                 lo[nr] = s0
-                hi[nr] = s0 + sizes[nxt[q]]
+                hi[nr] = s0 + sizes[cols[q]]
                 nr += 1
-        rptr[o + 1] = nr
-    return rptr, lo, hi
+        run_ptr[o + 1] = nr
+    return run_ptr, lo, hi
 
 
 @njit(cache=True)
@@ -1193,20 +1202,7 @@ def noise_odds(T, starts, sizes, obs, acts, off, alpha, scale, horizon, n_obs, e
     log_odds = np.full(N, -np.inf)
     expected = np.full(N, -1, dtype=np.int64)
     # the views after each view as runs of contiguous clones (one loop where the pairs' blocks adjoin)
-    run_ptr = np.zeros(K + 1, dtype=np.int64)
-    run_lo = np.empty(succ_col.shape[0], dtype=np.int64)
-    run_hi = np.empty(succ_col.shape[0], dtype=np.int64)
-    nr = 0
-    for o in range(K):
-        for q in range(succ_ptr[o], succ_ptr[o + 1]):
-            lo = starts[succ_col[q]]
-            if nr > run_ptr[o] and run_hi[nr - 1] == lo:
-                run_hi[nr - 1] = lo + sizes[succ_col[q]]
-            else:
-                run_lo[nr] = lo
-                run_hi[nr] = lo + sizes[succ_col[q]]
-                nr += 1
-        run_ptr[o + 1] = nr
+    run_ptr, run_lo, run_hi = _adjoining_runs(succ_ptr, succ_col, starts, sizes)
     # steps taken by (action, previous view): consecutive steps read the same rows of T (each step's
     # numbers are its own: the order changes no result)
     key = np.empty(N, dtype=np.int64)
