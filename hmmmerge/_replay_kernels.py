@@ -817,19 +817,11 @@ def _pair_runs(pairs, starts, sizes, redo, pair_on):
     ``lo[ptr[o]:ptr[o + 1]]`` to ``hi[...]`` (increasing)."""
     K = sizes.shape[0]
     every = pair_on.shape[0] == 0
-    ptr = np.zeros(K + 1, dtype=np.int64)
+    on = np.empty(pairs.shape[0], dtype=np.bool_)
     for p in range(pairs.shape[0]):
-        if redo[pairs[p, 0]] and (every or pair_on[p]):
-            ptr[pairs[p, 0] + 1] += 1
-    for o in range(K):
-        ptr[o + 1] += ptr[o]
-    nxt = np.empty(ptr[K], dtype=np.int64)
-    fill = ptr[:-1].copy()
-    for p in range(pairs.shape[0]):
-        o = pairs[p, 0]
-        if redo[o] and (every or pair_on[p]):
-            nxt[fill[o]] = pairs[p, 1]
-            fill[o] += 1
+        on[p] = redo[pairs[p, 0]] and (every or pair_on[p])
+    ptr, idx = _pairs_by_view(pairs, K, on)
+    nxt = pairs[idx, 1].copy()
     for o in range(K):
         nxt[ptr[o]:ptr[o + 1]].sort()   # views in order: their clones in order
     return _adjoining_runs(ptr, nxt, starts, sizes)
