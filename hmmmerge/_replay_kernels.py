@@ -817,35 +817,36 @@ def _pair_runs(pairs, starts, sizes, redo, pair_on):
     ``lo[ptr[o]:ptr[o + 1]]`` to ``hi[...]`` (increasing)."""
     K = sizes.shape[0]
     every = pair_on.shape[0] == 0
-    ptr = np.zeros(K + 1, dtype=np.int64)
+    on = np.empty(pairs.shape[0], dtype=np.bool_)
     for p in range(pairs.shape[0]):
-        if redo[pairs[p, 0]] and (every or pair_on[p]):
-            ptr[pairs[p, 0] + 1] += 1
-    for o in range(K):
-        ptr[o + 1] += ptr[o]
-    nxt = np.empty(ptr[K], dtype=np.int64)
-    fill = ptr[:-1].copy()
-    for p in range(pairs.shape[0]):
-        o = pairs[p, 0]
-        if redo[o] and (every or pair_on[p]):
-            nxt[fill[o]] = pairs[p, 1]
-            fill[o] += 1
-    rptr = np.zeros(K + 1, dtype=np.int64)
-    lo = np.empty(ptr[K], dtype=np.int64)
-    hi = np.empty(ptr[K], dtype=np.int64)
-    nr = 0
+        on[p] = redo[pairs[p, 0]] and (every or pair_on[p])
+    ptr, idx = _pairs_by_view(pairs, K, on)
+    nxt = pairs[idx, 1].copy()
     for o in range(K):
         nxt[ptr[o]:ptr[o + 1]].sort()   # views in order: their clones in order
+    return _adjoining_runs(ptr, nxt, starts, sizes)
+
+
+@njit(cache=True)
+def _adjoining_runs(ptr, cols, starts, sizes):
+    """The clone blocks of the views ``cols[ptr[o]:ptr[o + 1]]`` after each view ``o`` (increasing) as runs of
+    adjoining clones: ``(run_ptr, lo, hi)``, view ``o``'s runs ``lo[run_ptr[o]:run_ptr[o + 1]]`` to ``hi[...]``."""
+    K = ptr.shape[0] - 1
+    run_ptr = np.zeros(K + 1, dtype=np.int64)
+    lo = np.empty(cols.shape[0], dtype=np.int64)
+    hi = np.empty(cols.shape[0], dtype=np.int64)
+    nr = 0
+    for o in range(K):
         for q in range(ptr[o], ptr[o + 1]):
-            s0 = starts[nxt[q]]
-            if nr > rptr[o] and hi[nr - 1] == s0:
-                hi[nr - 1] = s0 + sizes[nxt[q]]
+            s0 = starts[cols[q]]
+            if nr > run_ptr[o] and hi[nr - 1] == s0:
+                hi[nr - 1] = s0 + sizes[cols[q]]
             else:
                 lo[nr] = s0
-                hi[nr] = s0 + sizes[nxt[q]]
+                hi[nr] = s0 + sizes[cols[q]]
                 nr += 1
-        rptr[o + 1] = nr
-    return rptr, lo, hi
+        run_ptr[o + 1] = nr
+    return run_ptr, lo, hi
 
 
 @njit(cache=True)
@@ -920,10 +921,12 @@ def absorb_counts(S, C, Q, Z, pairs, on, starts, sizes, slip, add, floor=0.0):
                             qsum[j] += Q[a, i, j]
                     for a in range(A):
                         for j in range(s1, s1 + n1):
-                            t = (1.0 - slip) * Q[a, i, j] + slip / A * qsum[j]
-                            r = C[a, i, j] / t if t > 0.0 else 0.0
-                            C[a, i, j] = r
-                            rsum[j] += r
+                            c = C[a, i, j]
+                            if c != 0.0:   # 0 / t is 0: the division only where the batch counted
+                                t = (1.0 - slip) * Q[a, i, j] + slip / A * qsum[j]
+                                r = c / t if t > 0.0 else 0.0
+                                C[a, i, j] = r
+                                rsum[j] += r
                     at = base[p] + (i - s0) * n1 - s1
                     for j in range(s1, s1 + n1):
                         part[at + j] = slip / A * rsum[j] * qsum[j]
@@ -1191,20 +1194,7 @@ def noise_odds(T, starts, sizes, obs, acts, off, alpha, scale, horizon, n_obs, e
     log_odds = np.full(N, -np.inf)
     expected = np.full(N, -1, dtype=np.int64)
     # the views after each view as runs of contiguous clones (one loop where the pairs' blocks adjoin)
-    run_ptr = np.zeros(K + 1, dtype=np.int64)
-    run_lo = np.empty(succ_col.shape[0], dtype=np.int64)
-    run_hi = np.empty(succ_col.shape[0], dtype=np.int64)
-    nr = 0
-    for o in range(K):
-        for q in range(succ_ptr[o], succ_ptr[o + 1]):
-            lo = starts[succ_col[q]]
-            if nr > run_ptr[o] and run_hi[nr - 1] == lo:
-                run_hi[nr - 1] = lo + sizes[succ_col[q]]
-            else:
-                run_lo[nr] = lo
-                run_hi[nr] = lo + sizes[succ_col[q]]
-                nr += 1
-        run_ptr[o + 1] = nr
+    run_ptr, run_lo, run_hi = _adjoining_runs(succ_ptr, succ_col, starts, sizes)
     # steps taken by (action, previous view): consecutive steps read the same rows of T (each step's
     # numbers are its own: the order changes no result)
     key = np.empty(N, dtype=np.int64)
