@@ -100,14 +100,16 @@ class Level2:
 
     def soft_emission(self, memory, clusters, merger, k: int) -> tuple[np.ndarray, np.ndarray]:
         """The merger's emission distribution per cluster (fold-noisy, replay), or an empty (0, n_obs)
-        array: the online predictors then take one colour per cluster (``cluster_obs``); and the value
+        array (also when the merger's ``emission`` returns None): the online predictors then take one colour
+        per cluster (``cluster_obs``); and the value
         of every entry of each row off the cluster's own colour when the merger states it
         (``emission_floor``: replay's noise rate), else an empty array."""
         own = getattr(merger, "emission", None)  # a merger with noise-aware emissions (fold-noisy)
-        if own is None or k == 0:
+        E = own(clusters, memory.n_states) if own is not None and k else None
+        if E is None:  # none, or not now (replay's exact phase): one colour per cluster
             return np.zeros((0, self.n_obs)), np.zeros(0)
         floor = getattr(merger, "emission_floor", None)
-        return (np.ascontiguousarray(own(clusters, memory.n_states), dtype=np.float64),
+        return (np.ascontiguousarray(E, dtype=np.float64),
                 np.zeros(0) if floor is None else np.ascontiguousarray(floor(clusters), dtype=np.float64))
 
     def update_soft(self, memory, clusters, merger) -> None:

@@ -46,13 +46,23 @@ current episode.  The agent's online predictors use ``T`` restricted to the
 clusters with transitions below ``prune`` dropped (:meth:`level2_transitions`);
 :meth:`level2_hmm` is the unpruned model on the clusters.
 
+The exact phase (``exact=True``, the default): while the episodes lived so far are consistent with a
+deterministic world seen from one start -- every episode starts with the same view, and no two episodes
+that took the same actions from the start saw different views after them (a contradiction is a level-1
+state created where level 1 already had a link under the same action, :meth:`ReplayMerger.place`) --
+level 2 is the exact fold's (:class:`~hmmmerge.fold.FoldMerger`, ``merge="fold"``: exact folds are
+unbeatable on clean data). The phase ends for good at the first such proof, or when the fold's work
+(:data:`EXACT_WORK_BASE`, :data:`EXACT_WORK_PER_STEP`: a count, not a time) outgrows its budget (the fold
+of a heavily aliased world, MiniGrid's 3x3 view); stepwise EM then learns from the buffered episodes at
+its first sleep (:meth:`ReplayMerger.sleep`) and goes on as above.
+
 Why this learner: EM on clone HMMs is robust to slips, noise and random
 starts; replayed at sleeps it is online and its cost per sleep is bounded
 (measurements: BENCHMARKS.md, "The world as it is: sleep replay").
 
 >>> from hmmmerge import gridworld, random_walk
 >>> from hmmmerge.agent import TwoLevelMemory
->>> agent = TwoLevelMemory(10, 4, merge="replay", seed=0).fit(random_walk(gridworld(), 40, seed=0))
+>>> agent = TwoLevelMemory(10, 4, merger=ReplayMerger(exact=False), seed=0).fit(random_walk(gridworld(), 40, seed=0))
 >>> agent.level2_hmm().n_states == agent.n_clusters_ > 0
 True
 """
@@ -103,6 +113,20 @@ DEEP_BUDGET, DEEP_MAX_CLONES = 1800, 120
 #: (replacing them all overfits the buffer's 200 episodes where slips spread the rows; BENCHMARKS.md,
 #: "Few-colour worlds under slips, session 11")
 DEEP_MIX = 0.5
+#: ``exact=True``: in the first EXACT_WORK_EPISODES episodes the exact phase ends when the fold's work counter
+#: (journal rows written and red blocks scanned by its sleeps, :data:`hmmmerge.fold._kernels.WORK`) exceeds
+#: ``EXACT_WORK_BASE + EXACT_WORK_PER_STEP x steps`` lived, and at any time when one sleep's work exceeds
+#: EXACT_SLEEP_WORK (a sleep stops as soon as it passes its budget). Counts, not times: results stay
+#: reproducible. The fold's whole life on the clean large grids of the benchmark sets is 20-30 million, its
+#: largest sleep on their clean worlds 17.6 million (a random graph); on MiniGrid FourRooms from the start pose
+#: its work grows with level 1 (the 3x3 view: 48 million in the first 100 episodes, 960 million in the next
+#: 100), and the phase ends after 80-150 episodes, before the fold has cost a second. A phase ended late costs
+#: the accuracy of the learner started late (a 12x12 torus ended after 795 episodes: 0.940 against 0.991), so
+#: the budget that grows with the steps holds early only (BENCHMARKS.md, "Clean worlds, session 12: an exact
+#: phase")
+EXACT_WORK_BASE, EXACT_WORK_PER_STEP, EXACT_WORK_EPISODES, EXACT_SLEEP_WORK = 20_000_000, 1_000, 200, 50_000_000
+#: why the exact phase ended (``exact_end_reason_``), in the order of their codes in the checkpoint
+EXACT_REASONS = ("contradiction", "start", "work")
 #: the scale of the kept counts below which it is folded into them (``S`` stays far from the float range)
 SCALE_FLOOR = 1e-100
 #: a clone's row of a batch's counts is dropped when every count in it would add less than this share of
@@ -187,10 +211,31 @@ class ReplayMerger(Estimator):
         (:meth:`_replay_priority`; the start distribution is then learned from the new episodes alone);
         False: uniformly, every episode's start counted (the learner of session 10; BENCHMARKS.md,
         "Clean large grids, session 11").
+    exact : the exact phase (module docstring): level 2 is the exact fold's while the data are consistent with
+        a deterministic world from one start and the fold's work stays within its budget; False: stepwise EM
+        from the first sleep (the learner of session 11).
+
+    Attributes
+    ----------
+    exact_phase_ : whether level 2 is still the exact fold's.
+    exact_ended_ : the episodes lived when the exact phase ended (None while it lasts; 0 with ``exact=False``).
+    exact_end_reason_ : ``"contradiction"`` (two episodes with the same actions from the start saw different
+        views), ``"start"`` (an episode started with another view), ``"work"`` (the fold's work budget), or None.
 
     >>> ReplayMerger(n_clones=5).n_clones
     5
+    >>> from hmmmerge import gridworld, random_walk
+    >>> from hmmmerge.agent import TwoLevelMemory
+    >>> clean = TwoLevelMemory(10, 4, merge="replay", seed=0).fit(random_walk(gridworld(), 30, seed=0))
+    >>> clean.merger_.exact_phase_, clean.merger_.exact_ended_
+    (True, None)
+    >>> slips = TwoLevelMemory(10, 4, merge="replay", seed=0).fit(random_walk(gridworld().with_noise(slip=0.2), 30, seed=0))
+    >>> slips.merger_.exact_phase_, slips.merger_.exact_end_reason_
+    (False, 'contradiction')
     """
+
+    _fold = None            # the exact phase's fold (see _init)
+    _exact_end = None
 
     _parameter_constraints = {
         "n_clones": Int(1, 4096, none=True), "replay": Int(0, 10**6), "window": Int(1, 10**6), "n_iter": Int(1, 1000, none=True),
@@ -198,13 +243,14 @@ class ReplayMerger(Estimator):
         "prune": Float(0.0, 1.0), "risk": Float(0.0, 1.0, low_open=True),
         "tolerance": Float(0.0, 1.0), "slip": Float(0.0, 0.99), "min_new": Int(1, 10**6),
         "split": Float(0.0, 1e9), "dirichlet": Float(0.0, 1.0), "alloc": Options("visits", "even"),
-        "priority": Bool(), "deep": Int(0, 1000, none=True),
+        "priority": Bool(), "deep": Int(0, 1000, none=True), "exact": Bool(),
     }
 
     def __init__(self, n_clones: int | None = None, replay: int = 20, window: int = 200, n_iter: int | None = None,
                  step_exponent: float = 0.51, pseudocount: float = 1e-3, prune: float = 1e-3, risk: float = 0.05,
                  tolerance: float = 0.2, slip: float = 0.05, min_new: int = 10, split: float = 25.0,
-                 dirichlet: float = 0.01, alloc: str = "visits", priority: bool = True, deep: int | None = None):
+                 dirichlet: float = 0.01, alloc: str = "visits", priority: bool = True, deep: int | None = None,
+                 exact: bool = True):
         self.n_clones = n_clones
         self.replay = replay
         self.window = window
@@ -221,6 +267,7 @@ class ReplayMerger(Estimator):
         self.alloc = alloc
         self.priority = priority
         self.deep = deep
+        self.exact = exact
         self._A = None
 
     # ------------------------------------------------------------ set-up
@@ -263,6 +310,19 @@ class ReplayMerger(Estimator):
         self._block_of = np.zeros(0, dtype=np.int64)         # block of each cluster
         self._lumped = None      # (T, B) of the blocks (cached)
         self._t2 = None          # the agent's level-2 CSR (cached)
+        # the exact phase: the fold that is level 2 meanwhile (None once it ended), the (action, state) pairs
+        # of level 1 under which a state was created (a second one proves the world is not deterministic),
+        # the first episode's start state, steps and episodes lived, the fold's work so far
+        self._fold = None
+        if self.exact:
+            from .fold import FoldMerger
+
+            self._fold = FoldMerger()
+        self._used = np.zeros((self._A, 0), dtype=bool)
+        self._start0 = -1
+        self._steps = self._lived = self._work = 0
+        self._since_fold = 0     # episodes ended since the fold's last sleep
+        self._exact_end = None if self.exact else (0, -1)   # (episodes lived, reason code) when it ended
 
     def _layout(self, sizes) -> None:
         """Clones per view ``sizes``: the clone ranges, the capacity and what is sized by it (before any model)."""
@@ -350,7 +410,7 @@ class ReplayMerger(Estimator):
 
         >>> from hmmmerge import gridworld, random_walk
         >>> from hmmmerge.agent import TwoLevelMemory
-        >>> TwoLevelMemory(3, 4, merge="replay", seed=0).fit(random_walk(gridworld(n_colours=3), 5, seed=0)).merger_.n_deep_
+        >>> TwoLevelMemory(3, 4, merger=ReplayMerger(exact=False), seed=0).fit(random_walk(gridworld(n_colours=3), 5, seed=0)).merger_.n_deep_
         20
         """
         return 0 if self._A is None else self._n_deep
@@ -361,10 +421,27 @@ class ReplayMerger(Estimator):
 
         >>> from hmmmerge import gridworld, random_walk
         >>> from hmmmerge.agent import TwoLevelMemory
-        >>> TwoLevelMemory(10, 4, merge="replay", seed=0).fit(random_walk(gridworld(), 5, seed=0)).merger_.n_iter_
+        >>> TwoLevelMemory(10, 4, merger=ReplayMerger(exact=False), seed=0).fit(random_walk(gridworld(), 5, seed=0)).merger_.n_iter_
         2
         """
         return 0 if self._A is None else self._n_iter
+
+    @property
+    def exact_phase_(self) -> bool:
+        """Whether level 2 is still the exact fold's (see the class docstring); False before any data."""
+        return self._A is not None and self._fold is not None
+
+    @property
+    def exact_ended_(self) -> int | None:
+        """The episodes lived when the exact phase ended; None while it lasts (or before any data)."""
+        return None if self._A is None or self._exact_end is None else int(self._exact_end[0])
+
+    @property
+    def exact_end_reason_(self) -> str | None:
+        """Why the exact phase ended (:data:`EXACT_REASONS`); None while it lasts or with ``exact=False``."""
+        if self._A is None or self._exact_end is None or self._exact_end[1] < 0:
+            return None
+        return EXACT_REASONS[self._exact_end[1]]
 
     @property
     def n_clones_total(self) -> int:
@@ -394,6 +471,8 @@ class ReplayMerger(Estimator):
         starts_episode = int(states[0]) == memory.start_state
         if starts_episode and self._cur[0]:
             self._end_episode()
+        if starts_episode:
+            self._lived += 1
         if not starts_episode and not self._cur[0]:
             raise ValueError("a chunk continues an episode that was not placed: feed the steps in order")
         nxt = memory.next_state
@@ -413,6 +492,13 @@ class ReplayMerger(Estimator):
         clusters.grow(memory.n_states)
         fresh = states >= self._n_seen   # created since the last chunk: connect them now (the others at sleeps)
         self._n_seen = memory.n_states
+        if self._fold is not None:
+            reason = self._contradiction(states, prev, acts, fresh, starts_episode, memory.n_states)
+            if reason is None:
+                self._steps += len(states)
+                return self._fold.place(memory, clusters, states, rng)
+            self._end_exact(clusters, reason, memory.n_states)
+            return True
         if self._T is not None and fresh.any():
             n = len(self._cur[0])
             cur_obs, cur_acts = np.array(self._cur[0]), np.array(self._cur[1])
@@ -424,10 +510,60 @@ class ReplayMerger(Estimator):
         obs, acts, sts = (np.asarray(x, dtype=np.int64) for x in self._cur)
         self._episodes.append((obs, acts, sts))
         self._n_new += 1
+        if self._fold is not None:   # the exact phase learned them: the buffer keeps the last window only
+            self._n_new = min(self._n_new, int(self.window))
+            self._since_fold += 1
         drop = len(self._episodes) - max(int(self.window), self._n_new)
         if drop > 0:
             del self._episodes[:drop]
         self._cur = ([], [], [])
+
+    # ------------------------------------------------------------ the exact phase
+    def _contradiction(self, states, prev, acts, fresh, starts_episode, n_states):
+        """Record the level-1 states of a chunk in the trie of the exact phase; the reason code (index of
+        :data:`EXACT_REASONS`) when the chunk proves that the episodes do not come from a deterministic world
+        seen from one start, else None.
+
+        Level 1 (Algorithm 1) is a trie over the actions from the start: a step follows the link of its
+        action when the state there shows the view seen, else a new state replaces the link. So a state is
+        created under an (action, state) pair that already had one exactly when two episodes took the same
+        actions from the start and then saw different views; an episode's first state created anew while a
+        start state exists is a different first view. ``fresh``: the states created since the last chunk.
+
+        >>> m = ReplayMerger(); m._init(2, 1)
+        >>> prev = np.array([-1, 0, 1]); acts = np.array([-1, 0, 0])
+        >>> m._contradiction(np.array([0, 1, 2]), prev, acts, np.ones(3, bool), True, 3) is None
+        True
+        >>> m._contradiction(np.array([0, 1, 3]), prev, acts, np.array([False, False, True]), True, 4)   # 1 -0-> 3 and 1 -0-> 2
+        0
+        """
+        if self._used.shape[1] < n_states:
+            grown = np.zeros((self._A, max(n_states, 2 * self._used.shape[1], 1024)), dtype=bool)
+            grown[:, :self._used.shape[1]] = self._used
+            self._used = grown
+        if starts_episode:
+            if self._start0 < 0:
+                self._start0 = int(states[0])
+            elif int(states[0]) != self._start0:
+                return EXACT_REASONS.index("start")
+        made = fresh & (acts >= 0)
+        a, p = acts[made], prev[made]
+        if self._used[a, p].any():
+            return EXACT_REASONS.index("contradiction")
+        self._used[a, p] = True
+        return None
+
+    def _end_exact(self, clusters, reason: int, n_states: int) -> None:
+        """End the exact phase for good: the fold is dropped, C emptied (level 2 is replay's from its next
+        sleep, which learns from the buffered episodes: :meth:`sleep`)."""
+        self._fold = None
+        self._used = np.zeros((self._A, 0), dtype=bool)
+        self._exact_end = (self._lived, int(reason))
+        clusters.grow(n_states)
+        clusters.assignment[:] = -1
+        clusters.rewritten(0, np.zeros(0, dtype=np.int64))
+        self._block_of = np.zeros(0, dtype=np.int64)
+        self._t2 = None
 
     # ------------------------------------------------------------ model
     def _data(self, obs, acts):
@@ -558,12 +694,14 @@ class ReplayMerger(Estimator):
 
         >>> from hmmmerge import gridworld, random_walk
         >>> from hmmmerge.agent import TwoLevelMemory
-        >>> agent = TwoLevelMemory(10, 4, merge="replay", seed=0).fit(random_walk(gridworld(), 20, seed=0))
+        >>> agent = TwoLevelMemory(10, 4, merger=ReplayMerger(exact=False), seed=0).fit(random_walk(gridworld(), 20, seed=0))
         >>> p = agent.merger_.purity(agent.memory_, agent.clusters_); 0 < p[0] <= 1
         True
         """
         from ._replay_kernels import clone_purity
 
+        if self._fold is not None:
+            return self._fold.purity(memory, clusters)
         if self._A is None or len(self._block_of) != clusters.n_clusters:
             return None
         self._check(memory)
@@ -688,21 +826,80 @@ class ReplayMerger(Estimator):
 
         >>> from hmmmerge import gridworld, random_walk
         >>> from hmmmerge.agent import TwoLevelMemory
-        >>> agent = TwoLevelMemory(10, 4, merge="replay", sleep_every=10**6, seed=0)
+        >>> agent = TwoLevelMemory(10, 4, merger=ReplayMerger(exact=False), sleep_every=10**6, seed=0)
         >>> agent = agent.fit(random_walk(gridworld(), 10, seed=0)); r = agent.sleep()[0]
-        >>> r["new"], r["replayed"], r["clusters"] == agent.n_clusters_ > 0
-        (9, 0, True)
+        >>> r["new"], r["replayed"], r["clusters"] == agent.n_clusters_ > 0, r["phase"]
+        (9, 0, True, 'replay')
+
+        In the exact phase (``exact=True``, clean data so far) the fold sleeps instead, and the report is its
+        own (:meth:`hmmmerge.fold.FoldMerger.sleep`) with ``phase="exact"``; when the fold's work outgrows
+        its budget, the phase ends and this merger's first sleep follows at once (its report after the
+        fold's, ``exact_ended="work"``):
+
+        >>> agent = TwoLevelMemory(10, 4, merge="replay", seed=0).fit(random_walk(gridworld(), 30, seed=0))
+        >>> r = agent.sleep()[0]; r["phase"], r["clusters"] == agent.n_clusters_
+        ('exact', True)
         """
+        self._check(memory)
+        if self._fold is None:
+            return [dict(self._sleep_replay(memory, clusters, rng), phase="replay")]
+        from .fold._kernels import WORK, WORK_LIMIT
+        from .fold.exact import WorkLimitReached
+
+        fold = self._fold
+        if fold._A is not None and self._since_fold < int(self.min_new):   # postponed, as replay's sleeps are
+            return [{"phase": "exact", "postponed": True, "clusters": clusters.n_clusters}]
+        self._since_fold = 0
+        fold._check(memory)
+        budget = EXACT_SLEEP_WORK
+        if self._lived <= EXACT_WORK_EPISODES:
+            budget = min(budget, EXACT_WORK_BASE + EXACT_WORK_PER_STEP * self._steps - self._work)
+        start = int(fold._st.sc[WORK])
+        fold._st.sc[WORK_LIMIT] = start + max(budget, 0) + 1   # the sleep stops once it passes the budget
+        try:
+            report = dict(fold.sleep(memory, clusters, rng)[0], phase="exact")
+        except WorkLimitReached:
+            report = {"phase": "exact", "clusters": clusters.n_clusters}
+        fold._st.sc[WORK_LIMIT] = 0
+        spent = int(fold._st.sc[WORK]) - start
+        self._work += spent
+        if spent <= budget:
+            return [report]
+        self._end_exact(clusters, EXACT_REASONS.index("work"), memory.n_states)
+        report["exact_ended"] = "work"
+        return [report, dict(self._sleep_replay(memory, clusters, rng), phase="replay")]
+
+    def _sleep_replay(self, memory, clusters, rng) -> dict:
+        """Stepwise EM's sleep (:meth:`sleep` after the exact phase); its report. The first sleep after an exact
+        phase learns the buffered episodes as the sleeps of a life without the phase would have: ``min_new``
+        new ones at a time, in order (``catch_up``: the sleeps made)."""
+        chunk = max(int(self.min_new), 1)
+        if self._T is not None or self._exact_end is None or self._exact_end[0] == 0 or self._n_new <= chunk:
+            return self._sleep_once(memory, clusters, rng)
+        eps, n = self._episodes, self._n_new
+        base = len(eps) - n
+        stops = list(range(base + chunk, len(eps), chunk)) + [len(eps)]
+        try:
+            last = base
+            for stop in stops:
+                self._episodes, self._n_new = eps[:stop], stop - last
+                report = self._sleep_once(memory, clusters, rng)
+                last = stop
+        finally:
+            self._episodes = eps
+        return dict(report, new=n, catch_up=len(stops))
+
+    def _sleep_once(self, memory, clusters, rng) -> dict:
+        """One sleep of stepwise EM (see :meth:`sleep`)."""
         from ._random import as_generator
         from ._replay_kernels import absorb_counts
 
-        self._check(memory)
         rng = as_generator(0 if rng is None else rng)
         clusters.grow(memory.n_states)
         n_new = self._n_new
         report = {"new": n_new, "replayed": 0, "log_likelihood_per_step": float("nan"), "clusters": clusters.n_clusters}
         if n_new == 0 or (n_new < int(self.min_new) and self._T is not None):
-            return [dict(report, postponed=n_new > 0)]
+            return dict(report, postponed=n_new > 0)
         n_old = len(self._episodes) - n_new
         start_weight = None
         if n_old and self.priority and self._S is not None:
@@ -780,7 +977,7 @@ class ReplayMerger(Estimator):
         self._fold_unheld()
         self._write_clusters(clusters, memory.n_states)
         report.update(replayed=len(picks), views_read_as_noise=int(repaired), clones_split=n_split, deep_episodes=deep, pairs_dropped=n_dropped, noise_rate=self._noise, log_likelihood_per_step=float(ll) / len(obs), clusters=clusters.n_clusters)
-        return [report]
+        return report
 
     def _deep_sleep(self) -> int:
         """Batch EM over every buffered episode, :attr:`n_deep_` iterations from the current model, the kept
@@ -850,7 +1047,7 @@ class ReplayMerger(Estimator):
 
         >>> from hmmmerge import gridworld, random_walk
         >>> from hmmmerge.agent import TwoLevelMemory
-        >>> m = TwoLevelMemory(10, 4, merge="replay", seed=0).fit(random_walk(gridworld(), 40, seed=0)).merger_
+        >>> m = TwoLevelMemory(10, 4, merger=ReplayMerger(exact=False), seed=0).fit(random_walk(gridworld(), 40, seed=0)).merger_
         >>> n = len(m._episodes); p = m._replay_priority(n); bool(p.shape == (n,) and (p > 0).all())
         True
         """
@@ -1195,11 +1392,15 @@ class ReplayMerger(Estimator):
 
         >>> from hmmmerge import gridworld, random_walk
         >>> from hmmmerge.agent import TwoLevelMemory
-        >>> agent = TwoLevelMemory(10, 4, merge="replay", seed=0).fit(random_walk(gridworld(), 20, seed=0))
+        >>> agent = TwoLevelMemory(10, 4, merger=ReplayMerger(exact=False), seed=0).fit(random_walk(gridworld(), 20, seed=0))
         >>> ptr, idx, val, _, _ = agent.merger_.level2_transitions(agent.memory_, agent.clusters_)
         >>> len(ptr) == 4 * agent.n_clusters_ + 1, bool(np.allclose(np.add.reduceat(val, ptr[:-1]), 1))
         (True, True)
+
+        In the exact phase: the fold's (:meth:`hmmmerge.fold.FoldMerger.level2_transitions`).
         """
+        if self._fold is not None:
+            return self._fold.level2_transitions(memory, clusters)
         if self._A is None or self._T is None or len(self._block_of) != clusters.n_clusters:
             return None
         if self._t2 is None:
@@ -1220,12 +1421,16 @@ class ReplayMerger(Estimator):
 
         >>> from hmmmerge import gridworld, random_walk
         >>> from hmmmerge.agent import TwoLevelMemory
-        >>> agent = TwoLevelMemory(10, 4, merge="replay", seed=0).fit(random_walk(gridworld(), 20, seed=0))
+        >>> agent = TwoLevelMemory(10, 4, merger=ReplayMerger(exact=False), seed=0).fit(random_walk(gridworld(), 20, seed=0))
         >>> E = agent.merger_.emission(agent.clusters_, agent.memory_.n_states); E.shape == (agent.n_clusters_, 10)
         True
+
+        None in the exact phase: a cluster of the fold emits its view (the agent then reads one view per cluster).
         """
         if self._A is None:
             raise ValueError("no level-1 state recorded yet: level 2 is not known")
+        if self._fold is not None:
+            return None
         k = clusters.n_clusters
         if len(self._block_of) != k:
             raise ValueError("the clusters are not the ones this merger wrote")
@@ -1246,7 +1451,7 @@ class ReplayMerger(Estimator):
 
         >>> from hmmmerge import gridworld, random_walk
         >>> from hmmmerge.agent import TwoLevelMemory
-        >>> agent = TwoLevelMemory(10, 4, merge="replay", seed=0).fit(random_walk(gridworld(), 20, seed=0))
+        >>> agent = TwoLevelMemory(10, 4, merger=ReplayMerger(exact=False), seed=0).fit(random_walk(gridworld(), 20, seed=0))
         >>> m = agent.merger_; E = m.emission(agent.clusters_, agent.memory_.n_states)
         >>> bool(np.all(np.sort(E, axis=1)[:, :-1] == m.emission_floor(agent.clusters_)[:, None]))
         True
@@ -1263,12 +1468,16 @@ class ReplayMerger(Estimator):
 
         >>> from hmmmerge import gridworld, random_walk
         >>> from hmmmerge.agent import TwoLevelMemory
-        >>> agent = TwoLevelMemory(10, 4, merge="replay", seed=0).fit(random_walk(gridworld(), 20, seed=0))
+        >>> agent = TwoLevelMemory(10, 4, merger=ReplayMerger(exact=False), seed=0).fit(random_walk(gridworld(), 20, seed=0))
         >>> agent.merger_.level2_hmm(agent.memory_, agent.clusters_).n_states == agent.n_clusters_
         True
         """
         from .hmm import ActionHMM
 
+        if self._fold is not None:   # the exact phase: the fold's level 2, as the agent counts it from level 1
+            from .clusters import level2_hmm
+
+            return level2_hmm(memory, clusters)
         if self._A is None or self._T is None or not len(self._block_of):
             raise ValueError("no sleep yet: there is no level-2 model")
         T, B = self._restricted()
@@ -1280,7 +1489,7 @@ class ReplayMerger(Estimator):
 
         >>> from hmmmerge import gridworld, random_walk
         >>> from hmmmerge.agent import TwoLevelMemory
-        >>> agent = TwoLevelMemory(10, 4, merge="replay", seed=0).fit(random_walk(gridworld(), 20, seed=0))
+        >>> agent = TwoLevelMemory(10, 4, merger=ReplayMerger(exact=False), seed=0).fit(random_walk(gridworld(), 20, seed=0))
         >>> sorted(agent.merger_.state_dict())[:3]
         ['replay_B', 'replay_S', 'replay_Sb']
         """
@@ -1312,7 +1521,15 @@ class ReplayMerger(Estimator):
             "split_codes": self._evidence[0].copy() if self._evidence is not None else np.zeros(0, dtype=np.int64),
             "split_counts": self._evidence[1].copy() if self._evidence is not None else np.zeros(0),
             "since_deep": np.array([self._since_deep], dtype=np.int64),   # episodes learned since a deep sleep
+            # the exact phase: in force, episodes lived when it ended (-1: not yet), why (-1: no phase), the first
+            # start state, steps and episodes lived, the fold's work so far, episodes since its last sleep; its
+            # fold under replay_exact_fold_*
+            "exact": np.array([int(self._fold is not None), -1 if self._exact_end is None else self._exact_end[0],
+                               -1 if self._exact_end is None else self._exact_end[1], self._start0, self._steps,
+                               self._lived, self._work, self._since_fold], dtype=np.int64),
         }
+        if self._fold is not None:
+            out.update({"exact_" + k: v for k, v in self._fold.state_dict().items()})
         return {_PREFIX + k: v for k, v in out.items()}
 
     def load_state_dict(self, d, source: str = "<dict>") -> None:
@@ -1321,7 +1538,7 @@ class ReplayMerger(Estimator):
 
         >>> from hmmmerge import gridworld, random_walk
         >>> from hmmmerge.agent import TwoLevelMemory
-        >>> agent = TwoLevelMemory(10, 4, merge="replay", seed=0).fit(random_walk(gridworld(), 20, seed=0))
+        >>> agent = TwoLevelMemory(10, 4, merger=ReplayMerger(exact=False), seed=0).fit(random_walk(gridworld(), 20, seed=0))
         >>> back = ReplayMerger(); back.load_state_dict(agent.merger_.state_dict())
         >>> bool(np.array_equal(back._T, agent.merger_._T))
         True
@@ -1412,7 +1629,8 @@ class ReplayMerger(Estimator):
                 n_states is not None and (last >= n_states or n_seen > n_states
                                           or (cur.shape[1] and cur[2].max() >= n_states))):
             raise ValueError(f"{source}: replay_sizes, replay_current or replay_block_of_cluster are inconsistent")
-        if n_states is not None and "assignment" in d:
+        exact = self._read_exact(d, get, source, n_seen, has)
+        if n_states is not None and "assignment" in d and exact is None:   # in the exact phase C is the fold's
             a = np.asarray(d["assignment"])
             if len(np.unique(a[a >= 0])) != len(block_of):
                 raise ValueError(f"{source}: the clusters of assignment do not match replay_block_of_cluster")
@@ -1456,6 +1674,44 @@ class ReplayMerger(Estimator):
         self._block = block
         self._block_of = block_of
         self._cluster_of[block_of] = np.arange(len(block_of))
+        self._fold, self._exact_end = (exact[0], None) if exact is not None else (None, self._exact_end)
+        self._used = np.zeros((A, 0), dtype=bool)
+        if self._fold is not None:   # the (action, state) pairs that created a state: the fold's recorded tree
+            st, n = self._fold._st, self._fold._n
+            rec = np.flatnonzero(st.parent[1:n] > 0) + 1
+            self._used = np.zeros((A, max(n_seen, 1)), dtype=bool)
+            self._used[st.action[rec], st.parent[rec] - 1] = True
+
+    def _read_exact(self, d, get, source: str, n_seen: int, has: int):
+        """The exact phase of a :meth:`load_state_dict` file: sets the counters and ``_exact_end``; returns
+        ``(fold,)`` when the phase is in force, else None (files before it: no exact phase)."""
+        if _PREFIX + "exact" not in d:
+            self._start0, self._steps, self._lived, self._work, self._since_fold = -1, 0, 0, 0, 0
+            self._exact_end = (0, -1)
+            return None
+        on, ended, reason, start0, steps, lived, work, since = get.ints("exact", shape=(8,), low=-1).tolist()
+        if on not in (0, 1) or min(steps, lived, work, since) < 0 or start0 >= max(n_seen, 1) or reason >= len(EXACT_REASONS) \
+                or (on and (ended != -1 or reason != -1 or has)) or (not on and (ended < 0 or ended > lived)):
+            raise ValueError(f"{source}: replay_exact holds out-of-range or inconsistent values")
+        if on and not self.exact:
+            raise ValueError(f"{source}: replay_exact says the exact phase is in force, but this merger has exact=False")
+        self._start0, self._steps, self._lived, self._work, self._since_fold = start0, steps, lived, work, since
+        self._exact_end = None if on else (ended, reason)
+        if not on:
+            return None
+        from .fold import FoldMerger
+
+        prefix = _PREFIX + "exact_"
+        sub = {k[len(prefix):]: v for k, v in d.items() if k.startswith(prefix)}
+        sub.update({k: v for k, v in d.items() if k.startswith("l1_")})   # the fold checks its tree against level 1
+        if "fold_sizes" not in sub:
+            raise ValueError(f"{source}: replay_exact says the exact phase is in force, but {prefix}fold_sizes is missing")
+        fold = FoldMerger()
+        fold.load_state_dict(sub, source=source)
+        if fold.n_recorded != n_seen:
+            raise ValueError(f"{source}: the exact phase's fold recorded {fold.n_recorded} level-1 states, "
+                             f"replay_sizes says {n_seen}")
+        return (fold,)
 
 
 class _Reader:

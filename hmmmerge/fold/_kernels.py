@@ -20,9 +20,13 @@ from numba import njit
 # journal operations
 PLACE, ROOT, UNION, DELTA, RED, CONFLICT = range(6)
 # scalar counters (FoldState.sc)
-JLEN, NRED, NCONF, SETTLED, NDEC, STAMP, MERGES, PROMOTIONS, CONFLICTS, NROOTS, LINKS_OK, NROWS = range(12)
-N_SC = 12
+JLEN, NRED, NCONF, SETTLED, NDEC, STAMP, MERGES, PROMOTIONS, CONFLICTS, NROOTS, LINKS_OK, NROWS, WORK, WORK_LIMIT = range(14)
+N_SC = 14
+# WORK counts journal rows written and red blocks scanned (a deterministic measure of a sleep's work);
+# a positive WORK_LIMIT makes blue_fringe and fold_groups stop with OVER_BUDGET once WORK exceeds it (the
+# state is then left mid-sleep: for a caller that drops the merger, see hmmmerge.replay's exact phase)
 NEED_ROOM = 1
+OVER_BUDGET = 2
 _KEY = np.int64(1) << 32
 
 
@@ -64,6 +68,7 @@ def _log(st, kind, x, a, old, oldc):
     st.journal[j, 3] = old
     st.journal[j, 4] = oldc
     st.sc[JLEN] = j + 1
+    st.sc[WORK] += 1
 
 
 @njit(cache=True)
@@ -334,6 +339,7 @@ def blues(st, out):
     n_red = st.sc[NRED]
     for i in range(n_red + 1):
         r = st.reds[i] if i < n_red else 0
+        st.sc[WORK] += 1
         if st.row[r] < 0:
             break
         for a in range(A1):
@@ -346,6 +352,12 @@ def blues(st, out):
                     m += 1
     out[:m].sort()
     return m
+
+
+@njit(cache=True)
+def _over_budget(st):
+    """Whether a work limit is set and the work counter passed it."""
+    return st.sc[WORK_LIMIT] > 0 and st.sc[WORK] > st.sc[WORK_LIMIT]
 
 
 @njit(cache=True)
@@ -385,6 +397,7 @@ def _evaluate(st, b, clashes, stack):
     while j < st.sc[NRED]:  # promotions earlier in this round join the candidates
         r = st.reds[j]
         j += 1
+        st.sc[WORK] += 1
         if st.colour[r] != cb:
             continue
         key = b * _KEY + r
@@ -433,6 +446,8 @@ def blue_fringe(st, k, k_single, provisional):
         room = (st.sc[NROOTS] + 1) * (2 * A1 + 4) + 16
         if st.journal.shape[0] - st.sc[JLEN] < room or st.decisions.shape[0] - st.sc[NDEC] < st.sc[NROOTS] + 1:
             return NEED_ROOM
+        if _over_budget(st):
+            return OVER_BUDGET
         n_red = st.sc[NRED]
         kk = max(min(k, n_red - 1), min(k, 2))
         if out.shape[0] < A1 * (n_red + 1):
@@ -448,6 +463,8 @@ def blue_fringe(st, k, k_single, provisional):
         n_elig, n_wait = 0, 0
         promoted = False
         for i in range(m):
+            if _over_budget(st):
+                return OVER_BUDGET
             b = out[i]
             consistent, ev_b, r_b, runner_up = _evaluate(st, b, clashes, stack)
             lead = ev_b - runner_up
@@ -582,7 +599,8 @@ def fold_groups(st, k, stack, blocks, bounds):
     nowhere and its evidence (summed over the folds) is at least ``k``: into the group's first red
     block (else its first block), the others in order; one fold decision per group folded, a clash
     rolls the group back.  Returns the number of groups folded, or -1 (before a group, where stopping
-    changes nothing) when the journal or the decision list could overflow."""
+    changes nothing) when the journal or the decision list could overflow, -2 when a work limit is set
+    and passed."""
     A1 = st.delta.shape[1]
     empty = np.zeros(0, dtype=np.int64)
     done = 0
@@ -598,6 +616,8 @@ def fold_groups(st, k, stack, blocks, bounds):
         room = (st.sc[NROOTS] + 1) * (2 * A1 + 4) + 16
         if st.journal.shape[0] - st.sc[JLEN] < room or st.decisions.shape[0] - st.sc[NDEC] < 1:
             return -1
+        if _over_budget(st):
+            return -2
         mark = st.sc[JLEN]
         st.decisions[st.sc[NDEC]] = mark
         st.sc[NDEC] += 1

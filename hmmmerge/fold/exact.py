@@ -73,6 +73,11 @@ def default_min_evidence(n_obs: int, risk: float = 1e-3) -> int:
     return max(3, math.ceil(math.log(1 / risk) / math.log(n_obs) - 1e-9))
 
 
+class WorkLimitReached(RuntimeError):
+    """A sleep stopped because the work limit set on the fold's state was passed (its state is then left
+    mid-sleep: only for a caller that drops the merger, as ``merge="replay"``'s exact phase does)."""
+
+
 def _grown(a: np.ndarray, size: int, fill) -> np.ndarray:
     """``a`` extended along its first axis to ``size`` rows of ``fill``."""
     out = np.full((size,) + a.shape[1:], fill, dtype=a.dtype)
@@ -435,14 +440,17 @@ class FoldMerger(ExactFold):
     def _blue_fringe(self, k_single: int | None = None, provisional: bool = False, k: int | None = None) -> None:
         """Promote, then merge (most evidence first) until every blue block waits for evidence
         (:func:`hmmmerge.fold._kernels.blue_fringe`; ``k_single``: that rule's minimum, default the merger's)."""
-        from ._kernels import NEED_ROOM, NROOTS, blue_fringe
+        from ._kernels import NEED_ROOM, NROOTS, OVER_BUDGET, blue_fringe
 
         k_single = self._k_single if k_single is None else k_single
         k = self._k if k is None else k
         while True:
             roots = int(self._st.sc[NROOTS])
             self._room(journal=(roots + 1) * (2 * self._A + 6) + 64, decisions=roots + 2)
-            if blue_fringe(self._st, k, k_single, provisional) != NEED_ROOM:
+            done = blue_fringe(self._st, k, k_single, provisional)
+            if done == OVER_BUDGET:
+                raise WorkLimitReached("the fold's work limit was passed mid-sleep")
+            if done != NEED_ROOM:
                 return
 
     def _fold_colours_at(self, depth: int) -> None:
@@ -457,7 +465,10 @@ class FoldMerger(ExactFold):
             roots = int(self._st.sc[NROOTS])
             self._room(journal=2 * (roots + 1) * (2 * self._A + 6) + 64, decisions=len(bounds) + 1)
             stack = np.empty((2 + (self._A + 1) * (roots + 1), 2), dtype=np.int64)
-            if fold_groups(self._st, self.colour_evidence, stack, blocks, bounds) >= 0:
+            done = fold_groups(self._st, self.colour_evidence, stack, blocks, bounds)
+            if done == -2:
+                raise WorkLimitReached("the fold's work limit was passed mid-sleep")
+            if done >= 0:
                 return
 
     def _colour_groups(self, blocks: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray]:
