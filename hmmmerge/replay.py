@@ -872,13 +872,13 @@ class ReplayMerger(Estimator):
     def _sleep_replay(self, memory, clusters, rng) -> dict:
         """Stepwise EM's sleep (:meth:`sleep` after the exact phase); its report. The first sleep after an exact
         phase learns the buffered episodes as the sleeps of a life without the phase would have: ``min_new``
-        new ones at a time, in order (``catch_up``: the sleeps made)."""
+        new ones at a time (the rest with the last), in order (``catch_up``: the sleeps made)."""
         chunk = max(int(self.min_new), 1)
         if self._T is not None or self._exact_end is None or self._exact_end[0] == 0 or self._n_new <= chunk:
             return self._sleep_once(memory, clusters, rng)
         eps, n = self._episodes, self._n_new
         base = len(eps) - n
-        stops = list(range(base + chunk, len(eps), chunk)) + [len(eps)]
+        stops = [base + chunk * (i + 1) for i in range(n // chunk - 1)] + [len(eps)]   # the rest joins the last
         try:
             last = base
             for stop in stops:

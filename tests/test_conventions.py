@@ -168,6 +168,6 @@ def test_no_numba_kernel_has_an_array_default():
 def test_the_replay_m_step_is_compiled_once_for_every_call_form():
     from hmmmerge._replay_kernels import _m_step_pairs
 
-    life = TwoLevelMemory(10, 4, merge="replay", seed=0).fit(random_walk(gridworld(), 60, seed=0))
+    life = TwoLevelMemory(10, 4, merger=ReplayMerger(exact=False), seed=0).fit(random_walk(gridworld(), 60, seed=0))
     assert life.merger_.n_clones_total > 0
     assert len(_m_step_pairs.signatures) == 1

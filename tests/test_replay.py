@@ -53,7 +53,7 @@ def test_on_a_slip_world_level2_has_the_true_states_and_transition_probabilities
     train = slip_walk(RING, RING_COLOURS, 400, 20, slip, seed)
     # two iterations per sleep (the default gives this 6-clone model 8): with 8, seed 2 predicts as well
     # (0.935 held-out) but keeps one place in two clusters and estimates the slip share at 0.033
-    agent = TwoLevelMemory(2, 2, merger=ReplayMerger(n_clones=3, n_iter=2), sleep_every=100, seed=seed).fit(train)
+    agent = TwoLevelMemory(2, 2, merger=ReplayMerger(exact=False, n_clones=3, n_iter=2), sleep_every=100, seed=seed).fit(train)
     l2 = agent.level2_hmm()
     assert l2.n_states == 4   # the clones EM spends on one place are lumped into one cluster
     # each cluster is one true state (majority label of its level-1 states), each true state one cluster
@@ -83,7 +83,7 @@ def ring_oracle():
 def test_with_random_starts_it_reaches_the_minimal_machine_and_predicts_what_the_oracle_predicts(seed):
     train = slip_walk(RING, RING_COLOURS, 300, 20, 0.0, seed, random_start=True)
     fresh = slip_walk(RING, RING_COLOURS, 100, 20, 0.0, 100 + seed, random_start=True)
-    agent = TwoLevelMemory(2, 2, merger=ReplayMerger(n_clones=3), sleep_every=100, seed=seed).fit(train)
+    agent = TwoLevelMemory(2, 2, merger=ReplayMerger(exact=False, n_clones=3), sleep_every=100, seed=seed).fit(train)
     oracle = ring_oracle()
     assert agent.level2_hmm().n_states == 4   # the ring's minimal machine: its four states
     ours = score_trajectories(agent.level2_hmm(), fresh)
@@ -98,7 +98,7 @@ def test_with_random_starts_it_reaches_the_minimal_machine_and_predicts_what_the
 
 def test_level2_is_the_merger_model_on_the_clusters_and_c_is_the_filtered_clone():
     traj = random_walk(gridworld(), 30, seed=0)
-    agent = TwoLevelMemory(10, 4, merge="replay", seed=0).fit(traj)
+    agent = TwoLevelMemory(10, 4, merger=ReplayMerger(exact=False), seed=0).fit(traj)
     m = agent.merger_
     l2 = agent.level2_hmm()
     assert l2.n_states == agent.n_clusters_ == len(m._block_of)
@@ -116,8 +116,8 @@ def test_level2_is_the_merger_model_on_the_clusters_and_c_is_the_filtered_clone(
 def test_resume_from_a_file_equals_an_uninterrupted_life(tmp_path):
     env = gridworld()
     first, second = random_walk(env, 25, seed=0), random_walk(env, 25, seed=1)
-    whole = TwoLevelMemory(10, 4, merge="replay", sleep_every=300, seed=3).fit(first).partial_fit(second)
-    part = TwoLevelMemory(10, 4, merge="replay", sleep_every=300, seed=3).fit(first)
+    whole = TwoLevelMemory(10, 4, merger=ReplayMerger(exact=False), sleep_every=300, seed=3).fit(first).partial_fit(second)
+    part = TwoLevelMemory(10, 4, merger=ReplayMerger(exact=False), sleep_every=300, seed=3).fit(first)
     part.save(tmp_path / "a.npz")
     back = TwoLevelMemory.load(tmp_path / "a.npz").partial_fit(second)
     h1, h2 = whole.history(), back.history()
@@ -139,11 +139,11 @@ def test_resume_from_a_file_equals_an_uninterrupted_life(tmp_path):
 ])
 def test_bad_parameters_are_refused_with_the_name(params, message):
     with pytest.raises(ValueError, match=message):
-        TwoLevelMemory(10, 4, merger=ReplayMerger(**params)).fit(random_walk(gridworld(), 2, seed=0))
+        TwoLevelMemory(10, 4, merger=ReplayMerger(exact=False, **params)).fit(random_walk(gridworld(), 2, seed=0))
 
 
 def _saved():
-    agent = TwoLevelMemory(10, 4, merge="replay", seed=0).fit(random_walk(gridworld(), 20, seed=0))
+    agent = TwoLevelMemory(10, 4, merger=ReplayMerger(exact=False), seed=0).fit(random_walk(gridworld(), 20, seed=0))
     d = agent.merger_.state_dict()
     d["assignment"] = agent.clusters_.assignment[:agent.memory_.n_states]
     return d
@@ -258,11 +258,11 @@ def test_the_rate_of_random_views_is_estimated_and_slips_are_not_read_as_noise()
     # the 10x10 grid: a view replaced with probability 0.1 (by any of 10 colours)
     env = gridworld()
     clean = random_walk(env, 500, seed=0)
-    agent = TwoLevelMemory(10, 4, merge="replay", seed=0).fit(noisy(clean, 0.1, 10, 1))
+    agent = TwoLevelMemory(10, 4, merger=ReplayMerger(exact=False), seed=0).fit(noisy(clean, 0.1, 10, 1))
     assert abs(agent.merger_._noise - 0.1) < 0.03
     # the same grid with slipping moves and exact views: no view is random
     slip = slip_walk(env.next_state, env.obs, 300, 50, 0.1, 2)
-    agent = TwoLevelMemory(10, 4, merge="replay", seed=0).fit(slip)
+    agent = TwoLevelMemory(10, 4, merger=ReplayMerger(exact=False), seed=0).fit(slip)
     assert agent.merger_._noise < 0.02   # a tenth of the moves slip; at most a fiftieth of the views read as random
     # level 2 emits the clone's view with 1 - q and each view with q / n_obs
     E = agent.level2_hmm().E
@@ -360,14 +360,14 @@ def test_lumping_on_pairs_is_lumping_of_the_whole_array():
 
 def test_the_slip_share_is_estimated_from_slipping_walks_and_stays_near_zero_without():
     env = gridworld()
-    slip = TwoLevelMemory(10, 4, merge="replay", seed=0).fit(slip_walk(env.next_state, env.obs, 300, 50, 0.2, 2))
-    clean = TwoLevelMemory(10, 4, merge="replay", seed=0).fit(random_walk(env, 300, seed=2))
+    slip = TwoLevelMemory(10, 4, merger=ReplayMerger(exact=False), seed=0).fit(slip_walk(env.next_state, env.obs, 300, 50, 0.2, 2))
+    clean = TwoLevelMemory(10, 4, merger=ReplayMerger(exact=False), seed=0).fit(random_walk(env, 300, seed=2))
     assert clean.merger_._slip < 0.005 < 0.02 < slip.merger_._slip
     # the model is the mixture: T_a - (1 - e) Q_a = e mean_b Q_b
     m = slip.merger_
     assert np.allclose(m._T - (1 - m._slip) * m._Q, m._slip * m._Q.mean(axis=0))
     # slip=0 turns the mixture off
-    off = TwoLevelMemory(10, 4, merge="replay", merger=ReplayMerger(slip=0.0), seed=0).fit(
+    off = TwoLevelMemory(10, 4, merge="replay", merger=ReplayMerger(exact=False, slip=0.0), seed=0).fit(
         slip_walk(env.next_state, env.obs, 60, 50, 0.2, 2))
     assert off.merger_._slip == 0.0 and np.array_equal(off.merger_._T, off.merger_._Q)
 
@@ -381,7 +381,7 @@ def test_the_rate_of_random_views_cannot_run_away_to_every_view():
 
     env = gallery.world("cscg-room", seed=0)
     walk = random_walk(env, 300, 50, seed=0, start="random")
-    agent = TwoLevelMemory(env.n_obs, env.n_actions, merge="replay", seed=0).fit(walk)
+    agent = TwoLevelMemory(env.n_obs, env.n_actions, merger=ReplayMerger(exact=False), seed=0).fit(walk)
     assert agent.merger_._noise <= NOISE_MAX
     fresh = random_walk(env, 50, 50, seed=1, start="random")
     from hmmmerge.evaluate import evaluate_model
@@ -401,7 +401,7 @@ def conflated_agent(split):
     EM: clone 5 of view 2 has no kept counts, so EM alone never uses it."""
     train = slip_walk(LOOP, LOOP_COLOURS, 40, 12, 0.0, seed=0)
     # two iterations per sleep, as when the state was planted (the default gives this 10-clone model 8)
-    agent = TwoLevelMemory(5, 1, merger=ReplayMerger(n_clones=2, split=split, n_iter=2), sleep_every=20, seed=0)
+    agent = TwoLevelMemory(5, 1, merger=ReplayMerger(exact=False, n_clones=2, split=split, n_iter=2), sleep_every=20, seed=0)
     agent.fit(train[:20])
     m = agent.merger_
     clone_of_place = np.array([0, 4, 6, 2, 4, 8])
@@ -468,7 +468,7 @@ def test_a_split_frees_the_least_visited_duplicate_even_when_every_clone_of_its_
     split is the least visited clone that the lumping found in a block with others, of any weight; its
     kept counts go to the mate whose next-block distributions are nearest its own (brute force below),
     not to the most visited one (S' = M^T S M, M the merge of the two clones)."""
-    agent = TwoLevelMemory(5, 1, merger=ReplayMerger(n_clones=4), sleep_every=20, seed=0)
+    agent = TwoLevelMemory(5, 1, merger=ReplayMerger(exact=False, n_clones=4), sleep_every=20, seed=0)
     agent.fit(slip_walk(LOOP, LOOP_COLOURS, 20, 12, 0.0, seed=0))
     m = agent.merger_
     rng = np.random.default_rng(0)
@@ -519,7 +519,7 @@ def test_default_iterations_per_sleep_are_the_documented_counts(n_obs, expected)
 
 
 def test_the_paper_grid_keeps_two_iterations_per_sleep_and_a_file_keeps_the_count(tmp_path):
-    agent = TwoLevelMemory(10, 4, merge="replay", seed=0).fit(random_walk(gridworld(), 20, seed=0))
+    agent = TwoLevelMemory(10, 4, merger=ReplayMerger(exact=False), seed=0).fit(random_walk(gridworld(), 20, seed=0))
     assert agent.merger_.n_iter_ == 2 and agent.merger_.n_iter is None
     back = ReplayMerger()
     back.load_state_dict(agent.merger_.state_dict())
@@ -535,7 +535,7 @@ def test_a_three_colour_torus_is_learned_better_with_the_default_iterations_than
     acc = {}
     for n_iter in (2, None):
         # deep=0: the iterations per sleep alone (deep sleeps: tests/test_replay_deep.py)
-        agent = TwoLevelMemory(3, 4, merger=ReplayMerger(n_iter=n_iter, deep=0), seed=seed).fit(train)
+        agent = TwoLevelMemory(3, 4, merger=ReplayMerger(exact=False, n_iter=n_iter, deep=0), seed=seed).fit(train)
         acc[n_iter] = score_trajectories(agent.level2_hmm(), fresh).accuracy
     assert agent.merger_.n_iter_ == 8
     # 200 episodes: two iterations per sleep are still far from the torus (0.68-0.71), eight near it (0.90-0.92)
@@ -544,7 +544,7 @@ def test_a_three_colour_torus_is_learned_better_with_the_default_iterations_than
 
 def _grid_life(priority=True, episodes=120):
     env = gridworld(8, 8, n_colours=6, seed=3)
-    return TwoLevelMemory(6, 4, merger=ReplayMerger(priority=priority), seed=0).fit(
+    return TwoLevelMemory(6, 4, merger=ReplayMerger(exact=False, priority=priority), seed=0).fit(
         random_walk(env, episodes, 40, seed=3))
 
 
@@ -603,7 +603,7 @@ def test_a_duplicate_lumped_with_its_place_is_not_replayed_more_than_its_place_a
 
 def _random_start_life(priority):
     env = gridworld(6, 6, n_colours=3, seed=2)
-    agent = TwoLevelMemory(3, 4, merger=ReplayMerger(priority=priority), seed=0)
+    agent = TwoLevelMemory(3, 4, merger=ReplayMerger(exact=False, priority=priority), seed=0)
     return agent.fit(random_walk(env, 80, 30, seed=5, start="random")), env
 
 
@@ -690,7 +690,7 @@ def test_a_prioritised_life_resumes_from_a_file_as_it_would_have_gone_on(tmp_pat
     first, second = random_walk(env, 30, seed=0), random_walk(env, 30, seed=1)
 
     def agent():
-        return TwoLevelMemory(10, 4, merger=ReplayMerger(priority=True), sleep_every=300, seed=3)
+        return TwoLevelMemory(10, 4, merger=ReplayMerger(exact=False, priority=True), sleep_every=300, seed=3)
 
     whole = agent().fit(first).partial_fit(second)
     part = agent().fit(first)
@@ -699,7 +699,7 @@ def test_a_prioritised_life_resumes_from_a_file_as_it_would_have_gone_on(tmp_pat
     assert back.merger_.priority is True          # the option is kept with the merger's parameters
     back.partial_fit(second)
     assert np.array_equal(whole.merger_._T, back.merger_._T)
-    assert not np.array_equal(whole.merger_._T, agent().set_params(merger=ReplayMerger(priority=False)).fit(first)
+    assert not np.array_equal(whole.merger_._T, agent().set_params(merger=ReplayMerger(exact=False, priority=False)).fit(first)
                               .partial_fit(second).merger_._T)   # and it changes the life
 
 
@@ -803,7 +803,7 @@ def test_the_sparse_level2_model_is_the_dense_one_bit_for_bit(monkeypatch, world
 
     monkeypatch.setattr(ReplayMerger, "_fold_unheld", checked_fold)
     monkeypatch.setattr(ReplayMerger, "level2_transitions", checked_transitions)
-    agent = TwoLevelMemory(10, 4, merger=ReplayMerger(n_clones=12, prune=prune), sleep_every=100, seed=0).fit(train)
+    agent = TwoLevelMemory(10, 4, merger=ReplayMerger(exact=False, n_clones=12, prune=prune), sleep_every=100, seed=0).fit(train)
     assert agent.n_clusters_ > 10 and min(checked.values()) >= 3, checked
 
 

@@ -83,7 +83,7 @@ def fitted(alloc, episodes=12, seed=0, more=10, **kw):
     """A replay agent on the uneven world: ``episodes`` walks, one sleep after them (the last episode is still
     being lived, so the sleep learns from the others), then 10 more walks with the usual sleeps."""
     env = uneven_world()
-    agent = TwoLevelMemory(env.n_obs, env.n_actions, merge="replay", merger=ReplayMerger(alloc=alloc, **kw),
+    agent = TwoLevelMemory(env.n_obs, env.n_actions, merge="replay", merger=ReplayMerger(exact=False, alloc=alloc, **kw),
                            sleep_every=10**6, seed=seed)
     walk = random_walk(env, episodes + more, 50, seed=seed)
     agent.partial_fit(walk[:episodes])
@@ -123,7 +123,7 @@ def test_even_is_the_layout_of_before_and_visits_is_the_same_on_the_paper_grid()
     assert agent.merger_._sizes.tolist() == [24] * 25
     grid = gridworld()
     walk = random_walk(grid, 30, 50, seed=1)
-    runs = [TwoLevelMemory(10, 4, merge="replay", merger=ReplayMerger(alloc=a), seed=1).fit(walk) for a in ("visits", "even")]
+    runs = [TwoLevelMemory(10, 4, merge="replay", merger=ReplayMerger(exact=False, alloc=a), seed=1).fit(walk) for a in ("visits", "even")]
     a, b = (r.history() for r in runs)
     assert all(np.array_equal(a[k], b[k], equal_nan=True) for k in a)
     assert np.array_equal(runs[0].merger_._T, runs[1].merger_._T)
@@ -133,7 +133,7 @@ def test_even_visits_keep_the_even_layout():
     # 144 views of one place each (5 clones each): no view's share of the visits asks for more than the
     # cap of the seen views' clones, so nothing moves
     env = gridworld(12, 12, n_colours=144, colours=np.arange(144).reshape(12, 12))
-    agent = TwoLevelMemory(144, 4, merge="replay", sleep_every=10**6, seed=1)
+    agent = TwoLevelMemory(144, 4, merger=ReplayMerger(exact=False), sleep_every=10**6, seed=1)
     walk = random_walk(env, 11, 50, seed=1)   # (seed 0 and 2: the start cell asks for 37 and 54 clones)
     agent.partial_fit(walk)
     agent.sleep()
@@ -149,7 +149,7 @@ def test_explicit_n_clones_is_even():
 
 def test_bad_alloc_is_refused():
     env = uneven_world()
-    agent = TwoLevelMemory(env.n_obs, env.n_actions, merge="replay", merger=ReplayMerger(alloc="uneven"), seed=0)
+    agent = TwoLevelMemory(env.n_obs, env.n_actions, merge="replay", merger=ReplayMerger(exact=False, alloc="uneven"), seed=0)
     with pytest.raises(ValueError, match="alloc must be one of"):
         agent.fit(random_walk(env, 2, 10, seed=0))
 

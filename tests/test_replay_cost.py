@@ -83,7 +83,7 @@ def spy_on_writes(merger, log):
 def test_c_and_purity_from_the_kept_counts_equal_the_recount_from_level1(seed, slip, labelled):
     env = gridworld().with_noise(slip=slip) if slip else gridworld()
     traj = random_walk(env, 150, 20, seed=seed)
-    agent = TwoLevelMemory(10, 4, merger=ReplayMerger(min_new=3), sleep_every=60, seed=seed)
+    agent = TwoLevelMemory(10, 4, merger=ReplayMerger(exact=False, min_new=3), sleep_every=60, seed=seed)
     writes = []
     for b in range(0, 150, 10):
         part = traj[b:b + 10] if labelled else (traj.obs[b:b + 10], traj.actions[b:b + 10])
@@ -99,8 +99,8 @@ def test_c_and_purity_from_the_kept_counts_equal_the_recount_from_level1(seed, s
 def test_a_loaded_agent_recounts_the_clones_and_continues_as_the_uninterrupted_one(tmp_path):
     env = gridworld().with_noise(slip=0.05)
     first, second = random_walk(env, 40, 20, seed=0), random_walk(env, 30, 20, seed=1)
-    whole = TwoLevelMemory(10, 4, merge="replay", sleep_every=100, seed=3).fit(first).partial_fit(second)
-    part = TwoLevelMemory(10, 4, merge="replay", sleep_every=100, seed=3).fit(first)
+    whole = TwoLevelMemory(10, 4, merger=ReplayMerger(exact=False), sleep_every=100, seed=3).fit(first).partial_fit(second)
+    part = TwoLevelMemory(10, 4, merger=ReplayMerger(exact=False), sleep_every=100, seed=3).fit(first)
     part.save(tmp_path / "a.npz")
     back = TwoLevelMemory.load(tmp_path / "a.npz")
     check_counts(back)
@@ -125,7 +125,7 @@ def test_near_the_label_table_limit_the_table_widens_only_as_far_as_the_limit(mo
     import hmmmerge.replay as replay
 
     monkeypatch.setattr(replay, "CLONE_LABEL_TABLE_MAX", 300 * 110)   # 300 clones; doubling 64 -> 128 would pass it
-    agent = TwoLevelMemory(10, 4, merge="replay", seed=0).fit(random_walk(gridworld(), 30, seed=0))
+    agent = TwoLevelMemory(10, 4, merger=ReplayMerger(exact=False), seed=0).fit(random_walk(gridworld(), 30, seed=0))
     assert agent.merger_._label_width > 64 and agent.merger_._clone_lab.shape == (300, 110)
     check_counts(agent)
 
@@ -134,7 +134,7 @@ def test_beyond_the_label_table_limit_purity_is_left_to_the_agent(monkeypatch):
     import hmmmerge.replay as replay
 
     monkeypatch.setattr(replay, "CLONE_LABEL_TABLE_MAX", 10)
-    agent = TwoLevelMemory(10, 4, merge="replay", seed=0).fit(random_walk(gridworld(), 30, seed=0))
+    agent = TwoLevelMemory(10, 4, merger=ReplayMerger(exact=False), seed=0).fit(random_walk(gridworld(), 30, seed=0))
     assert agent.merger_.purity(agent.memory_, agent.clusters_) is None
     assert 0 < agent.history()["purity"][-1] <= 1   # counted from level 1
 
@@ -346,7 +346,7 @@ def test_near_ties_fall_back_to_the_full_sum():
 def test_replay_emission_rows_hold_the_stated_floor_off_each_cluster_colour():
     env = gridworld().with_noise(obs_noise=0.1)
     # 200 episodes: past the first 20 updates, before which no view is read as noise
-    agent = TwoLevelMemory(10, 4, merge="replay", seed=0).fit(random_walk(env, 200, seed=0))
+    agent = TwoLevelMemory(10, 4, merger=ReplayMerger(exact=False), seed=0).fit(random_walk(env, 200, seed=0))
     arrays = agent.level2_.arrays
     assert agent.merger_._noise > 0 and len(arrays.soft_floor) == agent.n_clusters_ > 0
     off = np.ones_like(arrays.soft, dtype=bool)
@@ -523,7 +523,7 @@ def test_the_model_is_the_m_step_of_the_scaled_counts_and_the_scale_is_only_a_re
 
     def fit():   # uniform draws: the rarity draw reads the blocks, where a near tie of the lumping test may
         # go either way at rounding level, and the two lives then replay other episodes
-        return TwoLevelMemory(9, 4, merger=ReplayMerger(min_new=5, priority=False), seed=2).fit(walk)
+        return TwoLevelMemory(9, 4, merger=ReplayMerger(exact=False, min_new=5, priority=False), seed=2).fit(walk)
 
     lazy = fit()
     m = lazy.merger_
@@ -548,7 +548,7 @@ def test_sleeps_with_m_steps_on_the_batch_pairs_equal_sleeps_with_full_m_steps(m
     walk = random_walk(env, 60, 30, seed=4)
 
     def fit():
-        return TwoLevelMemory(9, 4, merger=ReplayMerger(n_iter=3), seed=2).fit(walk)
+        return TwoLevelMemory(9, 4, merger=ReplayMerger(exact=False, n_iter=3), seed=2).fit(walk)
 
     fast = fit()
     monkeypatch.setattr(ReplayMerger, "_pairs_in", lambda self, d: np.ones(len(self._pairs), dtype=bool))
@@ -750,7 +750,7 @@ def test_place_filters_under_the_pairs_registered_for_good_and_puts_the_model_ba
 
     monkeypatch.setattr(ReplayMerger, "_filtered_clones", checked_filter)
     monkeypatch.setattr(ReplayMerger, "_data", recorded_data)
-    TwoLevelMemory(9, 4, merger=ReplayMerger(n_clones=6), seed=2).fit(walk)
+    TwoLevelMemory(9, 4, merger=ReplayMerger(exact=False, n_clones=6), seed=2).fit(walk)
     assert sum(checked) >= 5, checked
 
 

@@ -62,7 +62,7 @@ def dense_em_step(Q, slip, B, colour, episodes, has_pair, scale, pc, kept=None, 
 @pytest.mark.parametrize("n_deep, slip", [(1, 0.0), (3, 0.0), (1, 0.2), (3, 0.2)])
 def test_a_deep_sleep_is_batch_em_over_the_buffered_episodes(n_deep, slip):
     env = gridworld(4, 4, n_colours=3, seed=1)
-    merger = ReplayMerger(n_clones=3, slip=slip, deep=0, window=12, split=0.0)
+    merger = ReplayMerger(exact=False, n_clones=3, slip=slip, deep=0, window=12, split=0.0)
     agent = TwoLevelMemory(3, 4, merger=merger, sleep_every=60, seed=0).fit(random_walk(env, 16, 12, seed=2))
     agent.sleep()
     m = agent.merger_
@@ -85,7 +85,7 @@ def test_a_deep_sleep_is_batch_em_over_the_buffered_episodes(n_deep, slip):
 
 def test_deep_sleeps_come_once_every_half_window_of_learned_episodes():
     env = gridworld(4, 4, n_colours=3, seed=1)
-    agent = TwoLevelMemory(3, 4, merger=ReplayMerger(n_clones=3, window=20, deep=2, min_new=1), sleep_every=10**6,
+    agent = TwoLevelMemory(3, 4, merger=ReplayMerger(exact=False, n_clones=3, window=20, deep=2, min_new=1), sleep_every=10**6,
                            seed=0)
     walk = random_walk(env, 60, 12, seed=2)
     deep, want, since, buffered = [], [], 0, 0
@@ -97,7 +97,7 @@ def test_deep_sleeps_come_once_every_half_window_of_learned_episodes():
         want.append(buffered if since >= 10 else 0)   # half the window (20) learned since the last: the buffer
         since = 0 if since >= 10 else since
     assert deep == want and sum(d > 0 for d in deep) == 5 and max(deep) == 20
-    off = TwoLevelMemory(3, 4, merger=ReplayMerger(n_clones=3, window=20, deep=0, min_new=1), sleep_every=10**6,
+    off = TwoLevelMemory(3, 4, merger=ReplayMerger(exact=False, n_clones=3, window=20, deep=0, min_new=1), sleep_every=10**6,
                          seed=0)
     off.partial_fit(walk[:12])
     assert off.sleep()[0]["deep_episodes"] == 0 and off.merger_.n_deep_ == 0
@@ -116,7 +116,7 @@ def test_default_deep_iterations_are_the_documented_counts(n_obs, expected):
 def test_a_life_with_deep_sleeps_resumes_from_a_file_as_it_would_have_gone_on(tmp_path):
     env = gridworld(4, 4, n_colours=3, seed=1)
     first, second = random_walk(env, 18, 12, seed=0), random_walk(env, 18, 12, seed=1)
-    make = lambda: TwoLevelMemory(3, 4, merger=ReplayMerger(n_clones=3, window=16, deep=2, min_new=1),  # noqa: E731
+    make = lambda: TwoLevelMemory(3, 4, merger=ReplayMerger(exact=False, n_clones=3, window=16, deep=2, min_new=1),  # noqa: E731
                                   sleep_every=60, seed=3)
     whole = make().fit(first).partial_fit(second)
     part = make().fit(first)
@@ -140,7 +140,7 @@ def test_deep_sleeps_learn_a_three_colour_torus_with_slips_better_than_stepwise_
         train, fresh = random_walk(env, 400, 50, seed=seed), random_walk(env, 100, 50, seed=100 + seed)
         acc = {}
         for deep in (0, None):
-            agent = TwoLevelMemory(3, 4, merger=ReplayMerger(deep=deep), seed=seed).fit(train)
+            agent = TwoLevelMemory(3, 4, merger=ReplayMerger(exact=False, deep=deep), seed=seed).fit(train)
             acc[deep] = score_trajectories(agent.level2_hmm(), fresh).accuracy
         assert agent.merger_.n_deep_ == 20
         gain.append(acc[None] - acc[0])

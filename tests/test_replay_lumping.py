@@ -167,7 +167,7 @@ def test_without_the_bayes_factor_test_the_lumping_is_hoeffding_alone():
     from hmmmerge._replay_kernels import lump_clones_pairs
     from hmmmerge.agent import TwoLevelMemory
 
-    agent = TwoLevelMemory(10, 4, merger=ReplayMerger(dirichlet=0.0), seed=0).fit(random_walk(gridworld(), 60, seed=1))
+    agent = TwoLevelMemory(10, 4, merger=ReplayMerger(exact=False, dirichlet=0.0), seed=0).fit(random_walk(gridworld(), 60, seed=1))
     m = agent.merger_
     m._lump()
     hoeffding = lump_clones_pairs(m._S, m._g / m._var, m._pairs, m._starts, m._sizes, m._colour,

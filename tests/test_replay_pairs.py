@@ -72,7 +72,7 @@ def test_after_every_sleep_of_a_noisy_life_only_pairs_with_counts_stay_and_the_r
         return out
 
     def fit():
-        return TwoLevelMemory(30, 4, merger=ReplayMerger(n_clones=2, min_new=5), seed=2).fit(walk)
+        return TwoLevelMemory(30, 4, merger=ReplayMerger(exact=False, n_clones=2, min_new=5), seed=2).fit(walk)
 
     with monkeypatch.context() as mp:
         mp.setattr(ReplayMerger, "sleep", checked_sleep)
@@ -85,7 +85,7 @@ def test_after_every_sleep_of_a_noisy_life_only_pairs_with_counts_stay_and_the_r
 
 def _clean_life():
     env = gridworld(6, 6, n_colours=12, seed=1)
-    agent = TwoLevelMemory(12, 4, merger=ReplayMerger(n_clones=3, min_new=5), sleep_every=10**9, seed=2)
+    agent = TwoLevelMemory(12, 4, merger=ReplayMerger(exact=False, n_clones=3, min_new=5), sleep_every=10**9, seed=2)
     agent.fit(random_walk(env, 150, 30, seed=4))
     agent.sleep()
     return env, agent
@@ -140,7 +140,7 @@ def test_resume_from_a_file_equals_an_uninterrupted_noisy_life_and_a_file_with_f
     first, second = random_walk(NOISY, 120, 30, seed=0), random_walk(NOISY, 60, 30, seed=1)
 
     def agent():
-        return TwoLevelMemory(12, 4, merger=ReplayMerger(n_clones=3, min_new=5), seed=3)
+        return TwoLevelMemory(12, 4, merger=ReplayMerger(exact=False, n_clones=3, min_new=5), seed=3)
 
     whole = agent().fit(first).partial_fit(second)
     part = agent().fit(first)
@@ -167,7 +167,7 @@ def test_resume_from_a_file_equals_an_uninterrupted_noisy_life_and_a_file_with_f
 
 @pytest.mark.parametrize("damage", [lambda x: x[1:], lambda x: np.concatenate([x, x[:1]])])
 def test_a_file_whose_pairs_do_not_match_the_model_after_drops_is_refused(tmp_path, damage):
-    agent = TwoLevelMemory(12, 4, merger=ReplayMerger(n_clones=3, min_new=5), seed=3).fit(
+    agent = TwoLevelMemory(12, 4, merger=ReplayMerger(exact=False, n_clones=3, min_new=5), seed=3).fit(
         random_walk(NOISY, 120, 30, seed=0))
     d = agent.merger_.state_dict()
     d["replay_pairs"] = damage(d["replay_pairs"])
