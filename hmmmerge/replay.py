@@ -125,6 +125,11 @@ DEEP_MIX = 0.5
 #: the budget that grows with the steps holds early only (BENCHMARKS.md, "Clean worlds, session 12: an exact
 #: phase")
 EXACT_WORK_BASE, EXACT_WORK_PER_STEP, EXACT_WORK_EPISODES, EXACT_SLEEP_WORK = 20_000_000, 1_000, 200, 50_000_000
+#: in the exact phase the fold sleeps after ``max(min_new, lived // EXACT_SLEEP_SHARE)`` new episodes: each of
+#: its sleeps passes over all of level 1 (its link counts and C are counted afresh), so sleeps that grow rarer
+#: with the life keep the cost of a 100-episode block from growing with it (every 10 episodes until 200
+#: episodes, every 50 at 1,000; BENCHMARKS.md, "Clean worlds, session 12: an exact phase")
+EXACT_SLEEP_SHARE = 20
 #: why the exact phase ended (``exact_end_reason_``), in the order of their codes in the checkpoint
 EXACT_REASONS = ("contradiction", "start", "work")
 #: the scale of the kept counts below which it is folded into them (``S`` stays far from the float range)
@@ -847,7 +852,10 @@ class ReplayMerger(Estimator):
         from .fold.exact import WorkLimitReached
 
         fold = self._fold
-        if fold._A is not None and self._since_fold < int(self.min_new):   # postponed, as replay's sleeps are
+        # postponed, as replay's sleeps are, and further as the life grows: a fold's sleep passes over all of
+        # level 1 (its link counts, C), so it sleeps after a share of the episodes lived (its cost per episode
+        # then stays bounded: EXACT_SLEEP_SHARE)
+        if fold._A is not None and self._since_fold < max(int(self.min_new), self._lived // EXACT_SLEEP_SHARE):
             return [{"phase": "exact", "postponed": True, "clusters": clusters.n_clusters}]
         self._since_fold = 0
         fold._check(memory)
