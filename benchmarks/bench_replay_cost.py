@@ -58,6 +58,9 @@ train, fresh = B.walks(env, cfg)
 def agent():
     return TwoLevelMemory(env.n_obs, env.n_actions, merge="replay", seed=[cfg["colouring"], cfg["seed"], 1])
 agent().fit(train[:20])
+from hmmmerge.replay import ReplayMerger
+if "exact" in ReplayMerger().get_params():   # past an exact phase too: replay's own kernels loaded before the clock
+    TwoLevelMemory(env.n_obs, env.n_actions, merger=ReplayMerger(exact=False)).fit(train[:20])
 a, blocks = agent(), []
 for b in range(0, train.n_episodes, spec["block"]):
     c = time.process_time()
