@@ -445,16 +445,23 @@ class ReplayMerger(Estimator):
         Pairs are registered at sleeps only: with noisy views nearly every chunk makes a new pair, and a
         model changed between sleeps made the agent rebuild its level 2 for each (half the cost of a life,
         BENCHMARKS.md, "Noise's view pairs bounded")."""
+        from ._replay_kernels import put_blocks, take_blocks
+
         saved = None
         if self._S is not None:
             moves = np.flatnonzero(acts >= 0)
-            first = np.unique(obs[moves - 1][~self._has_pair[obs[moves - 1], obs[moves]]])
-            if len(first):
-                # the M-step of _add_pairs writes the rows of ``first`` on the blocks of the moves from them
-                after = np.unique(obs[moves[np.isin(obs[moves - 1], first)]])
-                cells = np.ix_(np.arange(self._A), self._clones_of(first), self._clones_of(after))
-                saved = (cells, self._T[cells], self._Q[cells], self._pairs, self._has_pair.copy(),
-                         self._succ, self._pred, self._slip)
+            fro, to = obs[moves - 1], obs[moves]
+            new = ~self._has_pair[fro, to]
+            if new.any():
+                # the M-step of _add_pairs writes the rows of the new pairs' first views on the blocks of
+                # the moves from them: those blocks are kept and put back
+                first = np.zeros(self._K, dtype=bool)
+                first[fro[new]] = True
+                on = first[fro]
+                blocks = np.unique(fro[on] * self._K + to[on])
+                blocks = np.stack([blocks // self._K, blocks % self._K], axis=1)
+                saved = (blocks, *take_blocks(self._T, self._Q, blocks, self._starts, self._sizes), self._pairs,
+                         self._has_pair.copy(), self._succ, self._pred, self._slip)
                 self._add_pairs(obs, acts, refresh=False)
         try:
             d = self._data(obs, acts)
@@ -464,13 +471,8 @@ class ReplayMerger(Estimator):
             return self._starts[obs] + _block_argmax(d.alpha, d.off)
         finally:
             if saved is not None:
-                cells, T, Q, self._pairs, self._has_pair, self._succ, self._pred, self._slip = saved
-                self._T[cells] = T
-                self._Q[cells] = Q
-
-    def _clones_of(self, views) -> np.ndarray:
-        """The clones of ``views``, in order."""
-        return np.concatenate([np.arange(self._starts[o], self._starts[o] + self._sizes[o]) for o in views])
+                blocks, T, Q, self._pairs, self._has_pair, self._succ, self._pred, self._slip = saved
+                put_blocks(self._T, self._Q, blocks, self._starts, self._sizes, T, Q)
 
     def _connect(self, clusters, states, clones, labels) -> None:
         """Remember the clone of each new level-1 state (true labels ``labels``) and connect it to its
