@@ -240,14 +240,27 @@ def connect_online(h, o, cluster_of, bel, em_ptr, u_connect, u_choose):
     belief over them never connects.  Returns whether it connected.
     """
     m = bel.size[0]
+    n_o = em_ptr[o + 1] - em_ptr[o]
+    if n_o == 0:
+        return False
+    # the entropy is at least -(sum p) log(max p): when even that bound puts p_connect under the draw by a
+    # margin far above the round-off of the entropy's sum (relative to exp(H) / n_o), the draw cannot
+    # connect, and the logarithms (most of the cost) are skipped
+    top = 0.0
+    total = 0.0
+    for q in range(m):
+        p = bel.p[bel.support[q]]
+        top = max(top, p)
+        total += p
+    if top > 0.0:
+        bound = 1.0 - np.exp(-total * np.log(top)) / n_o
+        if bound + 1e-6 * (2.0 - bound) <= max(u_connect, 1e-12):
+            return False
     entropy = 0.0
     for q in range(m):
         p = bel.p[bel.support[q]]
         if p > 0.0:
             entropy -= p * np.log(p)
-    n_o = em_ptr[o + 1] - em_ptr[o]
-    if n_o == 0:
-        return False
     p_connect = 1.0 - np.exp(entropy) / n_o
     if p_connect <= 1e-12 or u_connect >= p_connect:  # a uniform belief never connects (round-off aside)
         return False

@@ -1,9 +1,13 @@
 """The agent's online step (``agent_steps``) filters the anchored and the pure level-2 belief once while they
-are equal (they start alike at every episode start): every prediction, belief, connection and learned model is
-the one of the plain step that filters both every move, bit for bit, for every learner."""
+are equal (they start alike at every episode start), and the online connection skips the entropy when a bound
+from the largest mass already rules the connection out: every prediction, belief, connection and learned model
+is the one of the plain step that filters both every move and always sums the entropy, bit for bit, for every
+learner."""
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from numba import njit
 
 import hmmmerge._agent_kernels as K
@@ -12,6 +16,32 @@ from hmmmerge._episodic_kernels import CURRENT, l1_observe
 from hmmmerge.agent import TwoLevelMemory
 
 SHARED = K.agent_steps  # the step under test (the lives below put a recording wrapper in its place)
+
+
+@njit(cache=False)
+def plain_connect_online(h, o, cluster_of, bel, em_ptr, u_connect, u_choose):
+    """The online connection with the entropy always summed."""
+    m = bel.size[0]
+    entropy = 0.0
+    for q in range(m):
+        p = bel.p[bel.support[q]]
+        if p > 0.0:
+            entropy -= p * np.log(p)
+    n_o = em_ptr[o + 1] - em_ptr[o]
+    if n_o == 0:
+        return False
+    p_connect = 1.0 - np.exp(entropy) / n_o
+    if p_connect <= 1e-12 or u_connect >= p_connect:
+        return False
+    acc = 0.0
+    chosen = bel.support[m - 1]
+    for q in range(m):
+        acc += bel.p[bel.support[q]]
+        if u_choose < acc:
+            chosen = bel.support[q]
+            break
+    cluster_of[h] = chosen
+    return True
 
 
 @njit(cache=False)
@@ -43,7 +73,7 @@ def plain_agent_steps(steps, g0, g1, l1, l2, anchored, filtered, fo, scratch, ou
         if k > 0:
             c = l2.cluster_of[h1]
             if c < 0 and online and a >= 0 and anchored.size[0] > 0:
-                out.joined[g] = K.connect_online(h1, o, l2.cluster_of, anchored, l2.em_ptr,
+                out.joined[g] = plain_connect_online(h1, o, l2.cluster_of, anchored, l2.em_ptr,
                                                  steps.uniforms[g, 0], steps.uniforms[g, 1])
             elif c >= 0:
                 K._set_onehot(anchored, c)
@@ -114,3 +144,31 @@ def test_beliefs_equal_only_bit_for_bit():
     assert not K._same_belief(b1, b2)
     K._copy_belief(b1, b2)
     assert K._same_belief(b1, b2) and b2.p.tolist() == [0.75, 0.0, 0.25, 0.0]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.integers(1, 60), st.integers(0, 8), st.floats(0.0, 6.0), st.integers(0, 2**32 - 1),
+       st.sampled_from(["draw", "at p_connect", "ulp below", "ulp above", "zero", "tiny masses"]))
+def test_the_connection_with_the_bound_is_the_plain_one(m, n_o, peak, seed, case):
+    rng = np.random.default_rng(seed)
+    k = m + 3
+    p = rng.random(m) ** (1.0 + peak * 4)   # from flat to one cluster holding nearly all
+    if case == "tiny masses":
+        p[1:] *= 1e-200
+    p /= p.sum()
+    support = rng.permutation(k)[:m]
+    bel = K.new_belief(k)
+    bel.p[support], bel.support[:m], bel.size[0] = p, support, m
+    em_ptr = np.array([0, n_o, n_o + 2], dtype=np.int64)
+    entropy = 0.0
+    for x in p:   # the plain kernel's sum, in its order
+        entropy -= x * np.log(x) if x > 0 else 0.0
+    exact = 1.0 - np.exp(entropy) / max(n_o, 1)
+    u = {"draw": rng.random(), "at p_connect": exact, "ulp below": np.nextafter(exact, -np.inf),
+         "ulp above": np.nextafter(exact, np.inf), "zero": 0.0, "tiny masses": rng.random()}[case]
+    u = float(min(max(u, 0.0), np.nextafter(1.0, 0.0)))
+    u_choose = rng.random()
+    got, want = np.full(2, -1), np.full(2, -1)
+    assert K.connect_online(1, 0, got, bel, em_ptr, u, u_choose) == \
+        plain_connect_online(1, 0, want, bel, em_ptr, u, u_choose)
+    assert got.tolist() == want.tolist()
