@@ -665,10 +665,13 @@ class ReplayMerger(Estimator):
             self._succ = (ptr, np.ascontiguousarray(self._pairs[order, 1]))
         return self._succ
 
-    def _expected_counts(self, d, start_weight=None):
+    def _expected_counts(self, d, start_weight=None, ll=None):
         """E-step into the kept buffer: ``(log P(X), C, Bc)`` (``C`` nonzero on the batch's blocks only);
-        ``start_weight``: a weight per episode of ``d`` on its start counts ``Bc`` (None: 1 each)."""
-        ll = d.log_likelihood(self._T, self._B)
+        ``start_weight``: a weight per episode of ``d`` on its start counts ``Bc`` (None: 1 each); ``ll``:
+        the log-likelihood of the forward pass ``d`` already holds under the current ``T`` and ``B`` (it is
+        then not run again), or None."""
+        if ll is None:
+            ll = d.log_likelihood(self._T, self._B)
         Bc = np.zeros(self._H)
         if not np.isfinite(ll):
             return ll, self._C, Bc
@@ -727,7 +730,9 @@ class ReplayMerger(Estimator):
         # the rate of random views is estimated from the first update on, but in the first NOISE_AFTER
         # updates no view is replaced: an unlearned model's surprises look like noise, and views repaired
         # towards its predictions would confirm its mistakes
-        noise, repaired = self._views_read_as_noise(d, obs, acts) if self._updates else (None, 0)
+        # the noise look-ahead runs the forward pass of ``d`` under the model of the first E-step (``known``)
+        noise, repaired, known = self._views_read_as_noise(d, obs, acts) if self._updates else (None, 0, None)
+        known = None if repaired else known
         if repaired:
             self._add_pairs(noise, acts)
             d = self._data(noise, acts)
@@ -738,7 +743,7 @@ class ReplayMerger(Estimator):
         # iteration's M-step writes them all
         on = self._pairs_in(d)
         for it in range(self._n_iter):
-            ll, C, Bc = self._expected_counts(d, start_weight)
+            ll, C, Bc = self._expected_counts(d, start_weight, ll=known if it == 0 else None)
             if not np.isfinite(ll):
                 raise ValueError("replayed episodes have probability 0 under level 2 (pseudocount too small?)")
             eta = (self._updates + 2.0) ** -float(self.step_exponent)
@@ -806,7 +811,8 @@ class ReplayMerger(Estimator):
         d = self._data(obs, acts)
         # ... and the views read as noise are replaced, as at every sleep (the pairs only they make then take
         # no counts and are dropped again at the end of the sleep)
-        views, repaired = self._views_read_as_noise(d, obs, acts, update=False)
+        views, repaired, known = self._views_read_as_noise(d, obs, acts, update=False)
+        known = None if repaired else known
         if repaired:
             self._add_pairs(views, acts)
             d = self._data(views, acts)
@@ -816,8 +822,8 @@ class ReplayMerger(Estimator):
         floor = COUNT_FLOOR * float(self.pseudocount) * n / (float(self.window) * mix)
         kept = (self._g * (1.0 - mix)) * self._S, (self._g * (1.0 - mix)) * self._row_sums(), \
             (1.0 - mix) * self._Sb, (1.0 - mix) * self._Sslip
-        for _ in range(self._n_deep):
-            ll, C, Bc = self._expected_counts(d)
+        for it in range(self._n_deep):
+            ll, C, Bc = self._expected_counts(d, ll=known if it == 0 else None)
             if not np.isfinite(ll):
                 raise ValueError("buffered episodes have probability 0 under level 2 (pseudocount too small?)")
             self._S[:] = kept[0]
@@ -994,14 +1000,16 @@ class ReplayMerger(Estimator):
         level 2 gave less than 1/2; for the others the two beliefs are taken to agree).  The rate ``q``
         is the fixed point of ``q = mean_t P(random | evidence_t, q)``, kept as a running average like
         the statistics; a view whose posterior exceeds 1/2 is replaced by the view the skip belief
-        expects (for this sleep's EM only; level 1 keeps what was seen).  Returns ``(views, count)``.
+        expects (for this sleep's EM only; level 1 keeps what was seen).  Returns ``(views, count, log P)``,
+        ``log P`` of the forward pass it ran (which ``d`` holds).
         ``update=False`` (a deep sleep's buffer, most of it read at earlier sleeps): the kept rate is the
         prior, and it is not updated.
         """
         from ._replay_kernels import noise_odds
 
-        if not np.isfinite(d.log_likelihood(self._T, self._B)):
-            return None, 0
+        ll = d.log_likelihood(self._T, self._B)
+        if not np.isfinite(ll):
+            return None, 0, ll
         log_odds, expected = noise_odds(self._T, d.starts, d.sizes, d.obs, d.acts, d.off, d.alpha, d.scale,
                                         NOISE_HORIZON, self._K, 0.5, *self._successors())
         moves = np.isfinite(log_odds)
@@ -1022,10 +1030,10 @@ class ReplayMerger(Estimator):
             post[moves] = 1.0 / (1.0 + (1.0 - q) / q * np.exp(-lo))
         swap = (post > 0.5) & (expected != obs) & (self._updates >= NOISE_AFTER)
         if not swap.any():
-            return None, 0
+            return None, 0, ll
         views = obs.copy()
         views[swap] = expected[swap]
-        return views, int(swap.sum())
+        return views, int(swap.sum()), ll
 
     def _pairs_in(self, d) -> np.ndarray:
         """Whether each observation pair is made by a move of the batch ``d``."""
