@@ -167,6 +167,7 @@ def test_no_numba_kernel_has_an_array_default():
 
 def test_the_replay_m_step_is_compiled_once_for_every_call_form():
     from hmmmerge._replay_kernels import _m_step_pairs
+    from hmmmerge.replay import ReplayMerger
 
     life = TwoLevelMemory(10, 4, merger=ReplayMerger(exact=False), seed=0).fit(random_walk(gridworld(), 60, seed=0))
     assert life.merger_.n_clones_total > 0
