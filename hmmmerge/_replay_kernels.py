@@ -867,8 +867,18 @@ def _pairs_by_view(pairs, K, on):
     return ptr, idx
 
 
+def absorb_counts(S, C, Q, Z, pairs, on, starts, sizes, slip, add, floor=0.0, view_moves=None):
+    """:func:`_absorb_counts`; ``view_moves``: ``(vmax, vtot)``, (A, H) arrays of zeros that take, per row
+    ``(a, i)`` of the recorded counts ``C``, the moves to its most common next view and all its moves (the
+    slip floor, :func:`~hmmmerge.replay.slip_floor`)."""
+    if view_moves is None:
+        e = np.zeros((0, 0))
+        return _absorb_counts(S, C, Q, Z, pairs, on, starts, sizes, slip, add, floor, e, e)
+    return _absorb_counts(S, C, Q, Z, pairs, on, starts, sizes, slip, add, floor, view_moves[0], view_moves[1])
+
+
 @njit(cache=True)
-def absorb_counts(S, C, Q, Z, pairs, on, starts, sizes, slip, add, floor=0.0):
+def _absorb_counts(S, C, Q, Z, pairs, on, starts, sizes, slip, add, floor, vmax, vtot):
     """Fold the E-step's counts ``C`` of the recorded action into the kept counts ``S`` of the executed
     action, on the blocks of the pairs marked ``on`` (the batch's: ``C`` is zero elsewhere): a move
     ``i -> j`` recorded as ``a`` was made by ``a`` with weight ``(1 - slip) Q_a[i, j]`` and by each ``b``
@@ -911,6 +921,15 @@ def absorb_counts(S, C, Q, Z, pairs, on, starts, sizes, slip, add, floor=0.0):
                             for j in range(s1, s1 + n1):
                                 C[a, i, j] = 0.0
                     continue
+                if vtot.shape[0] > 0:
+                    # a block holds the moves of row (a, i) to one view (pairs are distinct)
+                    for a in range(A):
+                        blk = 0.0
+                        for j in range(s1, s1 + n1):
+                            blk += C[a, i, j]
+                        vtot[a, i] += blk
+                        if blk > vmax[a, i]:
+                            vmax[a, i] = blk
                 if slip > 0.0:
                     # T_a = (1 - slip) Q_a + slip mean_b Q_b as the M-step writes it, from Q (one array less read)
                     for j in range(s1, s1 + n1):
