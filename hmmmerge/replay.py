@@ -1466,6 +1466,8 @@ class ReplayMerger(Estimator):
         self._pairs, self._has_pair, self._slip, self._Sslip = pairs, has_pair, slip, slipped
         # files before the slip floor: none kept yet (it is counted from the next sleep on)
         fl = get.floats("slip_floor", shape=(2, A, H), low=0.0) if _PREFIX + "slip_floor" in d else None
+        if fl is not None and (fl[0] > fl[1]).any():
+            raise ValueError(f"{source}: replay_slip_floor has a row with more moves to other views than moves")
         self._Soff, self._Stot = (fl[0].copy(), fl[1].copy()) if fl is not None and fl[1].any() else (None, None)
         self._T, self._B = (T, B) if has else (None, None)
         self._S, self._Sb = (S, Sb) if updates else (None, None)
