@@ -878,6 +878,15 @@ def absorb_counts(S, C, Q, Z, pairs, on, starts, sizes, slip, add, floor=0.0, vi
 
 
 @njit(cache=True)
+def _view_moves(vmax, vtot, a, i, blk):
+    """Row ``(a, i)``'s recorded moves ``blk`` to one view (a block: the pairs are distinct) into its largest
+    and its sum over views."""
+    vtot[a, i] += blk
+    if blk > vmax[a, i]:
+        vmax[a, i] = blk
+
+
+@njit(cache=True)
 def _absorb_counts(S, C, Q, Z, pairs, on, starts, sizes, slip, add, floor, vmax, vtot):
     """Fold the E-step's counts ``C`` of the recorded action into the kept counts ``S`` of the executed
     action, on the blocks of the pairs marked ``on`` (the batch's: ``C`` is zero elsewhere): a move
@@ -921,15 +930,12 @@ def _absorb_counts(S, C, Q, Z, pairs, on, starts, sizes, slip, add, floor, vmax,
                             for j in range(s1, s1 + n1):
                                 C[a, i, j] = 0.0
                     continue
-                if vtot.shape[0] > 0:
-                    # a block holds the moves of row (a, i) to one view (pairs are distinct)
+                if vtot.shape[0] > 0 and slip == 0.0:
                     for a in range(A):
                         blk = 0.0
                         for j in range(s1, s1 + n1):
                             blk += C[a, i, j]
-                        vtot[a, i] += blk
-                        if blk > vmax[a, i]:
-                            vmax[a, i] = blk
+                        _view_moves(vmax, vtot, a, i, blk)
                 if slip > 0.0:
                     # T_a = (1 - slip) Q_a + slip mean_b Q_b as the M-step writes it, from Q (one array less read)
                     for j in range(s1, s1 + n1):
@@ -939,13 +945,17 @@ def _absorb_counts(S, C, Q, Z, pairs, on, starts, sizes, slip, add, floor, vmax,
                         for j in range(s1, s1 + n1):
                             qsum[j] += Q[a, i, j]
                     for a in range(A):
+                        blk = 0.0
                         for j in range(s1, s1 + n1):
                             c = C[a, i, j]
                             if c != 0.0:   # 0 / t is 0: the division only where the batch counted
+                                blk += c
                                 t = (1.0 - slip) * Q[a, i, j] + slip / A * qsum[j]
                                 r = c / t if t > 0.0 else 0.0
                                 C[a, i, j] = r
                                 rsum[j] += r
+                        if vtot.shape[0] > 0:
+                            _view_moves(vmax, vtot, a, i, blk)
                     at = base[p] + (i - s0) * n1 - s1
                     for j in range(s1, s1 + n1):
                         part[at + j] = slip / A * rsum[j] * qsum[j]
