@@ -870,7 +870,7 @@ def _pairs_by_view(pairs, K, on):
 def absorb_counts(S, C, Q, Z, pairs, on, starts, sizes, slip, add, floor=0.0, view_moves=None):
     """:func:`_absorb_counts`; ``view_moves``: ``(vmax, vtot)``, (A, H) arrays of zeros that take, per row
     ``(a, i)`` of the recorded counts ``C``, the moves to its most common next view and all its moves (the
-    slip floor, :func:`~hmmmerge.replay.slip_floor`)."""
+    slip floor, :func:`~hmmmerge.replay.slip_share_floor`)."""
     if view_moves is None:
         e = np.zeros((0, 0))
         return _absorb_counts(S, C, Q, Z, pairs, on, starts, sizes, slip, add, floor, e, e)

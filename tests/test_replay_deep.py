@@ -59,10 +59,11 @@ def dense_em_step(Q, slip, B, colour, episodes, has_pair, scale, pc, kept=None, 
     return Qn, (1 - e) * Qn + e * Qn.mean(axis=0), e, Bn / Bn.sum()
 
 
-@pytest.mark.parametrize("n_deep, slip", [(1, 0.0), (3, 0.0), (1, 0.2), (3, 0.2)])
-def test_a_deep_sleep_is_batch_em_over_the_buffered_episodes(n_deep, slip):
+@pytest.mark.parametrize("n_deep, slip, on", [(1, 0.0, False), (3, 0.0, False), (1, 0.2, False), (3, 0.2, False),
+                                              (1, 0.2, True), (3, 0.2, True)])
+def test_a_deep_sleep_is_batch_em_over_the_buffered_episodes(n_deep, slip, on):
     env = gridworld(4, 4, n_colours=3, seed=1)
-    merger = ReplayMerger(n_clones=3, slip=slip, deep=0, window=12, split=0.0)
+    merger = ReplayMerger(n_clones=3, slip=slip, deep=0, window=12, split=0.0, slip_floor=on)
     agent = TwoLevelMemory(3, 4, merger=merger, sleep_every=60, seed=0).fit(random_walk(env, 16, 12, seed=2))
     agent.sleep()
     m = agent.merger_
@@ -70,10 +71,10 @@ def test_a_deep_sleep_is_batch_em_over_the_buffered_episodes(n_deep, slip):
     Q, e, B = m._Q.copy(), m._slip, m._B.copy()
     kept = (m._g * m._S.copy(), m._Sb.copy(), m._Sslip)
     var = (1 - DEEP_MIX) ** 2 * m._var + DEEP_MIX ** 2 / 12
-    # the slip floor (the stepwise sleeps' off-view moves per row; a deep sleep does not count them): the
+    # slip_floor=True: the stepwise sleeps' off-view moves per row (a deep sleep does not count them), their
     # weighted median share x A / (A - 1) by brute force over the candidates, at most the initial slip
     floor = 0.0
-    if slip:
+    if on:
         seen = m._Stot > 0
         share, w = m._Soff[seen] / m._Stot[seen], m._Stot[seen]
         median = min(v for v in share.tolist() if w[share <= v].sum() >= 0.5 * w.sum())
@@ -85,7 +86,7 @@ def test_a_deep_sleep_is_batch_em_over_the_buffered_episodes(n_deep, slip):
     assert m._deep_sleep() == 12
     assert np.allclose(m._Q, Q, atol=1e-9) and np.allclose(m._T, T, atol=1e-9) and np.allclose(m._B, B, atol=1e-9)
     assert np.isclose(m._slip, e, atol=1e-12) and (e > 0.01 if slip else e == 0.0)
-    assert not slip or m._Sslip / m._kept_sums()[1] < e == floor   # here the floor holds e above EM's share
+    assert not on or m._Sslip / m._kept_sums()[1] < e == floor   # here the floor holds e above EM's share
     # every move kept: the mix of the kept moves per episode and the buffer's; the sample grows
     moves = sum(int((x[1] >= 0).sum()) for x in m._episodes) / 12
     assert np.isclose(m._g * m._S.sum(), (1 - DEEP_MIX) * kept[0].sum() + DEEP_MIX * moves)

@@ -1,6 +1,6 @@
-"""The slip share's floor of the replay learner (:func:`hmmmerge.replay.slip_floor`): ``e`` is at least the
-moves'-weighted median share of a row's recorded moves to another view than its most common one, times
-``A / (A - 1)``, capped at the initial ``slip``."""
+"""The slip share's floor of the replay learner (``ReplayMerger(slip_floor=True)``,
+:func:`hmmmerge.replay.slip_share_floor`): ``e`` is at least the moves'-weighted median share of a row's recorded
+moves to another view than its most common one, times ``A / (A - 1)``, capped at the initial ``slip``."""
 
 import os
 import sys
@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from hmmmerge import gridworld, random_walk
 from hmmmerge.agent import TwoLevelMemory
-from hmmmerge.replay import ReplayMerger, slip_floor
+from hmmmerge.replay import ReplayMerger
+from hmmmerge.replay import slip_share_floor as slip_floor
 
 sys.path.insert(0, os.path.dirname(__file__))
 from test_replay_cost import _uneven_pairs  # noqa: E402  (random views and pairs)
@@ -95,7 +96,7 @@ def test_the_floor_vanishes_on_a_clean_world_and_holds_e_under_slips():
     for slip, n in ((0.0, 300), (0.1, 300)):
         env = gridworld(6, 6, n_colours=4, seed=1)
         env = env.with_noise(slip=slip) if slip else env
-        m = TwoLevelMemory(4, 4, merger=ReplayMerger(), seed=0).fit(random_walk(env, n, 30, seed=0)).merger_
+        m = TwoLevelMemory(4, 4, merger=ReplayMerger(slip_floor=True), seed=0).fit(random_walk(env, n, 30, seed=0)).merger_
         floor, em = slip_floor(m._Soff, m._Stot, 4), m._Sslip / m._kept_sums()[1]
         if slip:
             assert 0.02 < floor < float(m.slip) and em < floor and m._slip == floor
@@ -107,14 +108,15 @@ def test_a_file_before_the_floor_loads_and_a_damaged_floor_is_refused(tmp_path):
     import pytest
 
     env = gridworld(5, 5, n_colours=4, seed=1).with_noise(slip=0.1)
-    agent = TwoLevelMemory(4, 4, merger=ReplayMerger(n_clones=3, min_new=5), seed=3).fit(random_walk(env, 40, 20, seed=0))
+    agent = TwoLevelMemory(4, 4, merger=ReplayMerger(n_clones=3, min_new=5, slip_floor=True), seed=3).fit(
+        random_walk(env, 40, 20, seed=0))
     d = agent.merger_.state_dict()
     assert d["replay_slip_floor"][1].any()
     old = {k: v for k, v in d.items() if k != "replay_slip_floor"}
-    fresh = ReplayMerger(n_clones=3, min_new=5)
+    fresh = ReplayMerger(n_clones=3, min_new=5, slip_floor=True)
     fresh.load_state_dict(old)   # a file before the floor: none kept, counted again from the next sleep
     assert fresh._Soff is None and fresh._slip == agent.merger_._slip
-    back = ReplayMerger(n_clones=3, min_new=5)
+    back = ReplayMerger(n_clones=3, min_new=5, slip_floor=True)
     back.load_state_dict(d)
     assert np.array_equal(back._Soff, agent.merger_._Soff) and np.array_equal(back._Stot, agent.merger_._Stot)
     for damage, match in ((lambda x: x[:, :, :-1], "shape"), (lambda x: -x, "outside"),
@@ -123,3 +125,23 @@ def test_a_file_before_the_floor_loads_and_a_damaged_floor_is_refused(tmp_path):
         with pytest.raises(ValueError, match=r"^a\.npz: replay_slip_floor") as err:
             ReplayMerger(n_clones=3).load_state_dict(bad, source="a.npz")
         assert match in str(err.value)
+
+
+def test_off_by_default_and_a_life_with_the_floor_resumes_from_a_file_as_it_would_have_gone_on(tmp_path):
+    env = gridworld(5, 5, n_colours=4, seed=1).with_noise(slip=0.1)
+    first, second = random_walk(env, 40, 20, seed=0), random_walk(env, 30, 20, seed=1)
+    plain = TwoLevelMemory(4, 4, merger=ReplayMerger(n_clones=3, min_new=5), seed=3).fit(first).merger_
+    assert plain._Soff is None and not plain.state_dict()["replay_slip_floor"].any()
+    assert plain._slip == plain._Sslip / plain._kept_sums()[1]   # EM's share alone
+
+    def make():
+        return TwoLevelMemory(4, 4, merger=ReplayMerger(n_clones=3, min_new=5, slip_floor=True), seed=3)
+
+    whole = make().fit(first).partial_fit(second)
+    part = make().fit(first)
+    part.save(tmp_path / "a.npz")
+    back = TwoLevelMemory.load(tmp_path / "a.npz").partial_fit(second)
+    assert back.merger_.slip_floor
+    w, b = whole.merger_.state_dict(), back.merger_.state_dict()
+    assert sorted(w) == sorted(b) and all(np.array_equal(w[k], b[k]) for k in w)
+    assert whole.merger_._slip > whole.merger_._Sslip / whole.merger_._kept_sums()[1]   # the floor holds e
