@@ -240,14 +240,27 @@ def connect_online(h, o, cluster_of, bel, em_ptr, u_connect, u_choose):
     belief over them never connects.  Returns whether it connected.
     """
     m = bel.size[0]
+    n_o = em_ptr[o + 1] - em_ptr[o]
+    if n_o == 0:
+        return False
+    # the entropy is at least -(sum p) log(max p): when even that bound puts p_connect under the draw by a
+    # margin far above the round-off of the entropy's sum (relative to exp(H) / n_o), the draw cannot
+    # connect, and the logarithms (most of the cost) are skipped
+    top = 0.0
+    total = 0.0
+    for q in range(m):
+        p = bel.p[bel.support[q]]
+        top = max(top, p)
+        total += p
+    if top > 0.0:
+        bound = 1.0 - np.exp(-total * np.log(top)) / n_o
+        if bound + 1e-6 * (2.0 - bound) <= max(u_connect, 1e-12):
+            return False
     entropy = 0.0
     for q in range(m):
         p = bel.p[bel.support[q]]
         if p > 0.0:
             entropy -= p * np.log(p)
-    n_o = em_ptr[o + 1] - em_ptr[o]
-    if n_o == 0:
-        return False
     p_connect = 1.0 - np.exp(entropy) / n_o
     if p_connect <= 1e-12 or u_connect >= p_connect:  # a uniform belief never connects (round-off aside)
         return False
@@ -278,6 +291,33 @@ def _first_order_step(fo, a, o):
 
 
 @njit(cache=True)
+def _same_belief(b1, b2):
+    """Whether two beliefs are equal bit for bit: the same support in the same order, the same values
+    (both are zero off their supports)."""
+    n = b1.size[0]
+    if n != b2.size[0]:
+        return False
+    for q in range(n):
+        j = b1.support[q]
+        if b2.support[q] != j or b1.p[j] != b2.p[j]:
+            return False
+    return True
+
+
+@njit(cache=True)
+def _copy_belief(src, dst):
+    """``dst`` becomes a copy of ``src`` (support, order, values), in O(both supports)."""
+    for q in range(dst.size[0]):
+        dst.p[dst.support[q]] = 0.0
+    n = src.size[0]
+    for q in range(n):
+        j = src.support[q]
+        dst.support[q] = j
+        dst.p[j] = src.p[j]
+    dst.size[0] = n
+
+
+@njit(cache=True)
 def agent_steps(steps, g0, g1, l1, l2, anchored, filtered, fo, scratch, out, online):
     """The online agent over flat steps ``g0 <= g < g1`` (see :class:`hmmmerge.agent.TwoLevelMemory`).
 
@@ -292,6 +332,10 @@ def agent_steps(steps, g0, g1, l1, l2, anchored, filtered, fo, scratch, out, onl
     :func:`connect_online`) with the two uniform draws ``steps.uniforms[g]``.
     """
     k = l2.n_clusters
+    # the two beliefs start alike at every episode start and stay alike until the level-1 state
+    # has a cluster (anchored) or the filter is lost (filtered): while they are equal, bit for bit,
+    # the filter's step is the anchored one's, computed once and copied
+    same = k > 0 and _same_belief(anchored, filtered)
     for g in range(g0, g1):
         a = steps.actions[g]
         o = steps.obs[g]
@@ -303,11 +347,16 @@ def agent_steps(steps, g0, g1, l1, l2, anchored, filtered, fo, scratch, out, onl
                 mt, total = _predict(anchored, a, l2, scratch)
                 out.l2[g] = _argmax_or_none(scratch.obs_dist, total)
                 _condition(anchored, mt, total, o, l2, scratch)
-                mt, total = _predict(filtered, a, l2, scratch)
-                out.l2_filter[g] = _argmax_or_none(scratch.obs_dist, total)
-                _condition(filtered, mt, total, o, l2, scratch)
+                if same:
+                    out.l2_filter[g] = out.l2[g]
+                    _copy_belief(anchored, filtered)
+                else:
+                    mt, total = _predict(filtered, a, l2, scratch)
+                    out.l2_filter[g] = _argmax_or_none(scratch.obs_dist, total)
+                    _condition(filtered, mt, total, o, l2, scratch)
                 if filtered.size[0] == 0:  # the pure filter restarts from the clusters that emit o
                     _set_emitters(filtered, o, l2)
+                    same = False
             else:
                 out.l2[g] = -1
                 out.l2_filter[g] = -1
@@ -321,13 +370,15 @@ def agent_steps(steps, g0, g1, l1, l2, anchored, filtered, fo, scratch, out, onl
                                                steps.uniforms[g, 0], steps.uniforms[g, 1])
             elif c >= 0:
                 _set_onehot(anchored, c)
+                same = False
             elif a < 0:
                 _set_emitters(anchored, o, l2)
-            if a < 0:
+            if a < 0:  # both beliefs are set alike (c >= 0: its one-hot; else the emitters of o)
                 if c >= 0:
                     _set_onehot(filtered, c)
                 else:
                     _set_emitters(filtered, o, l2)
+                same = True
 
 
 @njit(cache=True)

@@ -811,6 +811,55 @@ def _m_step_pairs(S, Q, T, pairs, starts, sizes, scale, pc, slip, redo, row_sums
 
 
 @njit(cache=True)
+def take_blocks(T, Q, blocks, starts, sizes):
+    """Copies of ``T`` and ``Q`` on the clone blocks of the view pairs ``blocks`` (rows ``(o, o2)``), flat,
+    block after block (every action, then the rows of ``o``, then the columns of ``o2``); see
+    :func:`put_blocks`.
+
+    >>> T = np.arange(16.0).reshape(1, 4, 4); one = np.ones(2, dtype=np.int64)
+    >>> take_blocks(T, -T, np.array([[1, 0]]), np.array([0, 2]), one * 2)[0].tolist()
+    [8.0, 9.0, 12.0, 13.0]
+    """
+    A = T.shape[0]
+    n = 0
+    for b in range(blocks.shape[0]):
+        n += A * sizes[blocks[b, 0]] * sizes[blocks[b, 1]]
+    bt = np.empty(n)
+    bq = np.empty(n)
+    m = 0
+    for b in range(blocks.shape[0]):
+        s0, n0, s1, n1 = starts[blocks[b, 0]], sizes[blocks[b, 0]], starts[blocks[b, 1]], sizes[blocks[b, 1]]
+        for a in range(A):
+            for i in range(s0, s0 + n0):
+                for j in range(s1, s1 + n1):
+                    bt[m] = T[a, i, j]
+                    bq[m] = Q[a, i, j]
+                    m += 1
+    return bt, bq
+
+
+@njit(cache=True)
+def put_blocks(T, Q, blocks, starts, sizes, bt, bq):
+    """Write back what :func:`take_blocks` copied from the same ``blocks``.
+
+    >>> T = np.zeros((1, 2, 2)); Q = np.zeros((1, 2, 2)); one = np.ones(2, dtype=np.int64)
+    >>> put_blocks(T, Q, np.array([[0, 1]]), np.array([0, 1]), one, np.array([5.0]), np.array([6.0]))
+    >>> T[0].tolist(), float(Q[0, 0, 1])
+    ([[0.0, 5.0], [0.0, 0.0]], 6.0)
+    """
+    A = T.shape[0]
+    m = 0
+    for b in range(blocks.shape[0]):
+        s0, n0, s1, n1 = starts[blocks[b, 0]], sizes[blocks[b, 0]], starts[blocks[b, 1]], sizes[blocks[b, 1]]
+        for a in range(A):
+            for i in range(s0, s0 + n0):
+                for j in range(s1, s1 + n1):
+                    T[a, i, j] = bt[m]
+                    Q[a, i, j] = bq[m]
+                    m += 1
+
+
+@njit(cache=True)
 def _pair_runs(pairs, starts, sizes, redo, pair_on):
     """The blocks of the pairs whose first view is marked ``redo`` (and which ``pair_on`` marks, unless it is
     empty) as runs of adjoining clones per first view: ``(ptr, lo, hi)``, view ``o``'s runs

@@ -476,16 +476,23 @@ class ReplayMerger(Estimator):
         Pairs are registered at sleeps only: with noisy views nearly every chunk makes a new pair, and a
         model changed between sleeps made the agent rebuild its level 2 for each (half the cost of a life,
         BENCHMARKS.md, "Noise's view pairs bounded")."""
+        from ._replay_kernels import put_blocks, take_blocks
+
         saved = None
         if self._S is not None:
             moves = np.flatnonzero(acts >= 0)
-            first = np.unique(obs[moves - 1][~self._has_pair[obs[moves - 1], obs[moves]]])
-            if len(first):
-                # the M-step of _add_pairs writes the rows of ``first`` on the blocks of the moves from them
-                after = np.unique(obs[moves[np.isin(obs[moves - 1], first)]])
-                cells = np.ix_(np.arange(self._A), self._clones_of(first), self._clones_of(after))
-                saved = (cells, self._T[cells], self._Q[cells], self._pairs, self._has_pair.copy(),
-                         self._succ, self._pred, self._slip)
+            fro, to = obs[moves - 1], obs[moves]
+            new = ~self._has_pair[fro, to]
+            if new.any():
+                # the M-step of _add_pairs writes the rows of the new pairs' first views on the blocks of
+                # the moves from them: those blocks are kept and put back
+                first = np.zeros(self._K, dtype=bool)
+                first[fro[new]] = True
+                on = first[fro]
+                blocks = np.unique(fro[on] * self._K + to[on])
+                blocks = np.stack([blocks // self._K, blocks % self._K], axis=1)
+                saved = (blocks, *take_blocks(self._T, self._Q, blocks, self._starts, self._sizes), self._pairs,
+                         self._has_pair.copy(), self._succ, self._pred, self._slip)
                 self._add_pairs(obs, acts, refresh=False)
         try:
             d = self._data(obs, acts)
@@ -495,13 +502,8 @@ class ReplayMerger(Estimator):
             return self._starts[obs] + _block_argmax(d.alpha, d.off)
         finally:
             if saved is not None:
-                cells, T, Q, self._pairs, self._has_pair, self._succ, self._pred, self._slip = saved
-                self._T[cells] = T
-                self._Q[cells] = Q
-
-    def _clones_of(self, views) -> np.ndarray:
-        """The clones of ``views``, in order."""
-        return np.concatenate([np.arange(self._starts[o], self._starts[o] + self._sizes[o]) for o in views])
+                blocks, T, Q, self._pairs, self._has_pair, self._succ, self._pred, self._slip = saved
+                put_blocks(self._T, self._Q, blocks, self._starts, self._sizes, T, Q)
 
     def _connect(self, clusters, states, clones, labels) -> None:
         """Remember the clone of each new level-1 state (true labels ``labels``) and connect it to its
@@ -694,10 +696,13 @@ class ReplayMerger(Estimator):
             self._succ = (ptr, np.ascontiguousarray(self._pairs[order, 1]))
         return self._succ
 
-    def _expected_counts(self, d, start_weight=None):
+    def _expected_counts(self, d, start_weight=None, ll=None):
         """E-step into the kept buffer: ``(log P(X), C, Bc)`` (``C`` nonzero on the batch's blocks only);
-        ``start_weight``: a weight per episode of ``d`` on its start counts ``Bc`` (None: 1 each)."""
-        ll = d.log_likelihood(self._T, self._B)
+        ``start_weight``: a weight per episode of ``d`` on its start counts ``Bc`` (None: 1 each); ``ll``:
+        the log-likelihood of the forward pass ``d`` already holds under the current ``T`` and ``B`` (it is
+        then not run again), or None."""
+        if ll is None:
+            ll = d.log_likelihood(self._T, self._B)
         Bc = np.zeros(self._H)
         if not np.isfinite(ll):
             return ll, self._C, Bc
@@ -756,7 +761,9 @@ class ReplayMerger(Estimator):
         # the rate of random views is estimated from the first update on, but in the first NOISE_AFTER
         # updates no view is replaced: an unlearned model's surprises look like noise, and views repaired
         # towards its predictions would confirm its mistakes
-        noise, repaired = self._views_read_as_noise(d, obs, acts) if self._updates else (None, 0)
+        # the noise look-ahead runs the forward pass of ``d`` under the model of the first E-step (``known``)
+        noise, repaired, known = self._views_read_as_noise(d, obs, acts) if self._updates else (None, 0, None)
+        known = None if repaired else known
         if repaired:
             self._add_pairs(noise, acts)
             d = self._data(noise, acts)
@@ -767,7 +774,7 @@ class ReplayMerger(Estimator):
         # iteration's M-step writes them all
         on = self._pairs_in(d)
         for it in range(self._n_iter):
-            ll, C, Bc = self._expected_counts(d, start_weight)
+            ll, C, Bc = self._expected_counts(d, start_weight, ll=known if it == 0 else None)
             if not np.isfinite(ll):
                 raise ValueError("replayed episodes have probability 0 under level 2 (pseudocount too small?)")
             eta = (self._updates + 2.0) ** -float(self.step_exponent)
@@ -842,7 +849,8 @@ class ReplayMerger(Estimator):
         d = self._data(obs, acts)
         # ... and the views read as noise are replaced, as at every sleep (the pairs only they make then take
         # no counts and are dropped again at the end of the sleep)
-        views, repaired = self._views_read_as_noise(d, obs, acts, update=False)
+        views, repaired, known = self._views_read_as_noise(d, obs, acts, update=False)
+        known = None if repaired else known
         if repaired:
             self._add_pairs(views, acts)
             d = self._data(views, acts)
@@ -852,8 +860,8 @@ class ReplayMerger(Estimator):
         floor = COUNT_FLOOR * float(self.pseudocount) * n / (float(self.window) * mix)
         kept = (self._g * (1.0 - mix)) * self._S, (self._g * (1.0 - mix)) * self._row_sums(), \
             (1.0 - mix) * self._Sb, (1.0 - mix) * self._Sslip
-        for _ in range(self._n_deep):
-            ll, C, Bc = self._expected_counts(d)
+        for it in range(self._n_deep):
+            ll, C, Bc = self._expected_counts(d, ll=known if it == 0 else None)
             if not np.isfinite(ll):
                 raise ValueError("buffered episodes have probability 0 under level 2 (pseudocount too small?)")
             self._S[:] = kept[0]
@@ -1030,14 +1038,16 @@ class ReplayMerger(Estimator):
         level 2 gave less than 1/2; for the others the two beliefs are taken to agree).  The rate ``q``
         is the fixed point of ``q = mean_t P(random | evidence_t, q)``, kept as a running average like
         the statistics; a view whose posterior exceeds 1/2 is replaced by the view the skip belief
-        expects (for this sleep's EM only; level 1 keeps what was seen).  Returns ``(views, count)``.
+        expects (for this sleep's EM only; level 1 keeps what was seen).  Returns ``(views, count, log P)``,
+        ``log P`` of the forward pass it ran (which ``d`` holds).
         ``update=False`` (a deep sleep's buffer, most of it read at earlier sleeps): the kept rate is the
         prior, and it is not updated.
         """
         from ._replay_kernels import noise_odds
 
-        if not np.isfinite(d.log_likelihood(self._T, self._B)):
-            return None, 0
+        ll = d.log_likelihood(self._T, self._B)
+        if not np.isfinite(ll):
+            return None, 0, ll
         log_odds, expected = noise_odds(self._T, d.starts, d.sizes, d.obs, d.acts, d.off, d.alpha, d.scale,
                                         NOISE_HORIZON, self._K, 0.5, *self._successors())
         moves = np.isfinite(log_odds)
@@ -1058,10 +1068,10 @@ class ReplayMerger(Estimator):
             post[moves] = 1.0 / (1.0 + (1.0 - q) / q * np.exp(-lo))
         swap = (post > 0.5) & (expected != obs) & (self._updates >= NOISE_AFTER)
         if not swap.any():
-            return None, 0
+            return None, 0, ll
         views = obs.copy()
         views[swap] = expected[swap]
-        return views, int(swap.sum())
+        return views, int(swap.sum()), ll
 
     def _pairs_in(self, d) -> np.ndarray:
         """Whether each observation pair is made by a move of the batch ``d``."""

@@ -629,8 +629,8 @@ def test_with_priority_the_start_counts_come_from_the_new_episodes_alone(priorit
         seen = []
         original = m._expected_counts
 
-        def record(d, start_weight=None):
-            out = original(d, start_weight)
+        def record(d, start_weight=None, ll=None):
+            out = original(d, start_weight, ll)
             seen.append(out[2].copy())
             return out
 

@@ -879,3 +879,33 @@ def test_lumping_row_by_row_is_the_lumping_of_the_pass_pair_by_pair(K, max_size,
         if stable:
             break
     assert np.array_equal(got, block)
+
+
+@pytest.mark.parametrize("noise, start", [(0.1, None), (0.0, "random")])
+def test_the_first_e_step_reuses_the_noise_look_aheads_forward_pass_bit_for_bit(noise, start):
+    """The first E-step of a sleep (and of a deep sleep) takes the forward pass the noise look-ahead ran on
+    the same batch under the same model, unless views were replaced: the life is the one that runs it again."""
+    env = gridworld(5, 5, 4, seed=2, obs_noise=noise)
+    traj = random_walk(env, 160, 30, seed=4, start=start)
+    lives, reused = [], []
+    for again in (False, True):
+        agent = TwoLevelMemory(env.n_obs, env.n_actions, merge="replay", sleep_every=300, seed=1)
+        agent._start()
+        m = agent.merger_
+        original = m._expected_counts
+
+        def expected_counts(d, start_weight=None, ll=None, original=original):
+            reused.append(ll is not None)
+            return original(d, start_weight, None if again else ll)
+
+        m._expected_counts = expected_counts
+        agent.partial_fit(traj)
+        lives.append(agent)
+    a, b = lives
+    assert any(reused) and not all(reused)
+    for name in ("_T", "_Q", "_S", "_Z", "_B", "_Sb"):
+        assert np.array_equal(getattr(a.merger_, name), getattr(b.merger_, name)), name
+    assert a.merger_._noise == b.merger_._noise and a.merger_._g == b.merger_._g
+    assert np.array_equal(a.clusters_.assignment, b.clusters_.assignment)
+    for name in a.last_predictions_:
+        assert np.array_equal(a.last_predictions_[name], b.last_predictions_[name])
