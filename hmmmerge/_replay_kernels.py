@@ -916,8 +916,27 @@ def _pairs_by_view(pairs, K, on):
     return ptr, idx
 
 
+def absorb_counts(S, C, Q, Z, pairs, on, starts, sizes, slip, add, floor=0.0, view_moves=None):
+    """:func:`_absorb_counts`; ``view_moves``: ``(vmax, vtot)``, (A, H) arrays of zeros that take, per row
+    ``(a, i)`` of the recorded counts ``C``, the moves to its most common next view and all its moves (the
+    slip floor, :func:`~hmmmerge.replay.slip_share_floor`)."""
+    if view_moves is None:
+        e = np.zeros((0, 0))
+        return _absorb_counts(S, C, Q, Z, pairs, on, starts, sizes, slip, add, floor, e, e)
+    return _absorb_counts(S, C, Q, Z, pairs, on, starts, sizes, slip, add, floor, view_moves[0], view_moves[1])
+
+
 @njit(cache=True)
-def absorb_counts(S, C, Q, Z, pairs, on, starts, sizes, slip, add, floor=0.0):
+def _view_moves(vmax, vtot, a, i, blk):
+    """Row ``(a, i)``'s recorded moves ``blk`` to one view (a block: the pairs are distinct) into its largest
+    and its sum over views."""
+    vtot[a, i] += blk
+    if blk > vmax[a, i]:
+        vmax[a, i] = blk
+
+
+@njit(cache=True)
+def _absorb_counts(S, C, Q, Z, pairs, on, starts, sizes, slip, add, floor, vmax, vtot):
     """Fold the E-step's counts ``C`` of the recorded action into the kept counts ``S`` of the executed
     action, on the blocks of the pairs marked ``on`` (the batch's: ``C`` is zero elsewhere): a move
     ``i -> j`` recorded as ``a`` was made by ``a`` with weight ``(1 - slip) Q_a[i, j]`` and by each ``b``
@@ -960,6 +979,12 @@ def absorb_counts(S, C, Q, Z, pairs, on, starts, sizes, slip, add, floor=0.0):
                             for j in range(s1, s1 + n1):
                                 C[a, i, j] = 0.0
                     continue
+                if vtot.shape[0] > 0 and slip == 0.0:
+                    for a in range(A):
+                        blk = 0.0
+                        for j in range(s1, s1 + n1):
+                            blk += C[a, i, j]
+                        _view_moves(vmax, vtot, a, i, blk)
                 if slip > 0.0:
                     # T_a = (1 - slip) Q_a + slip mean_b Q_b as the M-step writes it, from Q (one array less read)
                     for j in range(s1, s1 + n1):
@@ -969,13 +994,17 @@ def absorb_counts(S, C, Q, Z, pairs, on, starts, sizes, slip, add, floor=0.0):
                         for j in range(s1, s1 + n1):
                             qsum[j] += Q[a, i, j]
                     for a in range(A):
+                        blk = 0.0
                         for j in range(s1, s1 + n1):
                             c = C[a, i, j]
                             if c != 0.0:   # 0 / t is 0: the division only where the batch counted
+                                blk += c
                                 t = (1.0 - slip) * Q[a, i, j] + slip / A * qsum[j]
                                 r = c / t if t > 0.0 else 0.0
                                 C[a, i, j] = r
                                 rsum[j] += r
+                        if vtot.shape[0] > 0:
+                            _view_moves(vmax, vtot, a, i, blk)
                     at = base[p] + (i - s0) * n1 - s1
                     for j in range(s1, s1 + n1):
                         part[at + j] = slip / A * rsum[j] * qsum[j]

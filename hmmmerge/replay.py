@@ -27,7 +27,9 @@ What a sleep does (:meth:`ReplayMerger.sleep`):
   made the move with ``1 - e``, a uniformly random one with ``e``); the E-step's
   counts of the recorded action are split by Bayes' rule between the actions
   that could have made each move, ``S`` keeps counts of the action made, and
-  ``e`` is the kept share of slipped moves (:func:`~hmmmerge._replay_kernels.absorb_counts`);
+  ``e`` is the kept share of slipped moves (:func:`~hmmmerge._replay_kernels.absorb_counts`;
+  ``slip_floor=True``: at least the share the recorded moves show, capped at the initial ``slip``,
+  :func:`slip_share_floor`: EM alone lets the free rows of ``Q`` absorb the slips and ``e`` fall to 0);
 * local optima: a clone that stands for two places of one view (the visits
   that came in one way are followed by other views than those that came in
   another way) is split in two, into a spare clone of its view
@@ -146,6 +148,27 @@ CLONE_LABEL_TABLE_MAX = 4_000_000
 _NO_LABELS = (np.zeros((0, 0), dtype=np.int64), np.zeros(0, dtype=np.int64))
 
 
+def slip_share_floor(off, tot, n_actions: int) -> float:
+    """The slip share the recorded moves show: the moves'-weighted median over rows ``(a, i)`` of the share
+    of a row's moves that leave for another view than its most common one, times ``A / (A - 1)`` (in a
+    deterministic world a slip leaves the intended view with probability at most ``(A - 1) / A``).  The
+    median, not the mean: a clone that stands for two places spreads its row too, but such rows are a
+    minority once the clones are learned (the mean, capped at ``slip``, left ``e`` at 0.006-0.016 on clean
+    worlds; the median falls to about 0 there); slips spread every row.  ``off``, ``tot``: per row, the moves to another view and all moves.
+
+    >>> round(slip_share_floor(np.array([1.0, 0.0, 2.0]), np.array([10.0, 5.0, 10.0]), 4), 4)   # median share 0.1
+    0.1333
+    """
+    off, tot = np.ravel(off), np.ravel(tot)
+    keep = tot > 0.0
+    if not keep.any() or n_actions < 2:   # one action: nothing to slip to
+        return 0.0
+    r, w = off[keep] / tot[keep], tot[keep]
+    o = np.argsort(r, kind="stable")
+    c = np.cumsum(w[o])
+    return float(r[o][np.searchsorted(c, 0.5 * c[-1])]) * n_actions / (n_actions - 1.0)
+
+
 def allocate_clones(visits, total: int, floor: int, cap: int) -> np.ndarray:
     """Clones per view: every view ``floor``, then one clone at a time, ``total`` in all, to the seen view
     (``visits > 0``) below ``cap`` with the largest ``visits / (its clones + 1)`` (the lowest view first on
@@ -216,6 +239,10 @@ class ReplayMerger(Estimator):
         (:meth:`_replay_priority`; the start distribution is then learned from the new episodes alone);
         False: uniformly, every episode's start counted (the learner of session 10; BENCHMARKS.md,
         "Clean large grids, session 11").
+    slip_floor : the slip share ``e`` is at least the share of slips the recorded moves show
+        (:func:`slip_share_floor`), at most ``slip``: stepwise EM alone lets the free rows of ``Q`` absorb
+        the slips and ``e`` falls to 0 (BENCHMARKS.md, "The slip share's floor, session 12": it gains on slips
+        but costs a few clean runs their 0.99, so it is off by default).
     exact : the exact phase (module docstring): level 2 is the exact fold's while the data are consistent with
         a deterministic world from one start and the fold's work stays within its budget; False: stepwise EM
         from the first sleep (the learner of session 11).
@@ -248,14 +275,14 @@ class ReplayMerger(Estimator):
         "prune": Float(0.0, 1.0), "risk": Float(0.0, 1.0, low_open=True),
         "tolerance": Float(0.0, 1.0), "slip": Float(0.0, 0.99), "min_new": Int(1, 10**6),
         "split": Float(0.0, 1e9), "dirichlet": Float(0.0, 1.0), "alloc": Options("visits", "even"),
-        "priority": Bool(), "deep": Int(0, 1000, none=True), "exact": Bool(),
+        "priority": Bool(), "deep": Int(0, 1000, none=True), "slip_floor": Bool(), "exact": Bool(),
     }
 
     def __init__(self, n_clones: int | None = None, replay: int = 20, window: int = 200, n_iter: int | None = None,
                  step_exponent: float = 0.51, pseudocount: float = 1e-3, prune: float = 1e-3, risk: float = 0.05,
                  tolerance: float = 0.2, slip: float = 0.05, min_new: int = 10, split: float = 25.0,
                  dirichlet: float = 0.01, alloc: str = "visits", priority: bool = True, deep: int | None = None,
-                 exact: bool = True):
+                 slip_floor: bool = False, exact: bool = True):
         self.n_clones = n_clones
         self.replay = replay
         self.window = window
@@ -272,6 +299,7 @@ class ReplayMerger(Estimator):
         self.alloc = alloc
         self.priority = priority
         self.deep = deep
+        self.slip_floor = slip_floor
         self.exact = exact
         self._A = None
 
@@ -289,6 +317,8 @@ class ReplayMerger(Estimator):
         self._Q = None          # (A, H, H) transitions of the executed action (T mixes them with the slip)
         self._slip = float(self.slip)   # estimated share of moves made by a random action
         self._Sslip = 0.0       # kept expected slipped moves per episode
+        self._Soff = None       # (A, H) kept recorded moves per episode to another view than the row's most
+        self._Stot = None       # common one, and all recorded moves per row (slip_floor=True: slip_share_floor)
         # observation pairs (o, o') seen in sequence: T, Q, S are zero outside their clone blocks, and every
         # pass over them reads those blocks only (a sleep's work grows with the pairs, not with clones^2)
         self._pairs = np.zeros((0, 2), dtype=np.int64)
@@ -964,8 +994,15 @@ class ReplayMerger(Estimator):
                     self._rescale()
             # a row whose counts all stay under COUNT_FLOOR of the pseudocount at the M-step only decays
             floor = COUNT_FLOOR * float(self.pseudocount) / (float(self.window) * add)
+            vm = (np.zeros((self._A, self._H)), np.zeros((self._A, self._H))) \
+                if self.slip_floor and self._slip > 0.0 else None
             slipped = absorb_counts(self._S, C, self._Q, self._Z, self._pairs, on, self._starts,
-                                    self._sizes, self._slip, add / self._g, floor)
+                                    self._sizes, self._slip, add / self._g, floor, vm)
+            if vm is not None:
+                if self._Soff is None or self._Soff.shape != vm[0].shape:
+                    self._Soff, self._Stot = np.zeros_like(vm[0]), np.zeros_like(vm[0])
+                self._Soff = keep * self._Soff + add * (vm[1] - vm[0])
+                self._Stot = keep * self._Stot + add * vm[1]
             self._Sb *= keep
             self._Sb += add * Bc
             self._Sslip = keep * self._Sslip + add * slipped
@@ -1249,15 +1286,21 @@ class ReplayMerger(Estimator):
 
     def _m_step(self, redo=None, pair_on=None) -> None:
         """``Q`` from the kept counts (pseudocount on the observed pairs' blocks), the slip share
-        ``e = slipped / all`` kept moves, ``T = (1 - e) Q + e mean_b Q_b``; rows of the observations in
-        ``redo`` only (default all).  ``pair_on``: write ``Q`` and ``T`` on the blocks of these pairs only
-        (see :func:`~hmmmerge._replay_kernels.m_step_pairs`)."""
+        ``e = slipped / all`` kept moves (``slip_floor=True``: at least the share the recorded moves show,
+        :func:`slip_share_floor`, at most the initial share ``slip``: EM alone lets ``Q`` absorb the slips and
+        ``e`` fall to 0, BENCHMARKS.md "The slip share's floor, session 12"), ``T = (1 - e) Q + e mean_b Q_b``;
+        rows of the observations in ``redo`` only (default all).  ``pair_on``: write ``Q`` and ``T`` on the
+        blocks of these pairs only (see :func:`~hmmmerge._replay_kernels.m_step_pairs`)."""
         from ._replay_kernels import m_step_pairs
 
         scale, pc = float(self.window), float(self.pseudocount)
         if self._slip > 0.0:
             total = self._kept_sums()[1]
-            self._slip = min(self._Sslip / total, 0.99) if total > 0 else self._slip
+            if total > 0:
+                e = self._Sslip / total
+                if self.slip_floor and self._Soff is not None:
+                    e = max(e, min(slip_share_floor(self._Soff, self._Stot, self._A), float(self.slip)))
+                self._slip = min(e, 0.99)
         m_step_pairs(self._S, self._Q, self._T, self._pairs, self._starts, self._sizes, scale * self._g, pc,
                      self._slip, np.ones(self._K, dtype=np.bool_) if redo is None else redo, self._row_sums(),
                      np.zeros(0, dtype=np.bool_) if pair_on is None else pair_on)
@@ -1539,6 +1582,8 @@ class ReplayMerger(Estimator):
             "split_codes": self._evidence[0].copy() if self._evidence is not None else np.zeros(0, dtype=np.int64),
             "split_counts": self._evidence[1].copy() if self._evidence is not None else np.zeros(0),
             "since_deep": np.array([self._since_deep], dtype=np.int64),   # episodes learned since a deep sleep
+            # the slip floor's kept moves per row (recorded to another view than the row's most common; all)
+            "slip_floor": np.stack([self._Soff, self._Stot]) if self._Soff is not None else np.zeros((2, A, H)),
             # the exact phase: in force, episodes lived when it ended (-1: not yet), why (-1: no phase), the first
             # start state, steps and episodes lived, the fold's work so far, episodes since its last sleep; its
             # fold under replay_exact_fold_*
@@ -1661,6 +1706,11 @@ class ReplayMerger(Estimator):
         # files before deep sleeps: none made yet
         self._since_deep = int(get.ints("since_deep", shape=(1,), low=0)[0]) if _PREFIX + "since_deep" in d else 0
         self._pairs, self._has_pair, self._slip, self._Sslip = pairs, has_pair, slip, slipped
+        # files before the slip floor: none kept yet (it is counted from the next sleep on)
+        fl = get.floats("slip_floor", shape=(2, A, H), low=0.0) if _PREFIX + "slip_floor" in d else None
+        if fl is not None and (fl[0] > fl[1]).any():
+            raise ValueError(f"{source}: replay_slip_floor has a row with more moves to other views than moves")
+        self._Soff, self._Stot = (fl[0].copy(), fl[1].copy()) if fl is not None and fl[1].any() else (None, None)
         self._T, self._B = (T, B) if has else (None, None)
         self._S, self._Sb = (S, Sb) if updates else (None, None)
         self._g, self._Z = g, None

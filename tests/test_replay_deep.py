@@ -9,14 +9,14 @@ from hmmmerge.evaluate import score_trajectories
 from hmmmerge.replay import DEEP_MIX, ReplayMerger
 
 
-def dense_em_step(Q, slip, B, colour, episodes, has_pair, scale, pc, kept=None, mix=1.0):
+def dense_em_step(Q, slip, B, colour, episodes, has_pair, scale, pc, kept=None, mix=1.0, floor=0.0):
     """One Baum-Welch step of the slip mixture written out on dense arrays (the oracle): the model is
     ``T_a = (1 - slip) Q_a + slip mean_b Q_b``; forward-backward over each episode on all ``H`` clones with
     deterministic emissions (clone ``i`` shows ``colour[i]``); each expected move ``i -> j`` recorded as ``a``
     is shared between the executed actions ``b`` by Bayes' rule (``(1 - slip) Q_a [b = a] + slip / A Q_b``
     over ``T_a``); the counts per episode are mixed with the ``kept`` ones, ``(1 - mix) kept + mix counts / n``
     (``kept = (S, first-step counts, slipped moves)``); then ``Q_b[i] = (scale * counts_b[i] + pc on the
-    observed pairs' blocks) / row sum``, ``slip`` = the slipped share of the moves and
+    observed pairs' blocks) / row sum``, ``slip`` = the slipped share of the moves, at least ``floor``, and
     ``B = (scale * first-step counts + pc) / sum``.  Returns ``(Q, T, slip, B)``."""
     A, H, _ = Q.shape
     T = (1 - slip) * Q + slip * Q.mean(axis=0)
@@ -54,15 +54,16 @@ def dense_em_step(Q, slip, B, colour, episodes, has_pair, scale, pc, kept=None, 
     Qn = scale * S + pc * mask[None]
     rows = Qn.sum(axis=2, keepdims=True)
     Qn = np.divide(Qn, rows, out=np.zeros_like(Qn), where=rows > 0)
-    e = slipped / S.sum() if slip > 0 else 0.0
+    e = max(slipped / S.sum(), floor) if slip > 0 else 0.0
     Bn = scale * Bc + pc
     return Qn, (1 - e) * Qn + e * Qn.mean(axis=0), e, Bn / Bn.sum()
 
 
-@pytest.mark.parametrize("n_deep, slip", [(1, 0.0), (3, 0.0), (1, 0.2), (3, 0.2)])
-def test_a_deep_sleep_is_batch_em_over_the_buffered_episodes(n_deep, slip):
+@pytest.mark.parametrize("n_deep, slip, on", [(1, 0.0, False), (3, 0.0, False), (1, 0.2, False), (3, 0.2, False),
+                                              (1, 0.2, True), (3, 0.2, True)])
+def test_a_deep_sleep_is_batch_em_over_the_buffered_episodes(n_deep, slip, on):
     env = gridworld(4, 4, n_colours=3, seed=1)
-    merger = ReplayMerger(exact=False, n_clones=3, slip=slip, deep=0, window=12, split=0.0)
+    merger = ReplayMerger(exact=False, n_clones=3, slip=slip, deep=0, window=12, split=0.0, slip_floor=on)
     agent = TwoLevelMemory(3, 4, merger=merger, sleep_every=60, seed=0).fit(random_walk(env, 16, 12, seed=2))
     agent.sleep()
     m = agent.merger_
@@ -70,13 +71,22 @@ def test_a_deep_sleep_is_batch_em_over_the_buffered_episodes(n_deep, slip):
     Q, e, B = m._Q.copy(), m._slip, m._B.copy()
     kept = (m._g * m._S.copy(), m._Sb.copy(), m._Sslip)
     var = (1 - DEEP_MIX) ** 2 * m._var + DEEP_MIX ** 2 / 12
+    # slip_floor=True: the stepwise sleeps' off-view moves per row (a deep sleep does not count them), their
+    # weighted median share x A / (A - 1) by brute force over the candidates, at most the initial slip
+    floor = 0.0
+    if on:
+        seen = m._Stot > 0
+        share, w = m._Soff[seen] / m._Stot[seen], m._Stot[seen]
+        median = min(v for v in share.tolist() if w[share <= v].sum() >= 0.5 * w.sum())
+        floor = min(median * 4 / 3, slip)
     for _ in range(n_deep):
         Q, T, e, B = dense_em_step(Q, e, B, m._colour, [x[:2] for x in m._episodes], m._has_pair,
-                                   float(m.window), float(m.pseudocount), kept, DEEP_MIX)
+                                   float(m.window), float(m.pseudocount), kept, DEEP_MIX, floor)
     m._n_deep = n_deep
     assert m._deep_sleep() == 12
     assert np.allclose(m._Q, Q, atol=1e-9) and np.allclose(m._T, T, atol=1e-9) and np.allclose(m._B, B, atol=1e-9)
     assert np.isclose(m._slip, e, atol=1e-12) and (e > 0.01 if slip else e == 0.0)
+    assert not on or m._Sslip / m._kept_sums()[1] < e == floor   # here the floor holds e above EM's share
     # every move kept: the mix of the kept moves per episode and the buffer's; the sample grows
     moves = sum(int((x[1] >= 0).sum()) for x in m._episodes) / 12
     assert np.isclose(m._g * m._S.sum(), (1 - DEEP_MIX) * kept[0].sum() + DEEP_MIX * moves)
