@@ -889,7 +889,7 @@ def test_the_first_e_step_reuses_the_noise_look_aheads_forward_pass_bit_for_bit(
     traj = random_walk(env, 160, 30, seed=4, start=start)
     lives, reused = [], []
     for again in (False, True):
-        agent = TwoLevelMemory(env.n_obs, env.n_actions, merge="replay", sleep_every=300, seed=1)
+        agent = TwoLevelMemory(env.n_obs, env.n_actions, merger=ReplayMerger(exact=False), sleep_every=300, seed=1)
         agent._start()
         m = agent.merger_
         original = m._expected_counts

@@ -96,7 +96,7 @@ def test_the_floor_vanishes_on_a_clean_world_and_holds_e_under_slips():
     for slip, n in ((0.0, 300), (0.1, 300)):
         env = gridworld(6, 6, n_colours=4, seed=1)
         env = env.with_noise(slip=slip) if slip else env
-        m = TwoLevelMemory(4, 4, merger=ReplayMerger(slip_floor=True), seed=0).fit(random_walk(env, n, 30, seed=0)).merger_
+        m = TwoLevelMemory(4, 4, merger=ReplayMerger(exact=False, slip_floor=True), seed=0).fit(random_walk(env, n, 30, seed=0)).merger_
         floor, em = slip_floor(m._Soff, m._Stot, 4), m._Sslip / m._kept_sums()[1]
         if slip:
             assert 0.02 < floor < float(m.slip) and em < floor and m._slip == floor
@@ -108,7 +108,7 @@ def test_a_file_before_the_floor_loads_and_a_damaged_floor_is_refused(tmp_path):
     import pytest
 
     env = gridworld(5, 5, n_colours=4, seed=1).with_noise(slip=0.1)
-    agent = TwoLevelMemory(4, 4, merger=ReplayMerger(n_clones=3, min_new=5, slip_floor=True), seed=3).fit(
+    agent = TwoLevelMemory(4, 4, merger=ReplayMerger(exact=False, n_clones=3, min_new=5, slip_floor=True), seed=3).fit(
         random_walk(env, 40, 20, seed=0))
     d = agent.merger_.state_dict()
     assert d["replay_slip_floor"][1].any()
@@ -130,12 +130,12 @@ def test_a_file_before_the_floor_loads_and_a_damaged_floor_is_refused(tmp_path):
 def test_off_by_default_and_a_life_with_the_floor_resumes_from_a_file_as_it_would_have_gone_on(tmp_path):
     env = gridworld(5, 5, n_colours=4, seed=1).with_noise(slip=0.1)
     first, second = random_walk(env, 40, 20, seed=0), random_walk(env, 30, 20, seed=1)
-    plain = TwoLevelMemory(4, 4, merger=ReplayMerger(n_clones=3, min_new=5), seed=3).fit(first).merger_
+    plain = TwoLevelMemory(4, 4, merger=ReplayMerger(exact=False, n_clones=3, min_new=5), seed=3).fit(first).merger_
     assert plain._Soff is None and not plain.state_dict()["replay_slip_floor"].any()
     assert plain._slip == plain._Sslip / plain._kept_sums()[1]   # EM's share alone
 
     def make():
-        return TwoLevelMemory(4, 4, merger=ReplayMerger(n_clones=3, min_new=5, slip_floor=True), seed=3)
+        return TwoLevelMemory(4, 4, merger=ReplayMerger(exact=False, n_clones=3, min_new=5, slip_floor=True), seed=3)
 
     whole = make().fit(first).partial_fit(second)
     part = make().fit(first)
