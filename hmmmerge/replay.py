@@ -28,7 +28,7 @@ What a sleep does (:meth:`ReplayMerger.sleep`):
   counts of the recorded action are split by Bayes' rule between the actions
   that could have made each move, ``S`` keeps counts of the action made, and
   ``e`` is the kept share of slipped moves (:func:`~hmmmerge._replay_kernels.absorb_counts`;
-  ``slip_floor=True``: at least the share the recorded moves show, capped at the initial ``slip``,
+  with ``slip_floor`` (the default) at least the share the recorded moves show, capped at the initial ``slip``,
   :func:`slip_share_floor`: EM alone lets the free rows of ``Q`` absorb the slips and ``e`` fall to 0);
 * local optima: a clone that stands for two places of one view (the visits
   that came in one way are followed by other views than those that came in
@@ -241,8 +241,8 @@ class ReplayMerger(Estimator):
         "Clean large grids, session 11").
     slip_floor : the slip share ``e`` is at least the share of slips the recorded moves show
         (:func:`slip_share_floor`), at most ``slip``: stepwise EM alone lets the free rows of ``Q`` absorb
-        the slips and ``e`` falls to 0 (BENCHMARKS.md, "The slip share's floor, session 12": it gains on slips
-        but costs a few clean runs their 0.99, so it is off by default).
+        the slips and ``e`` falls to 0 (BENCHMARKS.md, "The slip share's floor, session 12": it gains on slips;
+        the few clean runs it cost their 0.99 are learned by the exact phase since, so it is on by default).
     exact : the exact phase (module docstring): level 2 is the exact fold's while the data are consistent with
         a deterministic world from one start and the fold's work stays within its budget; False: stepwise EM
         from the first sleep (the learner of session 11).
@@ -282,7 +282,7 @@ class ReplayMerger(Estimator):
                  step_exponent: float = 0.51, pseudocount: float = 1e-3, prune: float = 1e-3, risk: float = 0.05,
                  tolerance: float = 0.2, slip: float = 0.05, min_new: int = 10, split: float = 25.0,
                  dirichlet: float = 0.01, alloc: str = "visits", priority: bool = True, deep: int | None = None,
-                 slip_floor: bool = False, exact: bool = True):
+                 slip_floor: bool = True, exact: bool = True):
         self.n_clones = n_clones
         self.replay = replay
         self.window = window

@@ -137,7 +137,8 @@ def test_a_pair_whose_counts_faded_is_dropped_and_filtering_is_as_with_the_pair_
 
 
 def test_resume_from_a_file_equals_an_uninterrupted_noisy_life_and_a_file_with_faded_pairs_loads(tmp_path, monkeypatch):
-    first, second = random_walk(NOISY, 120, 30, seed=0), random_walk(NOISY, 60, 30, seed=1)
+    # (a walk after which pairs have faded: 5 of 144, with the slip floor)
+    first, second = random_walk(NOISY, 120, 30, seed=2), random_walk(NOISY, 60, 30, seed=1)
 
     def agent():
         return TwoLevelMemory(12, 4, merger=ReplayMerger(exact=False, n_clones=3, min_new=5), seed=3)

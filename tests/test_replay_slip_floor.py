@@ -127,15 +127,17 @@ def test_a_file_before_the_floor_loads_and_a_damaged_floor_is_refused(tmp_path):
         assert match in str(err.value)
 
 
-def test_off_by_default_and_a_life_with_the_floor_resumes_from_a_file_as_it_would_have_gone_on(tmp_path):
+def test_on_by_default_and_a_life_with_the_floor_resumes_from_a_file_as_it_would_have_gone_on(tmp_path):
     env = gridworld(5, 5, n_colours=4, seed=1).with_noise(slip=0.1)
     first, second = random_walk(env, 40, 20, seed=0), random_walk(env, 30, 20, seed=1)
-    plain = TwoLevelMemory(4, 4, merger=ReplayMerger(exact=False, n_clones=3, min_new=5), seed=3).fit(first).merger_
+    assert ReplayMerger().slip_floor
+    plain = TwoLevelMemory(4, 4, merger=ReplayMerger(exact=False, n_clones=3, min_new=5, slip_floor=False),
+                           seed=3).fit(first).merger_
     assert plain._Soff is None and not plain.state_dict()["replay_slip_floor"].any()
     assert plain._slip == plain._Sslip / plain._kept_sums()[1]   # EM's share alone
 
     def make():
-        return TwoLevelMemory(4, 4, merger=ReplayMerger(exact=False, n_clones=3, min_new=5, slip_floor=True), seed=3)
+        return TwoLevelMemory(4, 4, merger=ReplayMerger(exact=False, n_clones=3, min_new=5), seed=3)
 
     whole = make().fit(first).partial_fit(second)
     part = make().fit(first)
