@@ -577,6 +577,17 @@ def _uneven_pairs(rng, K, max_size, p_pair):
     return starts, sizes, pairs, has, colour
 
 
+def _absorb_inputs(rng, K, max_size, A):
+    """Random inputs of absorb_counts on uneven views: kept counts ``S``, the model ``Q`` and the batch's
+    counts ``C`` (half the cells empty) inside the pairs' blocks, pairs switched on, row sums ``Z``."""
+    starts, sizes, pairs, has, colour = _uneven_pairs(rng, K, max_size, 0.6)
+    H = int(sizes.sum())
+    inside = has[colour][:, colour][None]
+    S, Q = rng.random((A, H, H)) * inside, rng.random((A, H, H)) * inside
+    C = rng.random((A, H, H)) * inside * (rng.random((A, H, H)) < 0.5)
+    return starts, sizes, pairs, H, S, Q, C, rng.random(len(pairs)) < 0.7, rng.random((A, H))
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.integers(1, 12), st.integers(1, 8), st.integers(1, 3), st.floats(0.1, 1.0), st.floats(0.0, 1.0),
        st.booleans(), st.integers(0, 10**6))
@@ -795,14 +806,7 @@ def test_absorb_row_by_row_is_the_pass_pair_by_pair_bit_for_bit(K, max_size, A, 
     end) gives S, the row sums, the buffer and the slipped moves of a pass pair by pair, bit for bit."""
     from hmmmerge._replay_kernels import absorb_counts
 
-    rng = np.random.default_rng(seed)
-    starts, sizes, pairs, has, colour = _uneven_pairs(rng, K, max_size, 0.6)
-    H = int(sizes.sum())
-    inside = has[colour][:, colour][None]
-    S, Q = rng.random((A, H, H)) * inside, rng.random((A, H, H)) * inside
-    C = rng.random((A, H, H)) * inside * (rng.random((A, H, H)) < 0.5)
-    on = rng.random(len(pairs)) < 0.7
-    Z = rng.random((A, H))
+    starts, sizes, pairs, H, S, Q, C, on, Z = _absorb_inputs(np.random.default_rng(seed), K, max_size, A)
     got = [S.copy(), C.copy(), Z.copy()]
     want = [S.copy(), C.copy(), Z.copy()]
     s_got = absorb_counts(got[0], got[1], Q, got[2], pairs, on, starts, sizes, slip, 0.37, floor)

@@ -15,7 +15,7 @@ from hmmmerge.replay import ReplayMerger
 from hmmmerge.replay import slip_share_floor as slip_floor
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_replay_cost import _uneven_pairs  # noqa: E402  (random views and pairs)
+from test_replay_cost import _absorb_inputs  # noqa: E402  (random views, pairs and counts)
 
 
 def _median_by_candidates(share, weight):
@@ -63,14 +63,7 @@ def test_absorb_counts_reports_each_rows_moves_to_its_top_view_and_all_its_moves
     and counting them changes nothing else."""
     from hmmmerge._replay_kernels import absorb_counts
 
-    rng = np.random.default_rng(seed)
-    starts, sizes, pairs, has, colour = _uneven_pairs(rng, K, max_size, 0.6)
-    H = int(sizes.sum())
-    inside = has[colour][:, colour][None]
-    S, Q = rng.random((A, H, H)) * inside, rng.random((A, H, H)) * inside
-    C = rng.random((A, H, H)) * inside * (rng.random((A, H, H)) < 0.5)
-    on = rng.random(len(pairs)) < 0.7
-    Z = rng.random((A, H))
+    starts, sizes, pairs, H, S, Q, C, on, Z = _absorb_inputs(np.random.default_rng(seed), K, max_size, A)
     vmax, vtot = np.zeros((A, H)), np.zeros((A, H))
     for p in np.flatnonzero(on).tolist():
         rows, cols = range(starts[pairs[p, 0]], starts[pairs[p, 0]] + sizes[pairs[p, 0]]), \
