@@ -154,7 +154,8 @@ def slip_share_floor(off, tot, n_actions: int) -> float:
     deterministic world a slip leaves the intended view with probability at most ``(A - 1) / A``).  The
     median, not the mean: a clone that stands for two places spreads its row too, but such rows are a
     minority once the clones are learned (the mean, capped at ``slip``, left ``e`` at 0.006-0.016 on clean
-    worlds; the median falls to about 0 there); slips spread every row.  ``off``, ``tot``: per row, the moves to another view and all moves.
+    worlds; the median falls to about 0 there); slips spread every row.  ``off``, ``tot``: per row, the
+    moves to another view and all moves.
 
     >>> round(slip_share_floor(np.array([1.0, 0.0, 2.0]), np.array([10.0, 5.0, 10.0]), 4), 4)   # median share 0.1
     0.1333
@@ -1028,7 +1029,9 @@ class ReplayMerger(Estimator):
         self._lump()
         self._fold_unheld()
         self._write_clusters(clusters, memory.n_states)
-        report.update(replayed=len(picks), views_read_as_noise=int(repaired), clones_split=n_split, deep_episodes=deep, pairs_dropped=n_dropped, noise_rate=self._noise, log_likelihood_per_step=float(ll) / len(obs), clusters=clusters.n_clusters)
+        report.update(replayed=len(picks), views_read_as_noise=int(repaired), clones_split=n_split,
+                      deep_episodes=deep, pairs_dropped=n_dropped, noise_rate=self._noise,
+                      log_likelihood_per_step=float(ll) / len(obs), clusters=clusters.n_clusters)
         return report
 
     def _deep_sleep(self) -> int:
