@@ -113,8 +113,8 @@ ITER_MIN, ITER_MAX = 2, 8
 DEEP_BUDGET, DEEP_MAX_CLONES = 1800, 120
 #: a deep sleep's kept counts: this share from the buffer re-counted, the rest the stepwise counts before it
 #: (replacing them all overfits the buffer's 200 episodes where slips spread the rows; BENCHMARKS.md,
-#: "Few-colour worlds under slips, session 11")
-DEEP_MIX = 0.5
+#: "Few-colour worlds under slips, session 11"; 0.75 since the slip share's floor holds ``e``: session 12)
+DEEP_MIX = 0.75
 #: ``exact=True``: in the first EXACT_WORK_EPISODES episodes the exact phase ends when the fold's work counter
 #: (journal rows written and red blocks scanned by its sleeps, :data:`hmmmerge.fold._kernels.WORK`) exceeds
 #: ``EXACT_WORK_BASE + EXACT_WORK_PER_STEP x steps`` lived, and at any time when one sleep's work exceeds
@@ -1043,7 +1043,7 @@ class ReplayMerger(Estimator):
         ``eta`` towards the batch's, and on a 3-colour torus the model needed three times EM's 1,000 episodes
         to reach EM's accuracy (BENCHMARKS.md, "Few-colour worlds under slips, session 11").  Longer memory
         (a smaller ``eta``) keeps the counts of older, worse models; more iterations per sleep forget faster.
-        A deep sleep re-counts the whole buffer under the current model, so half the kept counts rest on
+        A deep sleep re-counts the whole buffer under the current model, so most kept counts rest on
         ``window`` episodes counted under one model, as batch EM's do (all of them: the model overfits the
         buffer where slips spread the rows).  Its work is ``window`` episodes x
         :attr:`n_deep_` passes, once every ``window // 2`` episodes: bounded, and only on small models."""
