@@ -41,7 +41,10 @@ steps and over the clone blocks of the registered pairs of views seen in sequenc
 (``T`` is zero between the others): it does not grow with the life.  Pairs are
 registered at sleeps, and a pair whose kept counts have faded to the pseudocount
 (:data:`PAIR_FLOOR`; the pairs that only random views made) is dropped
-(:meth:`ReplayMerger._drop_faded_pairs`).  A sleep with fewer than ``min_new`` new episodes is postponed.
+(:meth:`ReplayMerger._drop_faded_pairs`).  A sleep with fewer than ``min_new`` new episodes is postponed; a
+model of few views with many clones each sleeps half as often with twice the replayed episodes, and reads
+views as noise at every 4th sleep only while its views look clean (:data:`SLOW_SLEEP_CLONES`,
+:data:`NOISE_SKIP_RATE`).
 Between sleeps, :meth:`ReplayMerger.place` records each chunk of steps and
 connects its level-1 states to their filtered clone, so level 2 follows the
 current episode.  The agent's online predictors use ``T`` restricted to the
@@ -234,7 +237,9 @@ class ReplayMerger(Estimator):
     dirichlet : the least Dirichlet concentration per next cluster of the Bayes-factor test (it takes the
         estimated noise rate + slip share when larger: :meth:`_lump`); 0 turns that test off (Hoeffding alone).
     min_new : a sleep with fewer new episodes than this is postponed to the next one (long episodes:
-        fewer, larger sleeps); the first sleep is never postponed.
+        fewer, larger sleeps); the first sleep is never postponed. Models of more than :data:`SLOW_SLEEP_CLONES`
+        clones with at least :data:`SLOW_SLEEP_PER_VIEW` per view take :attr:`sleep_factor_` times ``min_new``
+        and ``replay`` (and thin their noise look-ahead, :data:`NOISE_SKIP_RATE`).
     slip : the initial estimate of the share of moves made by a uniformly random action instead of the
         recorded one (``T_a = (1 - e) Q_a + e mean_b Q_b``, ``e`` then estimated by EM); 0 turns it off.
     split : a clone whose visits came in two ways followed by different views is split in two at a sleep
@@ -268,6 +273,8 @@ class ReplayMerger(Estimator):
     exact_ended_ : the episodes lived when the exact phase ended (None while it lasts; 0 with ``exact=False``).
     exact_end_reason_ : ``"contradiction"`` (two episodes with the same actions from the start saw different
         views), ``"start"`` (an episode started with another view), ``"work"`` (the fold's work budget), or None.
+    sleep_factor_ : :data:`SLOW_SLEEP_FACTOR` on a model of few views with many clones each (slow sleeps),
+        else 1: its sleeps wait for ``sleep_factor_ x min_new`` new episodes and replay ``sleep_factor_ x replay``.
 
     >>> ReplayMerger(n_clones=5).n_clones
     5
