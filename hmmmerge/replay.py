@@ -102,6 +102,13 @@ CLONE_BUDGET = 600
 #: ``alloc="visits"``: the most and the fewest clones a view seen before the first sleep gets (the cap is the
 #: even layout's count up to CLONE_BUDGET // 30 = 20 views, so such worlds keep the even layout)
 CLONE_CAP, CLONE_FLOOR = 30, 1
+#: ``n_clones=None``: a model of at most FEW_VIEWS views gets FEW_VIEW_CLONES clones per view instead of 30 (and
+#: still sleeps deeply, see DEEP_MAX_CLONES). The 3-colour torus has 27 places per view: with 30 clones stepwise EM
+#: stops in merged places under noise, slips and random starts; with 45 and deep sleeps it met every bound on all
+#: 10 benchmark runs measured (+0.015 / +0.047 with noise, +0.026 / +0.007 with slip 0.10), for +1 s. With 4 views
+#: (the 4-colour grid, 25 places per view) more clones lost 0.004-0.009, with 6 or 8 they helped the torus and not
+#: the grid: BENCHMARKS.md, "Few-colour worlds: the oracle gap under noise, slips and random starts, session 13"
+FEW_VIEWS, FEW_VIEW_CLONES = 3, 45
 #: ``n_iter=None``: iterations per sleep ``clip(ITER_BUDGET // H, 2, 8)`` for ``H`` clones in all, decided once
 #: for the life. A model of few views (3 views x 30 clones: 8 iterations) learns slowly by stepwise EM and its
 #: passes are cheap; every model of 300 clones or more (10 views x 30, 20 x 30, MiniGrid's 5 per view) keeps 2
@@ -123,11 +130,11 @@ SLOW_SLEEP_CLONES, SLOW_SLEEP_PER_VIEW, SLOW_SLEEP_FACTOR = 400, 25, 2
 #: a look-ahead per sleep
 NOISE_SKIP_RATE, NOISE_SKIP_EVERY = 0.005, 4
 #: ``deep=None``: a deep sleep (batch EM over the whole buffer, :meth:`ReplayMerger._deep_sleep`) makes
-#: ``DEEP_BUDGET // H`` iterations for ``H`` clones in all (20 with 3 views of 30 clones, 15 with 4) on models
-#: of at most DEEP_MAX_CLONES clones, where stepwise EM is slowest; none on larger ones (with 6-8 views
-#: they gained nothing measurable and lost up to 0.007 with slips: BENCHMARKS.md, "Few-colour worlds
-#: under slips, session 11")
-DEEP_BUDGET, DEEP_MAX_CLONES = 1800, 120
+#: ``DEEP_BUDGET // H`` iterations for ``H`` clones in all (13 with 3 views of 45 clones, 15 with 4 of 30) on
+#: models of at most DEEP_MAX_CLONES clones (FEW_VIEWS views of FEW_VIEW_CLONES, or 4 of 30), where stepwise EM
+#: is slowest; none on larger ones (with 6-8 views they gained nothing measurable and lost up to 0.007 with
+#: slips: BENCHMARKS.md, "Few-colour worlds under slips, session 11")
+DEEP_BUDGET, DEEP_MAX_CLONES = 1800, FEW_VIEWS * FEW_VIEW_CLONES
 #: a deep sleep's kept counts: this share from the buffer re-counted, the rest the stepwise counts before it
 #: (replacing them all overfits the buffer's 200 episodes where slips spread the rows; BENCHMARKS.md,
 #: "Few-colour worlds under slips, session 11"; 0.75 since the slip share's floor holds ``e``: session 12)
@@ -222,12 +229,13 @@ class ReplayMerger(Estimator):
     ----------
     n_clones : clones (level-2 capacity) per observation; None: 30, or fewer when that makes more than
         :data:`CLONE_BUDGET` clones in all (many views: a sleep's work grows with pairs of views x clones^2),
-        but at least 20 (5 with more than 100 observations, as the benchmark's EM).
+        but at least 20 (5 with more than 100 observations, as the benchmark's EM); :data:`FEW_VIEW_CLONES`
+        (45) with at most :data:`FEW_VIEWS` (3) observations.
     replay : episodes replayed per sleep besides the new ones.
     window : replayed episodes are drawn from the last ``window`` episodes (the buffer).
     n_iter : EM iterations per sleep; None: ``clip(ITER_BUDGET // H, 2, 8)`` for ``H`` clones in all
-        (:data:`ITER_BUDGET` = 720: 8 with 3 views of 30 clones, 6 with 4, 4 with 6, 3 with 8, 2 from 10 views
-        on), decided when the merger first sees data (:attr:`n_iter_`).
+        (:data:`ITER_BUDGET` = 720: 5 with 3 views of 45 clones, 6 with 4 of 30, 4 with 6, 3 with 8, 2 from
+        10 views on), decided when the merger first sees data (:attr:`n_iter_`).
     step_exponent : ``eta = (u + 2) ** -step_exponent`` (0.5 < exponent <= 1: the stepwise-EM conditions).
     pseudocount : added to every expected count of ``window * S`` at the M-step.
     prune : transitions below it are dropped from the agent's online level 2.
@@ -247,12 +255,12 @@ class ReplayMerger(Estimator):
     deep : iterations of a deep sleep, made whenever ``window // 2`` episodes were learned since the last
         one: batch EM over every buffered episode from the current model, the kept counts moved a share
         :data:`DEEP_MIX` towards the buffer's (:meth:`_deep_sleep`); None: ``DEEP_BUDGET // H`` for ``H``
-        clones in all up to :data:`DEEP_MAX_CLONES` (120: 3 or 4 views of 30 clones), else 0 (:attr:`n_deep_`);
+        clones in all up to :data:`DEEP_MAX_CLONES` (135: 3 views of 45 clones, 4 of 30), else 0 (:attr:`n_deep_`);
         0 turns them off.
     alloc : ``"visits"``: with ``n_clones=None``, at the first sleep the views seen so far share their
         clones of the even layout by how often each was seen (:func:`allocate_clones`, at least
-        :data:`CLONE_FLOOR` and at most :data:`CLONE_CAP` each) when the most seen view's share asks for
-        more than :data:`CLONE_CAP` of them; a view not seen yet keeps the even count, the total is the
+        :data:`CLONE_FLOOR` and at most :data:`CLONE_CAP` each, or the even count when larger: 45 with
+        :data:`FEW_VIEWS` views or fewer) when the most seen view's share asks for more than that cap; a view not seen yet keeps the even count, the total is the
         even layout's. A world of at most 20 views keeps 30 per view, as with ``"even"`` (BENCHMARKS.md,
         "Clones by visits"). ``"even"``: every view the same number (``n_clones`` or its default).
     priority : draw the replayed episodes in proportion to the rarity of the places they pass through
@@ -412,9 +420,10 @@ class ReplayMerger(Estimator):
         seen = visits > 0
         sizes = self._sizes.copy()
         share = int(sizes[seen].sum())
-        if visits.max() * share <= CLONE_CAP * visits.sum():
+        cap = self._clone_cap()
+        if visits.max() * share <= cap * visits.sum():
             return   # no view's share of the visits asks for more than the cap: the even layout holds them
-        sizes[seen] = allocate_clones(visits[seen], share, CLONE_FLOOR, CLONE_CAP)
+        sizes[seen] = allocate_clones(visits[seen], share, CLONE_FLOOR, cap)
         if np.array_equal(sizes, self._sizes):
             return
         self._layout(sizes)
@@ -433,12 +442,20 @@ class ReplayMerger(Estimator):
     def _clones_per_observation(self, n_obs: int) -> int:
         """``n_clones``, or its default for ``n_obs`` observations (see the class docstring).
 
-        >>> ReplayMerger()._clones_per_observation(10), ReplayMerger()._clones_per_observation(30)
-        (30, 20)
+        >>> [ReplayMerger()._clones_per_observation(k) for k in (1, 3, 4, 10, 20, 30)]
+        [45, 45, 30, 30, 30, 20]
         """
         if self.n_clones is not None:
             return int(self.n_clones)
+        if n_obs <= FEW_VIEWS:
+            return FEW_VIEW_CLONES
         return 30 if 30 * n_obs <= CLONE_BUDGET else max(20 if n_obs <= 100 else 5, CLONE_BUDGET // n_obs)
+
+    def _clone_cap(self) -> int:
+        """The most clones a view gets from ``alloc="visits"``: :data:`CLONE_CAP`, or the even layout's count
+        when larger (:data:`FEW_VIEW_CLONES` with at most :data:`FEW_VIEWS` views), so that the even layout
+        is never cut by the cap."""
+        return max(CLONE_CAP, self._clones_per_observation(self._K))
 
     def _iterations(self, n_clones_total: int) -> int:
         """``n_iter``, or its default for ``n_clones_total`` clones in all (see :data:`ITER_BUDGET`).
@@ -453,8 +470,8 @@ class ReplayMerger(Estimator):
     def _deep_iterations(self, n_clones_total: int) -> int:
         """``deep``, or its default for ``n_clones_total`` clones in all (see :data:`DEEP_BUDGET`).
 
-        >>> [ReplayMerger()._deep_iterations(30 * k) for k in (3, 4, 5, 6, 8, 10, 20)]
-        [20, 15, 0, 0, 0, 0, 0]
+        >>> [ReplayMerger()._deep_iterations(h) for h in (45 * 3, 30 * 4, 30 * 5, 30 * 6, 30 * 10)]
+        [13, 15, 0, 0, 0]
         """
         if self.deep is not None:
             return int(self.deep)
@@ -492,7 +509,7 @@ class ReplayMerger(Estimator):
         >>> from hmmmerge import gridworld, random_walk
         >>> from hmmmerge.agent import TwoLevelMemory
         >>> TwoLevelMemory(3, 4, merger=ReplayMerger(exact=False), seed=0).fit(random_walk(gridworld(n_colours=3), 5, seed=0)).merger_.n_deep_
-        20
+        13
         """
         return 0 if self._A is None else self._n_deep
 
@@ -1684,7 +1701,7 @@ class ReplayMerger(Estimator):
             if H % K:
                 raise ValueError(f"{source}: replay_sizes says {H} clones for {K} observations (not a multiple)")
         if (layout != even).any() and not (self.alloc == "visits" and self.n_clones is None
-                                           and layout.max() <= CLONE_CAP and H <= K * even):
+                                           and layout.max() <= max(CLONE_CAP, even) and H <= K * even):
             raise ValueError(f"{source}: replay_sizes says {H} clones for {K} observations; this merger has "
                              f"{even} clones per observation (n_clones={self.n_clones}, alloc={self.alloc!r})")
         self._init(K, A)

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from hmmmerge import gridworld, random_walk
 from hmmmerge.agent import TwoLevelMemory
 from hmmmerge.evaluate import evaluate_model
-from hmmmerge.replay import CLONE_CAP, CLONE_FLOOR, ReplayMerger, allocate_clones
+from hmmmerge.replay import (CLONE_BUDGET, CLONE_CAP, CLONE_FLOOR, DEEP_BUDGET, DEEP_MAX_CLONES, FEW_VIEW_CLONES,
+                              FEW_VIEWS, ITER_BUDGET, ReplayMerger, allocate_clones)
 
 
 def brute_force(visits, total, floor, cap):
@@ -53,9 +54,9 @@ def test_the_rule_is_the_brute_force_and_keeps_its_bounds(visits, floor, extra_c
         assert (got[seen] == cap).all()
 
 
-def test_even_views_up_to_twenty_keep_thirty_each():
-    # the default total of 20 views or fewer is 30 per view: every seen view reaches the cap
-    for k in (3, 10, 20):
+def test_even_views_from_four_to_twenty_keep_thirty_each():
+    # the default total of 4 to 20 views is 30 per view: every seen view reaches the cap
+    for k in (4, 10, 20):
         m = ReplayMerger()
         total = k * m._clones_per_observation(k)
         visits = np.random.default_rng(k).integers(1, 1000, k)
@@ -198,3 +199,42 @@ def test_views_of_one_clone_keep_working(monkeypatch):
     assert len(ones) >= 15 and (m._clone_n[m._starts[ones]] > 0).all()
     fresh = random_walk(env, 20, 50, seed=99)
     assert evaluate_model(env, agent.level2_hmm(), trajectories=fresh, smoothing=1e-3).accuracy > 0.9
+
+
+def default_layout(k):
+    """The default clones per view for ``k`` views, from the rules as stated (class docstring): FEW_VIEW_CLONES
+    up to FEW_VIEWS views, else the largest of 30, 29, ... whose total fits CLONE_BUDGET, not below 20 (5 from
+    101 views), searched one count at a time."""
+    if k <= FEW_VIEWS:
+        return FEW_VIEW_CLONES
+    floor = 20 if k <= 100 else 5
+    n = 30
+    while n > floor and n * k > CLONE_BUDGET:
+        n -= 1
+    return n
+
+
+def test_default_layout_is_the_rule_as_stated():
+    for k in range(1, 400):
+        assert ReplayMerger()._clones_per_observation(k) == default_layout(k), k
+    assert ReplayMerger(n_clones=7)._clones_per_observation(2) == 7   # n_clones set: the rule is not asked
+
+
+@pytest.mark.parametrize("n_colours", [2, 3, 4])
+def test_few_views_keep_their_layout_and_deep_sleeps(n_colours):
+    # with at most FEW_VIEWS views every view keeps FEW_VIEW_CLONES through the first sleep's allocation by
+    # visits (its cap is the even count, never cut to CLONE_CAP), and the model sleeps deeply; 4 views keep 30
+    env = gridworld(n_colours=n_colours)
+    walk = random_walk(env.with_noise(obs_noise=0.05), 40, 50, seed=1)
+    agent = TwoLevelMemory(env.n_obs, env.n_actions, merge="replay", seed=0).fit(walk)
+    agent.sleep()
+    m = agent.merger_
+    assert m._T is not None and not m.exact_phase_      # replay's own model is drawn
+    per = FEW_VIEW_CLONES if n_colours <= FEW_VIEWS else 30
+    visits = np.bincount(walk.obs.ravel(), minlength=env.n_obs)
+    assert visits.max() * n_colours > visits.sum()      # uneven visits: the allocation by visits was asked
+    assert m._sizes.tolist() == [per] * n_colours and m._H == per * n_colours <= DEEP_MAX_CLONES
+    assert m.n_deep_ == DEEP_BUDGET // m._H > 0 and m.n_iter_ == min(8, max(2, ITER_BUDGET // m._H))
+    back = ReplayMerger()
+    back.load_state_dict(m.state_dict())                 # a checkpoint of that layout loads
+    assert back._sizes.tolist() == m._sizes.tolist() and np.array_equal(back._T, m._T)
