@@ -1,5 +1,6 @@
 """Where replay's last 1% goes on clean grids: the clone HMM or the lumping, and which clone HMM fault
-(issue 22, BENCHMARKS.md "Clean large grids, session 10").
+(issue 22, BENCHMARKS.md "Clean large grids, session 10"; with ``--condition``, the oracle gap under slips,
+noise and random starts: "Few-colour worlds: the oracle gap, session 13").
 
 For each run (the walks of ``benchmarks/bench_unseen_worlds.py``: same worlds, walks and agent seeds), one
 replay life and one fold life of 1,000 episodes in 100-episode blocks, then, on the same 100 fresh episodes,
@@ -7,7 +8,10 @@ each scored step (the view after a move) classified by the training visits of th
 
 * ``level2``: replay's level 2 (the lumped model on the clusters, what the benchmark scores);
 * ``clones``: the unlumped clone HMM of the same merger (the ceiling of any lumping of it);
-* ``fold``: fold's level 2 on the same walk (an exact deterministic machine on a clean world);
+* ``fold``: fold's level 2 on the same walk (an exact deterministic machine on a clean world; clean only);
+* ``truth``: the true world's transitions re-estimated by ``--truth`` iterations of batch EM on all 1,000
+  training episodes from the oracle (its support and emission kept): what a learner that found the
+  structure could reach from these episodes (``--truth 0``: left out);
 * ``refit-all`` / ``refit-window``: the final clone HMM re-estimated by ``--refit`` iterations of plain
   batch EM (no decay, no slip, same pseudocount) on all 1,000 training episodes / on the last ``window``
   episodes the merger keeps: what the final clones could predict if no evidence were forgotten;
@@ -21,7 +25,11 @@ each scored step (the view after a move) classified by the training visits of th
 One JSON record per run in ``OUT`` (resumed), tables on stdout.
 
     PYTHONPATH=$PWD nice -n 10 python analysis/replay_clean_errors.py --out DIR \\
-        [--worlds grid-15x15-c8,grid-20x20-c15] [--seeds 0,1] [--refit 20]
+        [--worlds grid-15x15-c8,grid-20x20-c15] [--seeds 0,1] [--refit 20] \\
+        [--condition noise-0.05] [--clones 45] [--truth 20]
+
+(``--clones P``: ``ReplayMerger(n_clones=P)``, P clones per view, iterations per sleep and deep sleeps by
+their defaults for that capacity; default: the merger's own layout.)
 
 (``--worlds`` takes the probe set's worlds too, e.g. ``grid-30x30-c10``.)
 """
@@ -97,35 +105,95 @@ def refit(m, obs_list, acts_list, n_iter):
     return T, mm._B
 
 
-def one_run(world, seed, n_refit, share):
+def truth_refit(hmm, obs, acts, n_iter, learn_start=True):
+    """``(T, B)``: ``n_iter`` batch EM iterations (Baum-Welch, episodes as rows of ``obs``/``acts``, action
+    -1 first) from the ActionHMM ``hmm``, its emission and the support of its transitions kept (a row
+    with no expected count keeps its probabilities); ``B`` re-estimated when ``learn_start``.
+
+    >>> from hmmmerge import Environment, random_walk
+    >>> env = Environment.from_arrays([[1, 2, 0], [2, 0, 1]], [0, 0, 1]).with_noise(slip=0.2)
+    >>> tr = random_walk(env, 200, 20, seed=0)
+    >>> T, B = truth_refit(env.with_noise(slip=0.6).to_hmm(), tr.obs, tr.actions, 30)   # from a wrong slip
+    >>> float(env.to_hmm().to_dense().T[0, 0, 1]), round(float(T[0, 0, 1]), 1)   # 0.8 + 0.2 / 2, found again
+    (0.9, 0.9)
+    """
+    def dense(m):
+        return np.asarray(m.todense() if hasattr(m, "todense") else m, dtype=np.float64)
+
+    T = np.stack([dense(m) for m in hmm.T]) if not isinstance(hmm.T, np.ndarray) else hmm.T.astype(np.float64)
+    E, B = dense(hmm.E), np.asarray(hmm.B, dtype=np.float64).copy()
+    support = T > 0
+    N, L = obs.shape
+    A, S = T.shape[0], T.shape[1]
+    for _ in range(n_iter):
+        alpha, c = np.zeros((L, N, S)), np.zeros((L, N))
+        p = B[None, :] * E[:, obs[:, 0]].T
+        for t in range(L):
+            if t:
+                p = np.empty((N, S))
+                for a in range(A):
+                    m = acts[:, t] == a
+                    p[m] = alpha[t - 1][m] @ T[a]
+                p *= E[:, obs[:, t]].T
+            c[t] = np.maximum(p.sum(axis=1), 1e-300)
+            alpha[t] = p / c[t][:, None]
+        beta, C = np.ones((N, S)), np.zeros_like(T)
+        for t in range(L - 1, 0, -1):
+            w = E[:, obs[:, t]].T * beta / c[t][:, None]
+            nb = np.empty((N, S))
+            for a in range(A):
+                m = acts[:, t] == a
+                C[a] += T[a] * (alpha[t - 1][m].T @ w[m])
+                nb[m] = w[m] @ T[a].T
+            beta = nb
+        C = np.where(support, C, 0.0)
+        s = C.sum(axis=2, keepdims=True)
+        T = np.where(s > 0, C / np.where(s > 0, s, 1.0), T)
+        if learn_start:
+            b = (alpha[0] * beta).sum(axis=0)
+            B = b / b.sum()
+    return T, B
+
+
+def one_run(world, seed, n_refit, share, condition="clean", clones=None, n_truth=0):
     from hmmmerge.agent import TwoLevelMemory
+    from hmmmerge.hmm import ActionHMM
+    from hmmmerge.replay import ReplayMerger
 
     U = _bench("bench_unseen_worlds")
     W = _bench("bench_world_as_it_is")
-    config = {"world": world, "condition": "clean", "colouring": seed, "seed": seed, "learner": "replay",
+    config = {"world": world, "condition": condition, "colouring": seed, "seed": seed, "learner": "replay",
               "episodes": 1000, "eval_episodes": 100,
               "episode_length": U.MINIGRID_EPISODE_LENGTH if world.startswith("minigrid") else 50, "bench": "unseen"}
-    env = U.build_world(world, seed, "clean")
+    env = U.build_world(world, seed, condition)
     train, fresh = U.walks(env, config)
-    start = U.CONDITIONS["clean"]["start"]
-    out = {"world": world, "seed": seed}
+    start = U.CONDITIONS[condition]["start"]
+    out = {"world": world, "seed": seed, "condition": condition, "clones_per_view": clones}
     agents = {}
-    for learner in ("replay", "fold"):
-        a = TwoLevelMemory(env.n_obs, env.n_actions, merge=learner, seed=[seed, seed, 1])
+    for learner in ("replay", "fold") if condition == "clean" else ("replay",):
+        merger = {} if learner == "fold" or clones is None else {"merger": ReplayMerger(n_clones=clones)}
+        a = TwoLevelMemory(env.n_obs, env.n_actions, **(merger or {"merge": learner}), seed=[seed, seed, 1])
         c = time.process_time()
         for b in range(0, train.n_episodes, W.BLOCK):
             a.partial_fit(train[b:b + W.BLOCK])
         out[f"{learner}_fit_cpu_s"] = time.process_time() - c
         agents[learner] = a
     a, m = agents["replay"], agents["replay"].merger_
-    models = {"level2": m.level2_hmm(a.memory_, a.clusters_), "clones": clone_hmm(m),
-              "fold": agents["fold"].merger_.level2_hmm(agents["fold"].memory_, agents["fold"].clusters_)
-              if hasattr(agents["fold"].merger_, "level2_hmm") else agents["fold"].level2_hmm()}
+    models = {"level2": m.level2_hmm(a.memory_, a.clusters_), "clones": clone_hmm(m)}
+    if "fold" in agents:
+        f = agents["fold"]
+        models["fold"] = f.merger_.level2_hmm(f.memory_, f.clusters_) if hasattr(f.merger_, "level2_hmm") \
+            else f.level2_hmm()
+    out["clones"], out["blocks"], out["n_iter"] = int(m._H), int(m._block.max()) + 1, int(m.n_iter_)
     if n_refit:
         eps = [(train.obs[i], train.actions[i]) for i in range(train.n_episodes)]
         models["refit-all"] = clone_hmm(m, *refit(m, [e[0] for e in eps], [e[1] for e in eps], n_refit))
         kept = m._episodes
         models["refit-window"] = clone_hmm(m, *refit(m, [e[0] for e in kept], [e[1] for e in kept], n_refit))
+    if n_truth:
+        oracle = env.to_hmm(start=start)
+        T, B = truth_refit(oracle, train.obs, train.actions, n_truth, learn_start=start is None)
+        models["truth"] = ActionHMM(T, oracle.E, B)
     ok = {k: correct_steps(v, fresh) for k, v in models.items()}
     visits = np.bincount(train.states.ravel(), minlength=env.n_states)
     cell = fresh.states[:, 1:]
@@ -142,7 +210,8 @@ def one_run(world, seed, n_refit, share):
     out["unseen_steps"] = int((v == 0).sum())
     out["level2_wrong_clones_right"] = int((~ok["level2"] & ok["clones"]).sum())
     out["clones_wrong_level2_right"] = int((ok["level2"] & ~ok["clones"]).sum())
-    out["clones_wrong_fold_right"] = int((~ok["clones"] & ok["fold"]).sum())
+    if "fold" in ok:
+        out["clones_wrong_fold_right"] = int((~ok["clones"] & ok["fold"]).sum())
     # merged places: clones whose level-1 states come from two true cells or more
     n = a.memory_.n_states
     cs, lab = m._clone_state[:n], a.memory_.labels[:n]
@@ -181,19 +250,24 @@ def main():
     p.add_argument("--seeds", default="0,1")
     p.add_argument("--refit", type=int, default=20)
     p.add_argument("--share", type=float, default=0.1)
+    p.add_argument("--condition", default="clean", help="a condition of the benchmark (e.g. noise-0.05)")
+    p.add_argument("--clones", type=int, default=None, help="clones per view (default: the merger's layout)")
+    p.add_argument("--truth", type=int, default=0, help="batch EM iterations from the true world (0: none)")
     p.add_argument("--table-only", action="store_true")
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
     recs = []
     for world in args.worlds.split(","):
         for seed in (int(s) for s in args.seeds.split(",")):
-            path = os.path.join(args.out, f"{world}_{seed}.json")
+            tag = "" if args.condition == "clean" else f"_{args.condition}"
+            tag += "" if args.clones is None else f"_k{args.clones}"
+            path = os.path.join(args.out, f"{world}_{seed}{tag}.json")
             if os.path.exists(path):
                 rec = json.load(open(path))
             elif args.table_only:
                 continue
             else:
-                rec = one_run(world, seed, args.refit, args.share)
+                rec = one_run(world, seed, args.refit, args.share, args.condition, args.clones, args.truth)
                 tmp = path + ".tmp"
                 with open(tmp, "w") as f:
                     json.dump(rec, f)
@@ -205,7 +279,7 @@ def main():
     models = list(recs[0]["accuracy"])
     print("| run | " + " | ".join(models) + " | C | clones used / merged | clone errors from merged clones |")
     for r in recs:
-        print(f"| {r['world']} {r['seed']} | " + " | ".join(f"{r['accuracy'][k]:.4f}" for k in models)
+        print(f"| {r['world']} {r['seed']} {r.get('condition', 'clean')} k={r.get('clones_per_view')} | " + " | ".join(f"{r['accuracy'][k]:.4f}" for k in models)
               + f" | {r['C']} | {r['clones_used']} / {r['clones_merged']} | "
               f"{r['clone_errors_from_merged_clone']} of {r['clone_errors']} |")
     print("\n| run | visits of the true cell | steps | " + " | ".join(f"{k} wrong" for k in models) + " |")

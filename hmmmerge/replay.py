@@ -41,7 +41,10 @@ steps and over the clone blocks of the registered pairs of views seen in sequenc
 (``T`` is zero between the others): it does not grow with the life.  Pairs are
 registered at sleeps, and a pair whose kept counts have faded to the pseudocount
 (:data:`PAIR_FLOOR`; the pairs that only random views made) is dropped
-(:meth:`ReplayMerger._drop_faded_pairs`).  A sleep with fewer than ``min_new`` new episodes is postponed.
+(:meth:`ReplayMerger._drop_faded_pairs`).  A sleep with fewer than ``min_new`` new episodes is postponed; a
+model of few views with many clones each sleeps half as often with twice the replayed episodes, and reads
+views as noise at every 4th sleep only while its views look clean (:data:`SLOW_SLEEP_CLONES`,
+:data:`NOISE_SKIP_RATE`).
 Between sleeps, :meth:`ReplayMerger.place` records each chunk of steps and
 connects its level-1 states to their filtered clone, so level 2 follows the
 current episode.  The agent's online predictors use ``T`` restricted to the
@@ -113,6 +116,20 @@ ALLOC_MANY_VIEWS, ALLOC_STEPS, ALLOC_MEAN = 100, 4, 3
 ITER_BUDGET = 720
 #: the fewest and the most iterations per sleep of ``n_iter=None``
 ITER_MIN, ITER_MAX = 2, 8
+#: slow sleeps: a model of more than SLOW_SLEEP_CLONES clones in all and at least SLOW_SLEEP_PER_VIEW clones per
+#: view on average (few views of many clones: 30x30 grids with 20 colours, 20x20 with 15) sleeps after
+#: ``SLOW_SLEEP_FACTOR x min_new`` new episodes and replays ``SLOW_SLEEP_FACTOR x replay`` episodes (the replay
+#: ratio kept: the same E-step work per episode, half the passes over its big view-pair blocks -- lumping, the
+#: lumped and restricted models, absorb and M-step -- per episode). Models of many views with few clones each
+#: (MiniGrid FourRooms: 600 clones, 20 per view with the 3x3 view) keep every sleep: there fewer sleeps cost up
+#: to 0.024 accuracy (BENCHMARKS.md, "Fewer sleeps on big models, session 13"); :attr:`ReplayMerger.sleep_factor_`
+SLOW_SLEEP_CLONES, SLOW_SLEEP_PER_VIEW, SLOW_SLEEP_FACTOR = 400, 25, 2
+#: a slow-sleeping model's noise look-ahead (:meth:`ReplayMerger._views_read_as_noise`) is thinned once NOISE_AFTER
+#: updates are made and the kept rate of random views is below NOISE_SKIP_RATE: it runs at every
+#: NOISE_SKIP_EVERY-th sleep only (it still updates the rate there, so views turning noisy later are read as
+#: noise within NOISE_SKIP_EVERY sleeps); on clean views it hardly swaps any view but costs a forward pass and
+#: a look-ahead per sleep
+NOISE_SKIP_RATE, NOISE_SKIP_EVERY = 0.005, 4
 #: ``deep=None``: a deep sleep (batch EM over the whole buffer, :meth:`ReplayMerger._deep_sleep`) makes
 #: ``DEEP_BUDGET // H`` iterations for ``H`` clones in all (20 with 3 views of 30 clones, 15 with 4) on models
 #: of at most DEEP_MAX_CLONES clones, where stepwise EM is slowest; none on larger ones (with 6-8 views
@@ -229,7 +246,9 @@ class ReplayMerger(Estimator):
         estimated noise rate + slip share when larger: :meth:`_lump`); 0 turns that test off (Hoeffding alone).
     min_new : a sleep with fewer new episodes than this is postponed to the next one (long episodes:
         fewer, larger sleeps); the first sleep is postponed only to share the clones of many views by visits
-        (:data:`ALLOC_STEPS`).
+        (:data:`ALLOC_STEPS`). Models of more than :data:`SLOW_SLEEP_CLONES`
+        clones with at least :data:`SLOW_SLEEP_PER_VIEW` per view take :attr:`sleep_factor_` times ``min_new``
+        and ``replay`` (and thin their noise look-ahead, :data:`NOISE_SKIP_RATE`).
     slip : the initial estimate of the share of moves made by a uniformly random action instead of the
         recorded one (``T_a = (1 - e) Q_a + e mean_b Q_b``, ``e`` then estimated by EM); 0 turns it off.
     split : a clone whose visits came in two ways followed by different views is split in two at a sleep
@@ -265,6 +284,8 @@ class ReplayMerger(Estimator):
     exact_ended_ : the episodes lived when the exact phase ended (None while it lasts; 0 with ``exact=False``).
     exact_end_reason_ : ``"contradiction"`` (two episodes with the same actions from the start saw different
         views), ``"start"`` (an episode started with another view), ``"work"`` (the fold's work budget), or None.
+    sleep_factor_ : :data:`SLOW_SLEEP_FACTOR` on a model of few views with many clones each (slow sleeps),
+        else 1: its sleeps wait for ``sleep_factor_ x min_new`` new episodes and replay ``sleep_factor_ x replay``.
 
     >>> ReplayMerger(n_clones=5).n_clones
     5
@@ -341,6 +362,7 @@ class ReplayMerger(Estimator):
         self._updates = 0
         self._evidence = None    # (codes, counts): the split evidence, (clone, way in, what followed) triples
         self._noise = 0.0        # estimated share of views replaced by a random one (emissions of level 2)
+        self._noise_idle = 0     # sleeps since the noise look-ahead last ran (thinned: NOISE_SKIP_EVERY)
         self._var = 0.0          # variance factor of the kept statistics: 1 / (effective number of episodes)
         self._episodes: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (obs, acts, states), last `window`
         self._n_new = 0         # episodes at the end of the buffer not learned from yet
@@ -464,6 +486,29 @@ class ReplayMerger(Estimator):
         if int(n_clones_total) > DEEP_MAX_CLONES:
             return 0
         return int(DEEP_BUDGET // int(n_clones_total))
+
+    def _sleep_factor(self) -> int:
+        """The factor of ``min_new`` and ``replay`` for this model's capacity (:data:`SLOW_SLEEP_FACTOR` or 1).
+
+        >>> m = ReplayMerger(); m._sizes = np.full(20, 30); m._K = 20; m._sleep_factor()
+        2
+        >>> m._sizes = np.full(30, 20); m._K = 30; m._sleep_factor()   # 600 clones, 20 per view
+        1
+        """
+        H = int(self._sizes.sum())
+        return SLOW_SLEEP_FACTOR if H > SLOW_SLEEP_CLONES and H >= SLOW_SLEEP_PER_VIEW * self._K else 1
+
+    @property
+    def sleep_factor_(self) -> int:
+        """Slow sleeps (:data:`SLOW_SLEEP_CLONES`): this life sleeps after ``sleep_factor_ x min_new`` new
+        episodes, replays ``sleep_factor_ x replay`` and thins its noise look-ahead when it is 2; 0 before any data.
+
+        >>> from hmmmerge import gridworld, random_walk
+        >>> from hmmmerge.agent import TwoLevelMemory
+        >>> TwoLevelMemory(10, 4, merge="replay", seed=0).fit(random_walk(gridworld(), 5, seed=0)).merger_.sleep_factor_
+        1
+        """
+        return 0 if self._A is None else self._sleep_factor()
 
     @property
     def n_deep_(self) -> int:
@@ -942,7 +987,6 @@ class ReplayMerger(Estimator):
         """Stepwise EM's sleep (:meth:`sleep` after the exact phase); its report. The first sleep after an exact
         phase learns the buffered episodes as the sleeps of a life without the phase would have: ``min_new``
         new ones at a time (the rest with the last), in order (``catch_up``: the sleeps made)."""
-        chunk = max(int(self.min_new), 1)
         if self._T is None and self._many_views():
             # many views: the clones are shared by the visits of a sample of ALLOC_STEPS x H steps
             new = self._episodes[len(self._episodes) - self._n_new:]
@@ -950,6 +994,7 @@ class ReplayMerger(Estimator):
                 return {"new": self._n_new, "replayed": 0, "log_likelihood_per_step": float("nan"),
                         "clusters": clusters.n_clusters, "postponed": True}
             self._allocate(np.concatenate([e[0] for e in new]), memory)
+        chunk = max(int(self.min_new), 1) * self._sleep_factor()   # after the layout: it depends on it
         if self._T is not None or self._exact_end is None or self._exact_end[0] == 0 or self._n_new <= chunk:
             return self._sleep_once(memory, clusters, rng)
         eps, n = self._episodes, self._n_new
@@ -974,19 +1019,21 @@ class ReplayMerger(Estimator):
         clusters.grow(memory.n_states)
         n_new = self._n_new
         report = {"new": n_new, "replayed": 0, "log_likelihood_per_step": float("nan"), "clusters": clusters.n_clusters}
-        if n_new == 0 or (n_new < int(self.min_new) and self._T is not None):
+        factor = self._sleep_factor()
+        if n_new == 0 or (n_new < int(self.min_new) * factor and self._T is not None):
             return dict(report, postponed=n_new > 0)
         n_old = len(self._episodes) - n_new
+        n_replay = int(self.replay) * factor
         start_weight = None
         if n_old and self.priority and self._S is not None:
             pr = self._replay_priority(n_old)
-            picks = rng.choice(n_old, size=min(int(self.replay), n_old), p=pr / pr.sum())
+            picks = rng.choice(n_old, size=min(n_replay, n_old), p=pr / pr.sum())
             # episodes drawn by rarity are not a sample of where episodes start: the start counts come from
             # the new episodes alone, weighted up to the batch's size (random starts: BENCHMARKS.md, "Clean
             # large grids, session 11")
             start_weight = np.concatenate([np.full(n_new, (n_new + len(picks)) / n_new), np.zeros(len(picks))])
         else:
-            picks = rng.integers(0, n_old, size=min(int(self.replay), n_old)) if n_old else np.zeros(0, dtype=np.int64)
+            picks = rng.integers(0, n_old, size=min(n_replay, n_old)) if n_old else np.zeros(0, dtype=np.int64)
         batch = [self._episodes[i] for i in np.concatenate([np.arange(n_old, len(self._episodes)), picks]).tolist()]
         obs = np.concatenate([b[0] for b in batch])
         acts = np.concatenate([b[1] for b in batch])
@@ -1000,7 +1047,12 @@ class ReplayMerger(Estimator):
         # updates no view is replaced: an unlearned model's surprises look like noise, and views repaired
         # towards its predictions would confirm its mistakes
         # the noise look-ahead runs the forward pass of ``d`` under the model of the first E-step (``known``)
-        noise, repaired, known = self._views_read_as_noise(d, obs, acts) if self._updates else (None, 0, None)
+        # on slow-sleeping models the look-ahead is thinned while the views look clean (NOISE_SKIP_RATE)
+        thin = factor > 1 and self._updates >= NOISE_AFTER and self._noise < NOISE_SKIP_RATE \
+            and self._noise_idle < NOISE_SKIP_EVERY - 1
+        self._noise_idle = self._noise_idle + 1 if thin else 0
+        look = self._updates and not thin
+        noise, repaired, known = self._views_read_as_noise(d, obs, acts) if look else (None, 0, None)
         known = None if repaired else known
         if repaired:
             self._add_pairs(noise, acts)
@@ -1062,8 +1114,8 @@ class ReplayMerger(Estimator):
         self._lump()
         self._fold_unheld()
         self._write_clusters(clusters, memory.n_states)
-        report.update(replayed=len(picks), views_read_as_noise=int(repaired), clones_split=n_split,
-                      deep_episodes=deep, pairs_dropped=n_dropped, noise_rate=self._noise,
+        report.update(replayed=len(picks), noise_look_ahead=bool(look), views_read_as_noise=int(repaired),
+                      clones_split=n_split, deep_episodes=deep, pairs_dropped=n_dropped, noise_rate=self._noise,
                       log_likelihood_per_step=float(ll) / len(obs), clusters=clusters.n_clusters)
         return report
 
@@ -1618,6 +1670,7 @@ class ReplayMerger(Estimator):
             "split_codes": self._evidence[0].copy() if self._evidence is not None else np.zeros(0, dtype=np.int64),
             "split_counts": self._evidence[1].copy() if self._evidence is not None else np.zeros(0),
             "since_deep": np.array([self._since_deep], dtype=np.int64),   # episodes learned since a deep sleep
+            "noise_idle": np.array([self._noise_idle], dtype=np.int64),   # sleeps since the noise look-ahead ran
             # the slip floor's kept moves per row (recorded to another view than the row's most common; all)
             "slip_floor": np.stack([self._Soff, self._Stot]) if self._Soff is not None else np.zeros((2, A, H)),
             # the exact phase: in force, episodes lived when it ended (-1: not yet), why (-1: no phase), the first
@@ -1741,6 +1794,9 @@ class ReplayMerger(Estimator):
             self._evidence = (codes, counts) if len(codes) else None
         # files before deep sleeps: none made yet
         self._since_deep = int(get.ints("since_deep", shape=(1,), low=0)[0]) if _PREFIX + "since_deep" in d else 0
+        # files before the thinned noise look-ahead: it ran at their last sleep
+        self._noise_idle = int(get.ints("noise_idle", shape=(1,), low=0, high=NOISE_SKIP_EVERY - 1)[0]) \
+            if _PREFIX + "noise_idle" in d else 0
         self._pairs, self._has_pair, self._slip, self._Sslip = pairs, has_pair, slip, slipped
         # files before the slip floor: none kept yet (it is counted from the next sleep on)
         fl = get.floats("slip_floor", shape=(2, A, H), low=0.0) if _PREFIX + "slip_floor" in d else None
