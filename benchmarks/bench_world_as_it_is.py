@@ -172,10 +172,10 @@ def fit_and_score(config: dict, env, train, fresh, start) -> dict:
                                   seed=[int(config["colouring"]), int(config["seed"]), 1])
 
         agent().fit(train[:20])  # warm-up past the first sleep: numba kernels loaded before the clock starts
-        if learner == "replay":  # and past an exact phase (replay's own kernels, loaded where the phase ends)
-            from hmmmerge.replay import ReplayMerger
+        if learner == "replay":  # and past an exact phase (replay's own kernels, loaded where the phase ends);
+            from hmmmerge.replay import ReplayMerger   # the even layout: many views' first sleep waits longer
 
-            TwoLevelMemory(env.n_obs, env.n_actions, merger=ReplayMerger(exact=False)).fit(train[:20])
+            TwoLevelMemory(env.n_obs, env.n_actions, merger=ReplayMerger(exact=False, alloc="even")).fit(train[:20])
         a = agent()
         blocks = []
         for b in range(0, train.n_episodes, BLOCK):

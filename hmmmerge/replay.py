@@ -109,8 +109,16 @@ CLONE_CAP, CLONE_FLOOR = 30, 1
 #: (the 4-colour grid, 25 places per view) more clones lost 0.004-0.009, with 6 or 8 they helped the torus and not
 #: the grid: BENCHMARKS.md, "Few-colour worlds: the oracle gap under noise, slips and random starts, session 13"
 FEW_VIEWS, FEW_VIEW_CLONES = 3, 45
+#: ``alloc="visits"`` on a world of more than ALLOC_MANY_VIEWS views (the even layout's 5 clones per view, EM's):
+#: the first sleep of stepwise EM waits until its new episodes hold ALLOC_STEPS x ``H`` steps, the clones are
+#: shared by the visits of all of them, and the seen views share ALLOC_MEAN clones per view on average instead
+#: of 5. On MiniGrid FourRooms from random poses (1,040 poses; 7x7 view: 343 views, 232 of one pose, one of 64)
+#: the first sleep's 10 episodes saw most poses about once: clones went by chance (0.899 against EM's 0.912);
+#: with 4 x H steps the clones follow the poses, and 3 per view hold them at lower cost (BENCHMARKS.md,
+#: "MiniGrid's many views, session 13")
+ALLOC_MANY_VIEWS, ALLOC_STEPS, ALLOC_MEAN = 100, 4, 3
 #: ``n_iter=None``: iterations per sleep ``clip(ITER_BUDGET // H, 2, 8)`` for ``H`` clones in all, decided once
-#: for the life. A model of few views (3 views x 30 clones: 8 iterations) learns slowly by stepwise EM and its
+#: for the life. A model of few views (4 views x 30 clones: 6 iterations) learns slowly by stepwise EM and its
 #: passes are cheap; every model of 300 clones or more (10 views x 30, 20 x 30, MiniGrid's 5 per view) keeps 2
 ITER_BUDGET = 720
 #: the fewest and the most iterations per sleep of ``n_iter=None``
@@ -245,7 +253,8 @@ class ReplayMerger(Estimator):
     dirichlet : the least Dirichlet concentration per next cluster of the Bayes-factor test (it takes the
         estimated noise rate + slip share when larger: :meth:`_lump`); 0 turns that test off (Hoeffding alone).
     min_new : a sleep with fewer new episodes than this is postponed to the next one (long episodes:
-        fewer, larger sleeps); the first sleep is never postponed. Models of more than :data:`SLOW_SLEEP_CLONES`
+        fewer, larger sleeps); the first sleep is postponed only to share the clones of many views by visits
+        (:data:`ALLOC_STEPS`). Models of more than :data:`SLOW_SLEEP_CLONES`
         clones with at least :data:`SLOW_SLEEP_PER_VIEW` per view take :attr:`sleep_factor_` times ``min_new``
         and ``replay`` (and thin their noise look-ahead, :data:`NOISE_SKIP_RATE`).
     slip : the initial estimate of the share of moves made by a uniformly random action instead of the
@@ -260,9 +269,11 @@ class ReplayMerger(Estimator):
     alloc : ``"visits"``: with ``n_clones=None``, at the first sleep the views seen so far share their
         clones of the even layout by how often each was seen (:func:`allocate_clones`, at least
         :data:`CLONE_FLOOR` and at most :data:`CLONE_CAP` each, or the even count when larger: 45 with
-        :data:`FEW_VIEWS` views or fewer) when the most seen view's share asks for more than that cap; a view not seen yet keeps the even count, the total is the
-        even layout's. A world of at most 20 views keeps 30 per view, as with ``"even"`` (BENCHMARKS.md,
-        "Clones by visits"). ``"even"``: every view the same number (``n_clones`` or its default).
+        :data:`FEW_VIEWS` views or fewer) when the most seen view's share asks for more than that cap; a
+        view not seen yet keeps the even count, the total is the even layout's. A world of at most 20 views keeps 30 per view, as with ``"even"`` (BENCHMARKS.md,
+        "Clones by visits"). With more than :data:`ALLOC_MANY_VIEWS` views the first sleep waits for
+        :data:`ALLOC_STEPS` x ``H`` steps and the seen views share :data:`ALLOC_MEAN` clones each on average.
+        ``"even"``: every view the same number (``n_clones`` or its default).
     priority : draw the replayed episodes in proportion to the rarity of the places they pass through
         (:meth:`_replay_priority`; the start distribution is then learned from the new episodes alone);
         False: uniformly, every episode's start counted (the learner of session 10; BENCHMARKS.md,
@@ -411,7 +422,10 @@ class ReplayMerger(Estimator):
         of those clones: the even layout then starves it (MiniGrid's 5x5 view: one view seen from 145
         poses, 134 from 5 or fewer, 5 clones each). Where no view asks for that much (MiniGrid's 7x7 view
         from the start pose), the first sleep's few episodes are too thin a sample to take clones from
-        rarely seen views: measured, it lost 0.025 on one run (BENCHMARKS.md, "Clones by visits")."""
+        rarely seen views: measured, it lost 0.025 on one run (BENCHMARKS.md, "Clones by visits").
+        With more than :data:`ALLOC_MANY_VIEWS` views (:meth:`_many_views`), ``obs`` are all the first sleep's
+        new episodes (at least :data:`ALLOC_STEPS` x ``H`` steps) and the seen views share
+        :data:`ALLOC_MEAN` clones each on average."""
         if self.alloc != "visits" or self.n_clones is not None:
             return
         if (self._clone_state[:self._n_seen] >= 0).any():
@@ -420,6 +434,8 @@ class ReplayMerger(Estimator):
         seen = visits > 0
         sizes = self._sizes.copy()
         share = int(sizes[seen].sum())
+        if self._many_views():
+            share = min(share, ALLOC_MEAN * int(seen.sum()))
         cap = self._clone_cap()
         if visits.max() * share <= cap * visits.sum():
             return   # no view's share of the visits asks for more than the cap: the even layout holds them
@@ -429,6 +445,15 @@ class ReplayMerger(Estimator):
         self._layout(sizes)
         self._clone_n = None
         self._count_clones(memory)
+
+    def _many_views(self) -> bool:
+        """Whether the layout is shared by visits under the rules of many views (:data:`ALLOC_MANY_VIEWS`).
+
+        >>> m = ReplayMerger(); m._init(101, 3); m._many_views(), ReplayMerger(alloc="even")._many_views()
+        (True, False)
+        """
+        return self.alloc == "visits" and self.n_clones is None and self._A is not None and \
+            self._K > ALLOC_MANY_VIEWS
 
     def _check(self, memory) -> None:
         if self._A is None:
@@ -979,7 +1004,14 @@ class ReplayMerger(Estimator):
         """Stepwise EM's sleep (:meth:`sleep` after the exact phase); its report. The first sleep after an exact
         phase learns the buffered episodes as the sleeps of a life without the phase would have: ``min_new``
         new ones at a time (the rest with the last), in order (``catch_up``: the sleeps made)."""
-        chunk = max(int(self.min_new), 1) * self._sleep_factor()
+        if self._T is None and self._many_views():
+            # many views: the clones are shared by the visits of a sample of ALLOC_STEPS x H steps
+            new = self._episodes[len(self._episodes) - self._n_new:]
+            if sum(len(e[0]) for e in new) < ALLOC_STEPS * self._H:
+                return {"new": self._n_new, "replayed": 0, "log_likelihood_per_step": float("nan"),
+                        "clusters": clusters.n_clusters, "postponed": True}
+            self._allocate(np.concatenate([e[0] for e in new]), memory)
+        chunk = max(int(self.min_new), 1) * self._sleep_factor()   # after the layout: it depends on it
         if self._T is not None or self._exact_end is None or self._exact_end[0] == 0 or self._n_new <= chunk:
             return self._sleep_once(memory, clusters, rng)
         eps, n = self._episodes, self._n_new
@@ -1024,7 +1056,8 @@ class ReplayMerger(Estimator):
         acts = np.concatenate([b[1] for b in batch])
         self._add_pairs(obs, acts)
         if self._T is None:
-            self._allocate(obs, memory)
+            if not self._many_views():   # else shared by :meth:`_sleep_replay`
+                self._allocate(obs, memory)
             self._init_model(rng)
         d = self._data(obs, acts)
         # the rate of random views is estimated from the first update on, but in the first NOISE_AFTER

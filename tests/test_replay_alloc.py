@@ -238,3 +238,50 @@ def test_few_views_keep_their_layout_and_deep_sleeps(n_colours):
     back = ReplayMerger()
     back.load_state_dict(m.state_dict())                 # a checkpoint of that layout loads
     assert back._sizes.tolist() == m._sizes.tolist() and np.array_equal(back._T, m._T)
+
+
+def many_views_world():
+    """A 12x12 grid of 121 views (more than ALLOC_MANY_VIEWS): the 24 cells of the first two rows share one
+    view, every other cell has a view of its own (5 clones each in the even layout, 605 in all)."""
+    colours = np.arange(144).reshape(12, 12) - 23
+    colours[colours < 0] = 0
+    return gridworld(12, 12, n_colours=121, colours=colours, start=(0, 0))
+
+
+def test_many_views_wait_for_a_sample_and_share_fewer_clones_by_its_visits():
+    from hmmmerge.replay import ALLOC_MANY_VIEWS, ALLOC_MEAN, ALLOC_STEPS
+
+    env = many_views_world()
+    assert env.n_obs > ALLOC_MANY_VIEWS
+    agent = TwoLevelMemory(env.n_obs, env.n_actions, merger=ReplayMerger(exact=False), sleep_every=10**6, seed=0)
+    walk = random_walk(env, 80, 50, seed=0)
+    m = agent.partial_fit(walk[:40]).merger_
+    even, H = 5, 5 * env.n_obs
+    assert m._clones_per_observation(env.n_obs) == even and m._H == H
+    # 39 episodes lived (51 views each) hold fewer than ALLOC_STEPS x H steps: the first sleep waits
+    assert 39 * 51 < ALLOC_STEPS * H <= 54 * 51
+    r = agent.sleep()[0]
+    assert r["postponed"] and m._T is None and agent.n_clusters_ == 0 and m._sizes.tolist() == [even] * env.n_obs
+    agent.partial_fit(walk[40:55])
+    r = agent.sleep()[0]
+    assert not r.get("postponed") and r["new"] == 54 and m._T is not None
+    # the clones are shared by the visits of all 54 episodes, ALLOC_MEAN per seen view on average
+    visits = np.bincount(walk.obs[:54].ravel(), minlength=env.n_obs)
+    seen = visits > 0
+    expected = np.full(env.n_obs, even)
+    expected[seen] = allocate_clones(visits[seen], ALLOC_MEAN * int(seen.sum()), CLONE_FLOOR, CLONE_CAP)
+    assert m._sizes.tolist() == expected.tolist() and m._sizes[0] == CLONE_CAP
+    assert m._H == ALLOC_MEAN * int(seen.sum()) + even * int((~seen).sum()) < H
+    # a sample of the first 10 episodes alone would have dealt them otherwise
+    first = np.bincount(walk.obs[:10].ravel(), minlength=env.n_obs)[seen]
+    assert allocate_clones(first, ALLOC_MEAN * int(seen.sum()), CLONE_FLOOR, CLONE_CAP).tolist() != expected[seen].tolist()
+    agent.sleep_every = 500
+    agent.partial_fit(walk[55:])
+    fresh = random_walk(env, 20, 50, seed=99)
+    assert evaluate_model(env, agent.level2_hmm(), trajectories=fresh, smoothing=1e-3).accuracy > 0.9
+
+
+def test_a_merger_of_at_most_100_views_keeps_its_first_sleep():
+    # 25 views: the first sleep is not postponed (the rule of many views is off)
+    env, agent = fitted("visits", episodes=4, more=0)
+    assert not agent.merger_._many_views() and agent.merger_._T is not None
