@@ -285,3 +285,18 @@ def test_a_merger_of_at_most_100_views_keeps_its_first_sleep():
     # 25 views: the first sleep is not postponed (the rule of many views is off)
     env, agent = fitted("visits", episodes=4, more=0)
     assert not agent.merger_._many_views() and agent.merger_._T is not None
+
+
+def test_a_checkpoint_taken_while_many_views_wait_resumes_exactly(tmp_path):
+    env = many_views_world()
+    walk = random_walk(env, 70, 50, seed=3)
+    agent = TwoLevelMemory(env.n_obs, env.n_actions, merger=ReplayMerger(exact=False), seed=3).fit(walk[:30])
+    assert agent.merger_._T is None and agent.merger_._n_new > 0   # sleeps so far were postponed
+    path = os.path.join(tmp_path, "agent.npz")
+    agent.save(path)
+    back = TwoLevelMemory.load(path)
+    a, b = agent.partial_fit(walk[30:]), back.partial_fit(walk[30:])
+    assert a.merger_._T is not None and a.merger_._sizes.tolist() != [5] * env.n_obs
+    assert np.array_equal(a.merger_._sizes, b.merger_._sizes) and np.array_equal(a.merger_._T, b.merger_._T)
+    ha, hb = a.history(), b.history()
+    assert all(np.array_equal(ha[k], hb[k], equal_nan=True) for k in ha)
