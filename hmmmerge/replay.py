@@ -58,7 +58,8 @@ state created where level 1 already had a link under the same action, :meth:`Rep
 level 2 is the exact fold's (:class:`~hmmmerge.fold.FoldMerger`, ``merge="fold"``: exact folds are
 unbeatable on clean data). The phase ends for good at the first such proof, or when the fold's work
 (:data:`EXACT_WORK_BASE`, :data:`EXACT_WORK_PER_STEP`: a count, not a time) outgrows its budget (the fold
-of a heavily aliased world, MiniGrid's 3x3 view); stepwise EM then learns from the buffered episodes at
+of a heavily aliased world, MiniGrid's 3x3 view; later, a sleep's work over :data:`EXACT_LATE_WORK_PER_STEP`
+per step lived since the fold's last sleep: slips that make no contradiction); stepwise EM then learns from the buffered episodes at
 its first sleep (:meth:`ReplayMerger.sleep`) and goes on as above.
 
 Why this learner: EM on clone HMMs is robust to slips, noise and random
@@ -159,6 +160,16 @@ DEEP_MIX = 0.75
 #: the budget that grows with the steps holds early only (BENCHMARKS.md, "Clean worlds, session 12: an exact
 #: phase")
 EXACT_WORK_BASE, EXACT_WORK_PER_STEP, EXACT_WORK_EPISODES, EXACT_SLEEP_WORK = 20_000_000, 1_000, 200, 50_000_000
+#: ``exact=True``, after EXACT_WORK_EPISODES: a fold's sleep may spend at most EXACT_LATE_WORK_PER_STEP x the
+#: steps lived since its last sleep (its episodes since then x the mean steps of an episode), else the phase
+#: ends with reason "work": the fold's late cost per step (hence per 100-episode block) stays bounded. Measured
+#: (session 13) on every clean run of the three benchmark sets and the hold-out worlds (66 runs): late sleeps
+#: need at most 9,700 per step (graph-200-a3-c10 s1; torus-12x12-c6 s1 9,000), but for one transient of
+#: graph-100-a4-c12 s0 (32,600 at episode 236, where the phase now ends: EM is exact there); a fold of a
+#: maze of 11x11 with 3 colours under slips 0.05 (no contradiction until episode 368) grew from 5,500 per step
+#: at episode 216 to 28,000 at 295 and 40,700 at 314 (190 million in all, 7 s of CPU), and now ends at 295
+#: (BENCHMARKS.md, "Clean worlds, session 12: an exact phase")
+EXACT_LATE_WORK_PER_STEP = 20_000
 #: in the exact phase the fold sleeps after ``max(min_new, lived // EXACT_SLEEP_SHARE)`` new episodes: each of
 #: its sleeps passes over all of level 1 (its link counts and C are counted afresh), so sleeps that grow rarer
 #: with the life keep the cost of a 100-episode block from growing with it (every 10 episodes until 200
@@ -980,11 +991,13 @@ class ReplayMerger(Estimator):
         # then stays bounded: EXACT_SLEEP_SHARE)
         if fold._A is not None and self._since_fold < max(int(self.min_new), self._lived // EXACT_SLEEP_SHARE):
             return [{"phase": "exact", "postponed": True, "clusters": clusters.n_clusters}]
-        self._since_fold = 0
+        new, self._since_fold = self._since_fold, 0
         fold._check(memory)
         budget = EXACT_SLEEP_WORK
         if self._lived <= EXACT_WORK_EPISODES:
             budget = min(budget, EXACT_WORK_BASE + EXACT_WORK_PER_STEP * self._steps - self._work)
+        else:   # late: in proportion to the steps since the fold's last sleep (a count, as the episodes')
+            budget = min(budget, EXACT_LATE_WORK_PER_STEP * (new * self._steps // max(self._lived, 1)))
         start = int(fold._st.sc[WORK])
         fold._st.sc[WORK_LIMIT] = start + max(budget, 0) + 1   # the sleep stops once it passes the budget
         try:

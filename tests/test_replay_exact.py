@@ -126,6 +126,47 @@ def test_the_work_bound_ends_the_phase_deterministically_and_replay_sleeps_at_on
     assert ended[0][:2] == ended[1][:2] and np.array_equal(ended[0][2], ended[1][2])
 
 
+def _late_life(monkeypatch, per_step, episodes=80, chunk=10):
+    """A clean life whose sleeps after episode 10 are late (EXACT_WORK_EPISODES patched), the late budget
+    ``per_step``: the agent and, per fold sleep, (episodes lived, steps since the fold's last sleep as the
+    budget counts them, the sleep's work, its reports' phases)."""
+    monkeypatch.setattr(replay_module, "EXACT_WORK_EPISODES", 10)
+    monkeypatch.setattr(replay_module, "EXACT_LATE_WORK_PER_STEP", per_step)
+    walk = random_walk(gridworld(), episodes, seed=0)
+    agent = TwoLevelMemory(10, 4, merge="replay", sleep_every=10**6, seed=0)
+    trace = []
+    for b in range(0, episodes, chunk):
+        agent.partial_fit(walk[b:b + chunk])
+        m = agent.merger_
+        if not m.exact_phase_:
+            break
+        lived, new, steps, work = m._lived, m._since_fold, m._steps, m._work
+        reports = agent.sleep()
+        if not reports[0].get("postponed"):
+            trace.append((lived, new * steps // lived, m._work - work, [r["phase"] for r in reports]))
+    return agent, trace
+
+
+def test_a_late_sleep_over_its_budget_per_step_ends_the_phase_and_one_within_does_not(monkeypatch):
+    free, trace = _late_life(monkeypatch, 10**12)
+    assert free.merger_.exact_phase_ and all(p == ["exact"] for *_, p in trace)
+    late = [(lived, n, w) for lived, n, w, _ in trace if lived > 10]
+    assert len(late) >= 4 and all(n > 0 and w > 0 for _, n, w in late)
+    # a budget just over every late sleep's work per step: the same life as without one
+    within, t = _late_life(monkeypatch, max(w // n for _, n, w in late) + 1)
+    assert within.merger_.exact_phase_ and t == trace
+    n_states = free.memory_.n_states
+    assert np.array_equal(within.clusters_.assignment[:n_states], free.clusters_.assignment[:n_states])
+    # a budget at the median: the phase ends at the first late sleep over it, by the oracle of the trace
+    per_step = sorted(w // n for _, n, w in late)[len(late) // 2]
+    first = next(lived for lived, n, w in late if w > per_step * n)
+    over, t = _late_life(monkeypatch, per_step)
+    m = over.merger_
+    assert not m.exact_phase_ and m.exact_end_reason_ == "work" and m.exact_ended_ == first
+    assert t[-1][0] == first and t[-1][3] == ["exact", "replay"] and over.n_clusters_ > 0
+    assert t[:-1] == trace[:len(t) - 1]
+
+
 def test_a_fold_with_a_work_limit_stops_mid_sleep_and_without_one_is_unchanged():
     from hmmmerge.fold._kernels import WORK, WORK_LIMIT
 
