@@ -164,7 +164,7 @@ EXACT_WORK_BASE, EXACT_WORK_PER_STEP, EXACT_WORK_EPISODES, EXACT_SLEEP_WORK = 20
 #: steps lived since its last sleep (its episodes since then x the mean steps of an episode), else the phase
 #: ends with reason "work": the fold's late cost per step (hence per 100-episode block) stays bounded. Measured
 #: (session 13) on every clean run of the three benchmark sets and the hold-out worlds (66 runs): late sleeps
-#: need at most 9,700 per step (graph-200-a3-c10 s1; torus-12x12-c6 s1 9,000), but for one transient of
+#: need at most 9,500 per step (graph-200-a3-c10 s1; torus-12x12-c6 s1 9,000), but for one transient of
 #: graph-100-a4-c12 s0 (32,600 at episode 236, where the phase now ends: EM is exact there); a fold of a
 #: maze of 11x11 with 3 colours under slips 0.05 (no contradiction until episode 368) grew from 5,500 per step
 #: at episode 216 to 28,000 at 295 and 40,700 at 314 (190 million in all, 7 s of CPU), and now ends at 295
