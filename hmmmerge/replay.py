@@ -148,6 +148,16 @@ DEEP_BUDGET, DEEP_MAX_CLONES = 1800, FEW_VIEWS * FEW_VIEW_CLONES
 #: (replacing them all overfits the buffer's 200 episodes where slips spread the rows; BENCHMARKS.md,
 #: "Few-colour worlds under slips, session 11"; 0.75 since the slip share's floor holds ``e``: session 12)
 DEEP_MIX = 0.75
+#: ``deep=None`` on a model of more than DEEP_MAX_CLONES and at most LIGHT_DEEP_MAX_CLONES clones in all (6-8 views
+#: x 30: no deep sleeps of ``DEEP_BUDGET // H`` iterations): a light deep sleep of LIGHT_DEEP_ITER iterations over
+#: the buffer whenever ``window`` episodes were learned since the last one, and the split evidence kept longer
+#: (SPLIT_MEMORY_MID instead of SPLIT_MEMORY: about 3x the splits). Neither alone helped; together, on the
+#: 6-colour 12x12 torus (180 clones), noise 0.05 0.922/0.913 -> 0.947-0.955/0.938-0.941, slip 0.05 0.927/0.937 ->
+#: 0.948/0.952, random starts s1 0.947 -> 0.965, and the 8-colour 15x15 grid from random starts 0.928 -> 0.949;
+#: other runs of 136-240 clones -0.006 to +0.003, fit CPU +0.1-0.5 s. The longer memory alone cost the bigger
+#: models up to +0.85 s and made a miss on the 135-clone torus, hence the window (BENCHMARKS.md, "Light deep
+#: sleeps on mid-size models, session 13"; analysis of helper split13)
+LIGHT_DEEP_MAX_CLONES, LIGHT_DEEP_ITER, SPLIT_MEMORY_MID = 240, 2, 0.9
 #: ``exact=True``: in the first EXACT_WORK_EPISODES episodes the exact phase ends when the fold's work counter
 #: (journal rows written and red blocks scanned by its sleeps, :data:`hmmmerge.fold._kernels.WORK`) exceeds
 #: ``EXACT_WORK_BASE + EXACT_WORK_PER_STEP x steps`` lived, and at any time when one sleep's work exceeds
@@ -275,8 +285,8 @@ class ReplayMerger(Estimator):
     deep : iterations of a deep sleep, made whenever ``window // 2`` episodes were learned since the last
         one: batch EM over every buffered episode from the current model, the kept counts moved a share
         :data:`DEEP_MIX` towards the buffer's (:meth:`_deep_sleep`); None: ``DEEP_BUDGET // H`` for ``H``
-        clones in all up to :data:`DEEP_MAX_CLONES` (135: 3 views of 45 clones, 4 of 30), else 0 (:attr:`n_deep_`);
-        0 turns them off.
+        clones in all up to :data:`DEEP_MAX_CLONES` (135: 3 views of 45 clones, 4 of 30), else 0 (:attr:`n_deep_`),
+        and up to :data:`LIGHT_DEEP_MAX_CLONES` light deep sleeps every ``window`` episodes; 0 turns them off.
     alloc : ``"visits"``: with ``n_clones=None``, at the first sleep the views seen so far share their
         clones of the even layout by how often each was seen (:func:`allocate_clones`, at least
         :data:`CLONE_FLOOR` and at most :data:`CLONE_CAP` each, or the even count when larger: 45 with
@@ -421,6 +431,8 @@ class ReplayMerger(Estimator):
         self._H = int(self._sizes.sum())
         self._n_iter = self._iterations(self._H)
         self._n_deep = self._deep_iterations(self._H)
+        # light deep sleeps and the longer split memory (see LIGHT_DEEP_MAX_CLONES)
+        self._mid = self.deep is None and DEEP_MAX_CLONES < self._H <= LIGHT_DEEP_MAX_CLONES
         check_memory(f"replay merger: {self._H} clones x {self._A} actions", 3 * 8 * self._A * self._H ** 2)
         self._colour = np.repeat(np.arange(self._K), self._sizes)
         self._block = np.arange(self._H, dtype=np.int64)     # block (lumped clones) of each clone
@@ -1130,6 +1142,8 @@ class ReplayMerger(Estimator):
         deep = 0
         if self._n_deep and self._since_deep >= max(int(self.window) // 2, 1):
             deep = self._deep_sleep()
+        elif self._mid and self._since_deep >= max(int(self.window), 1):
+            deep = self._deep_sleep(LIGHT_DEEP_ITER)
         self._n_new = 0
         # the batch's level-1 states take their most probable clone under the new model; clones are
         # lumped into blocks; C is written from the blocks
@@ -1149,8 +1163,9 @@ class ReplayMerger(Estimator):
                       log_likelihood_per_step=float(ll) / len(obs), clusters=clusters.n_clusters)
         return report
 
-    def _deep_sleep(self) -> int:
-        """Batch EM over every buffered episode, :attr:`n_deep_` iterations from the current model, the kept
+    def _deep_sleep(self, n_iter: int | None = None) -> int:
+        """Batch EM over every buffered episode, ``n_iter`` iterations (None: :attr:`n_deep_`; a light deep
+        sleep: :data:`LIGHT_DEEP_ITER`) from the current model, the kept
         counts at every iteration ``(1 - DEEP_MIX)`` those before the deep sleep plus ``DEEP_MIX`` the
         buffer's expected counts per episode (:data:`DEEP_MIX`); returns the episodes learned from.
 
@@ -1182,7 +1197,7 @@ class ReplayMerger(Estimator):
         floor = COUNT_FLOOR * float(self.pseudocount) * n / (float(self.window) * mix)
         kept = (self._g * (1.0 - mix)) * self._S, (self._g * (1.0 - mix)) * self._row_sums(), \
             (1.0 - mix) * self._Sb, (1.0 - mix) * self._Sslip
-        for it in range(self._n_deep):
+        for it in range(self._n_deep if n_iter is None else int(n_iter)):
             ll, C, Bc = self._expected_counts(d, ll=known if it == 0 else None)
             if not np.isfinite(ll):
                 raise ValueError("buffered episodes have probability 0 under level 2 (pseudocount too small?)")
@@ -1242,7 +1257,8 @@ class ReplayMerger(Estimator):
         E-step's posteriors, ``d`` holds them) as a triple (clone, how it came in:
         action and previous clone, or the episode's start; what followed: action
         and next view), counted over the sleeps with the weight of older sleeps
-        multiplied by :data:`SPLIT_MEMORY` at each one.  Per clone with at least
+        multiplied by :data:`SPLIT_MEMORY` (:data:`SPLIT_MEMORY_MID` on models of light deep sleeps,
+        see :data:`LIGHT_DEEP_MAX_CLONES`) at each one.  Per clone with at least
         :data:`SPLIT_MIN_VISITS` visits, :func:`~hmmmerge._replay_kernels.split_tests`
         parts its ways in into two groups with different futures; when the
         likelihood-ratio statistic exceeds ``split``, the kept counts into the
@@ -1264,7 +1280,8 @@ class ReplayMerger(Estimator):
         weight = np.ones(len(code))
         if self._evidence is not None:
             code = np.concatenate([self._evidence[0], code])
-            weight = np.concatenate([self._evidence[1] * SPLIT_MEMORY, weight])
+            memory = SPLIT_MEMORY_MID if self._mid else SPLIT_MEMORY
+            weight = np.concatenate([self._evidence[1] * memory, weight])
         code, inv = np.unique(code, return_inverse=True)
         count = np.bincount(inv, weights=weight)
         kept = count >= 0.05   # forgotten below a twentieth of a visit
