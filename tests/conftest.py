@@ -10,7 +10,8 @@ several test files are built once per session (none is ever changed):
 ``paper_walk_1000`` the paper's 1,000 training episodes (seed 0);
 ``small_world`` is a 4x4 grid of 4 colours (seed 1) and ``small_walk`` 8
 episodes of 12 moves in it (seed 2).  ``load_script`` loads a script of
-``benchmarks/`` as a module (they are not a package).
+``benchmarks/`` as a module (they are not a package).  ``resumed_life``
+checks that a learner saved mid-life and loaded goes on bit for bit.
 """
 
 from __future__ import annotations
@@ -75,6 +76,30 @@ def _load_script(name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _resumed_life(make, first, second, path):
+    """``make()`` lives through ``first`` then ``second`` (``whole``); another (``part``) lives through
+    ``first``, is saved to ``path`` and loaded, and the loaded one (``back``) lives through ``second``.
+    Asserts that the mergers of ``whole`` and ``back`` end with the same state, array for array; returns
+    ``(whole, part, back)``."""
+    from hmmmerge.agent import TwoLevelMemory
+
+    whole = make().fit(first).partial_fit(second)
+    part = make().fit(first)
+    part.save(path)
+    back = TwoLevelMemory.load(path).partial_fit(second)
+    w, b = whole.merger_.state_dict(), back.merger_.state_dict()
+    assert sorted(w) == sorted(b)
+    assert all(np.array_equal(w[k], b[k]) for k in w), [k for k in w if not np.array_equal(w[k], b[k])]
+    return whole, part, back
+
+
+@pytest.fixture(scope="session")
+def resumed_life():
+    """``resumed_life(make, first, second, path) -> (whole, part, back)``: a life saved after ``first`` and
+    loaded goes on through ``second`` as the uninterrupted one (merger state compared array for array)."""
+    return _resumed_life
 
 
 @pytest.fixture(scope="session")

@@ -127,19 +127,13 @@ def test_models_outside_the_window_keep_the_path_without_light_deep_sleeps(monke
         assert not any(d for d, _, _ in life)
 
 
-def test_a_life_with_light_deep_sleeps_resumes_from_a_file_as_it_would_have_gone_on(monkeypatch, tmp_path):
+def test_a_life_with_light_deep_sleeps_resumes_from_a_file_as_it_would_have_gone_on(monkeypatch, tmp_path, resumed_life):
     monkeypatch.setattr(R, "DEEP_MAX_CLONES", 8)
     monkeypatch.setattr(R, "LIGHT_DEEP_MAX_CLONES", 9)
     env = gridworld(4, 4, n_colours=3, seed=1)
     first, second = random_walk(env, 30, 12, seed=0), random_walk(env, 30, 12, seed=1)
     make = lambda: TwoLevelMemory(3, 4, merger=ReplayMerger(exact=False, n_clones=3, window=16, min_new=1),  # noqa: E731
                                   sleep_every=60, seed=3)
-    whole = make().fit(first).partial_fit(second)
-    part = make().fit(first)
+    _, part, back = resumed_life(make, first, second, tmp_path / "a.npz")
     assert 0 < part.merger_._since_deep < 16 and part.merger_._mid   # a light sleep made, the next one pending
-    part.save(tmp_path / "a.npz")
-    back = TwoLevelMemory.load(tmp_path / "a.npz")
     assert back.merger_._mid
-    back.partial_fit(second)
-    w, b = whole.merger_.state_dict(), back.merger_.state_dict()
-    assert sorted(w) == sorted(b) and all(np.array_equal(w[k], b[k]) for k in w)

@@ -136,19 +136,15 @@ def test_a_pair_whose_counts_faded_is_dropped_and_filtering_is_as_with_the_pair_
     assert checked > 50 and passes > 0
 
 
-def test_resume_from_a_file_equals_an_uninterrupted_noisy_life_and_a_file_with_faded_pairs_loads(tmp_path, monkeypatch):
+def test_resume_from_a_file_equals_an_uninterrupted_noisy_life_and_a_file_with_faded_pairs_loads(tmp_path, monkeypatch,
+                                                                                                 resumed_life):
     # (a walk after which pairs have faded: 5 of 144, with the slip floor)
     first, second = random_walk(NOISY, 120, 30, seed=2), random_walk(NOISY, 60, 30, seed=1)
 
     def agent():
         return TwoLevelMemory(12, 4, merger=ReplayMerger(exact=False, n_clones=3, min_new=5), seed=3)
 
-    whole = agent().fit(first).partial_fit(second)
-    part = agent().fit(first)
-    part.save(tmp_path / "a.npz")
-    back = TwoLevelMemory.load(tmp_path / "a.npz").partial_fit(second)
-    w, b = whole.merger_.state_dict(), back.merger_.state_dict()
-    assert sorted(w) == sorted(b) and all(np.array_equal(w[k], b[k]) for k in w)
+    resumed_life(agent, first, second, tmp_path / "a.npz")
     # a file written before pairs were dropped holds faded pairs: it loads as the same model, and the life
     # goes on as the running agent's
     with monkeypatch.context() as mp:
