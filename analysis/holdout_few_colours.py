@@ -38,6 +38,17 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     import bench_unseen_worlds as unseen
 
+    learners = args.learners.split(",")
+    unknown = [x for x in learners if x not in unseen.W.LEARNERS]
+    if unknown:
+        parser.error(f"--learners: unknown {', '.join(unknown)}; choose from {', '.join(unseen.W.LEARNERS)}")
+    try:
+        seeds = [int(x) for x in args.seeds.split(",")]
+    except ValueError:
+        parser.error(f"--seeds: {args.seeds!r} is not a comma-separated list of integers")
+    if min(seeds) < 0:
+        parser.error(f"--seeds: {args.seeds!r} holds a negative seed")
+
     unseen.PROBE_WORLDS.update(HOLDOUT_WORLDS)
     done = set()
     if os.path.exists(args.out):
@@ -45,8 +56,8 @@ def main(argv=None) -> int:
             done = {(r["world"], r["condition"], r["seed"], r["learner"]) for r in map(json.loads, f)}
     for world in HOLDOUT_WORLDS:
         for condition in CONDITIONS:
-            for seed in (int(s) for s in args.seeds.split(",")):
-                for learner in args.learners.split(","):
+            for seed in seeds:
+                for learner in learners:
                     if (world, condition, seed, learner) in done:
                         continue
                     config = {"world": world, "condition": condition, "colouring": seed, "seed": seed,
