@@ -6,7 +6,7 @@ seeds its walks) and run with the probe set's walks, warm-ups and scoring (``run
 
 * ``--set few``: six worlds of 2-3 colours (<= 3 views: 45 clones per view and deep sleeps), under slip 0.05,
   slip 0.10, noise 0.05 and random starts;
-* ``--set edges``: grids, a torus and a random graph with 4, 5, 8, 9, 13, 14, 24 and 25 colours, placed on both
+* ``--set edges``: grids, a torus and a random graph with 4, 5, 8, 9, 13, 14, 24, 25, 28 and 29 colours, placed on both
   sides of each of replay's size gates (even layout: 4 views = 120 clones, deep sleeps; 5-8 views = 150-240
   clones, light deep sleeps; 9-13 views = 270-390 clones, neither; 14-24 views = 420-600 clones with >= 25 per
   view, slow sleeps; 25 views = 24 per view, not slow), clean and under the four conditions above.
@@ -45,6 +45,10 @@ EDGE_WORLDS = {
     "e-grid-16x16-c25": ("gridworld", {"rows": 16, "cols": 16, "n_colours": 25}),
     "e-torus-12x12-c9": ("torus", {"rows": 12, "cols": 12, "n_colours": 9}),
     "e-graph-120-a4-c13": ("random_graph", {"n_states": 120, "n_actions": 4, "n_colours": 13}),
+    "e-grid-16x16-c28": ("gridworld", {"rows": 16, "cols": 16, "n_colours": 28}),
+    "e-grid-16x16-c29": ("gridworld", {"rows": 16, "cols": 16, "n_colours": 29}),
+    "e-grid-20x20-c40": ("gridworld", {"rows": 20, "cols": 20, "n_colours": 40}),
+    "e-grid-24x24-c60": ("gridworld", {"rows": 24, "cols": 24, "n_colours": 60}),
 }
 """``--set edges``: worlds on both sides of replay's size gates (session 14)."""
 HOLDOUT_CONDITIONS = ("noise-0.05", "slip-0.05", "slip-0.10", "random-start")
