@@ -118,6 +118,12 @@ FEW_VIEWS, FEW_VIEW_CLONES = 3, 45
 #: with 4 x H steps the clones follow the poses, and 3 per view hold them at lower cost (BENCHMARKS.md,
 #: "MiniGrid's many views, session 13")
 ALLOC_MANY_VIEWS, ALLOC_STEPS, ALLOC_MEAN = 100, 4, 3
+#: ``n_clones=None`` on a world of 31-100 views: the even layout keeps CLONE_BUDGET clones in all (at least
+#: BUDGET_FLOOR per view) instead of 20 per view (40 views: 800 clones, 60 views: 1,200)
+BUDGET_FLOOR = 10
+#: ``alloc="visits"`` on a world of more than ALLOC_WAIT_VIEWS views: the first sleep waits for ALLOC_STEPS x ``H``
+#: steps before the views share their clones by visits
+ALLOC_WAIT_VIEWS = 30
 #: ``n_iter=None``: iterations per sleep ``clip(ITER_BUDGET // H, 2, 8)`` for ``H`` clones in all, decided once
 #: for the life. A model of few views (4 views x 30 clones: 6 iterations) learns slowly by stepwise EM and its
 #: passes are cheap; every model of 300 clones or more (10 views x 30, 20 x 30, MiniGrid's 5 per view) keeps 2
@@ -483,6 +489,16 @@ class ReplayMerger(Estimator):
         return self.alloc == "visits" and self.n_clones is None and self._A is not None and \
             self._K > ALLOC_MANY_VIEWS
 
+    def _sampled_layout(self) -> bool:
+        """Whether the first sleep waits for a sample of :data:`ALLOC_STEPS` x ``H`` steps before the views share
+        their clones by visits (more than :data:`ALLOC_WAIT_VIEWS` views).
+
+        >>> m = ReplayMerger(); m._init(31, 3); n = ReplayMerger(); n._init(30, 3); m._sampled_layout(), n._sampled_layout()
+        (True, False)
+        """
+        return self.alloc == "visits" and self.n_clones is None and self._A is not None and \
+            self._K > min(ALLOC_WAIT_VIEWS, ALLOC_MANY_VIEWS)
+
     def _check(self, memory) -> None:
         if self._A is None:
             self._init(memory.n_obs, memory.n_actions)
@@ -502,7 +518,10 @@ class ReplayMerger(Estimator):
             return int(self.n_clones)
         if n_obs <= FEW_VIEWS:
             return FEW_VIEW_CLONES
-        return 30 if 30 * n_obs <= CLONE_BUDGET else max(20 if n_obs <= 100 else 5, CLONE_BUDGET // n_obs)
+        if 30 * n_obs <= CLONE_BUDGET:
+            return 30
+        floor = 20 if n_obs <= CLONE_BUDGET // 20 else BUDGET_FLOOR if n_obs <= ALLOC_MANY_VIEWS else 5
+        return max(floor, CLONE_BUDGET // n_obs)
 
     def _clone_cap(self) -> int:
         """The most clones a view gets from ``alloc="visits"``: :data:`CLONE_CAP`, or the even layout's count
@@ -1039,7 +1058,7 @@ class ReplayMerger(Estimator):
         """Stepwise EM's sleep (:meth:`sleep` after the exact phase); its report. The first sleep after an exact
         phase learns the buffered episodes as the sleeps of a life without the phase would have: ``min_new``
         new ones at a time (the rest with the last), in order (``catch_up``: the sleeps made)."""
-        if self._T is None and self._many_views():
+        if self._T is None and self._sampled_layout():
             # many views: the clones are shared by the visits of a sample of ALLOC_STEPS x H steps
             new = self._episodes[len(self._episodes) - self._n_new:]
             if sum(len(e[0]) for e in new) < ALLOC_STEPS * self._H:
@@ -1091,7 +1110,7 @@ class ReplayMerger(Estimator):
         acts = np.concatenate([b[1] for b in batch])
         self._add_pairs(obs, acts)
         if self._T is None:
-            if not self._many_views():   # else shared by :meth:`_sleep_replay`
+            if not self._sampled_layout():   # else shared by :meth:`_sleep_replay`
                 self._allocate(obs, memory)
             self._init_model(rng)
         d = self._data(obs, acts)
