@@ -520,8 +520,7 @@ class ReplayMerger(Estimator):
             return FEW_VIEW_CLONES
         if 30 * n_obs <= CLONE_BUDGET:
             return 30
-        floor = 20 if n_obs <= CLONE_BUDGET // 20 else BUDGET_FLOOR if n_obs <= ALLOC_MANY_VIEWS else 5
-        return max(floor, CLONE_BUDGET // n_obs)
+        return max(BUDGET_FLOOR if n_obs <= ALLOC_MANY_VIEWS else 5, CLONE_BUDGET // n_obs)
 
     def _clone_cap(self) -> int:
         """The most clones a view gets from ``alloc="visits"``: :data:`CLONE_CAP`, or the even layout's count

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from hmmmerge import gridworld, random_walk
 from hmmmerge.agent import TwoLevelMemory
 from hmmmerge.evaluate import evaluate_model
-from hmmmerge.replay import (CLONE_BUDGET, CLONE_CAP, CLONE_FLOOR, DEEP_BUDGET, DEEP_MAX_CLONES, FEW_VIEW_CLONES,
+from hmmmerge.replay import (ALLOC_STEPS, BUDGET_FLOOR, CLONE_BUDGET, CLONE_CAP, CLONE_FLOOR, DEEP_BUDGET, DEEP_MAX_CLONES, FEW_VIEW_CLONES,
                               FEW_VIEWS, ITER_BUDGET, ReplayMerger, allocate_clones)
 
 
@@ -203,11 +203,11 @@ def test_views_of_one_clone_keep_working(monkeypatch):
 
 def default_layout(k):
     """The default clones per view for ``k`` views, from the rules as stated (class docstring): FEW_VIEW_CLONES
-    up to FEW_VIEWS views, else the largest of 30, 29, ... whose total fits CLONE_BUDGET, not below 20 (5 from
-    101 views), searched one count at a time."""
+    up to FEW_VIEWS views, else the largest of 30, 29, ... whose total fits CLONE_BUDGET, not below BUDGET_FLOOR
+    (5 from 101 views), searched one count at a time."""
     if k <= FEW_VIEWS:
         return FEW_VIEW_CLONES
-    floor = 20 if k <= 100 else 5
+    floor = BUDGET_FLOOR if k <= 100 else 5
     n = 30
     while n > floor and n * k > CLONE_BUDGET:
         n -= 1
@@ -218,6 +218,40 @@ def test_default_layout_is_the_rule_as_stated():
     for k in range(1, 400):
         assert ReplayMerger()._clones_per_observation(k) == default_layout(k), k
     assert ReplayMerger(n_clones=7)._clones_per_observation(2) == 7   # n_clones set: the rule is not asked
+
+
+def test_31_to_100_views_keep_the_clone_budget():
+    # the budget holds from 31 views on (20 per view made 800 clones of 40 views, 1,200 of 60) as far as
+    # BUDGET_FLOOR per view allows, and a view never gets fewer than that floor; below 31 views nothing changed
+    assert 6 <= BUDGET_FLOOR <= 20
+    for k in range(31, 101):
+        per = ReplayMerger()._clones_per_observation(k)
+        assert per >= BUDGET_FLOOR, k
+        if k * BUDGET_FLOOR <= CLONE_BUDGET:
+            assert CLONE_BUDGET - k < k * per <= CLONE_BUDGET, k   # the budget, not less than one clone per view
+        else:
+            assert per == BUDGET_FLOOR, k
+    assert [ReplayMerger()._clones_per_observation(k) for k in (21, 25, 30)] == [28, 24, 20]
+
+
+def test_40_views_wait_for_a_sample_before_sharing_by_visits():
+    # 40 views (15 clones each, below CLONE_CAP): the first sleep waits for ALLOC_STEPS x H steps, then shares
+    env = gridworld(10, 10, n_colours=40, seed=0, start=(0, 0))
+    assert env.n_obs == 40
+    agent = TwoLevelMemory(env.n_obs, env.n_actions, merger=ReplayMerger(exact=False), sleep_every=10**6, seed=0)
+    walk = random_walk(env, 60, 50, seed=0)
+    m = agent.partial_fit(walk[:20]).merger_
+    assert m._H == 600 and 19 * 51 < ALLOC_STEPS * m._H <= 50 * 51
+    r = agent.sleep()[0]
+    assert r["postponed"] and m._T is None and m._sizes.tolist() == [15] * 40
+    agent.partial_fit(walk[20:50])
+    r = agent.sleep()[0]
+    assert not r.get("postponed") and r["new"] == 49 and m._T is not None
+    visits = np.bincount(walk.obs[:49].ravel(), minlength=40)
+    expected = np.full(40, 15)
+    expected[visits > 0] = allocate_clones(visits[visits > 0], 15 * int((visits > 0).sum()), CLONE_FLOOR, CLONE_CAP)
+    assert visits.max() * 600 > CLONE_CAP * visits.sum()   # the most seen view asks for more than the cap
+    assert m._sizes.tolist() == expected.tolist() and m._sizes.max() == CLONE_CAP
 
 
 @pytest.mark.parametrize("n_colours", [2, 3, 4])
