@@ -118,12 +118,12 @@ FEW_VIEWS, FEW_VIEW_CLONES = 3, 45
 #: with 4 x H steps the clones follow the poses, and 3 per view hold them at lower cost (BENCHMARKS.md,
 #: "MiniGrid's many views, session 13")
 ALLOC_MANY_VIEWS, ALLOC_STEPS, ALLOC_MEAN = 100, 4, 3
-#: ``n_clones=None`` on a world of 31-100 views: the even layout keeps CLONE_BUDGET clones in all (at least
-#: BUDGET_FLOOR per view) instead of 20 per view (40 views: 800 clones, 60 views: 1,200)
-BUDGET_FLOOR = 10
-#: ``alloc="visits"`` on a world of more than ALLOC_WAIT_VIEWS views: the first sleep waits for ALLOC_STEPS x ``H``
-#: steps before the views share their clones by visits
-ALLOC_WAIT_VIEWS = 30
+#: ``n_clones=None`` on a world of 31-100 views: CLONE_BUDGET clones in all (at least BUDGET_FLOOR per view)
+#: instead of 20 per view (40 views made 800 clones, 60 views 1,200: fit 7-17 s per 1,000 episodes), in the even
+#: layout (``alloc="visits"`` keeps it from ALLOC_EVEN_VIEWS views to ALLOC_MANY_VIEWS): a first sleep's
+#: sample from fixed starts is local and starved far views of clones (slip 0.05 lost up to 0.008); BENCHMARKS.md,
+#: "The clone budget from 31 to 100 views, session 14"
+BUDGET_FLOOR, ALLOC_EVEN_VIEWS = 10, 31
 #: ``n_iter=None``: iterations per sleep ``clip(ITER_BUDGET // H, 2, 8)`` for ``H`` clones in all, decided once
 #: for the life. A model of few views (4 views x 30 clones: 6 iterations) learns slowly by stepwise EM and its
 #: passes are cheap; every model of 300 clones or more (10 views x 30, 20 x 30, MiniGrid's 5 per view) keeps 2
@@ -269,7 +269,7 @@ class ReplayMerger(Estimator):
     ----------
     n_clones : clones (level-2 capacity) per observation; None: 30, or fewer when that makes more than
         :data:`CLONE_BUDGET` clones in all (many views: a sleep's work grows with pairs of views x clones^2),
-        but at least 20 (5 with more than 100 observations, as the benchmark's EM); :data:`FEW_VIEW_CLONES`
+        but at least :data:`BUDGET_FLOOR` (10; 5 with more than 100 observations, as the benchmark's EM); :data:`FEW_VIEW_CLONES`
         (45) with at most :data:`FEW_VIEWS` (3) observations.
     replay : episodes replayed per sleep besides the new ones.
     window : replayed episodes are drawn from the last ``window`` episodes (the buffer).
@@ -303,7 +303,7 @@ class ReplayMerger(Estimator):
         :data:`CLONE_FLOOR` and at most :data:`CLONE_CAP` each, or the even count when larger: 45 with
         :data:`FEW_VIEWS` views or fewer) when the most seen view's share asks for more than that cap; a
         view not seen yet keeps the even count, the total is the even layout's. A world of at most 20 views keeps 30 per view, as with ``"even"`` (BENCHMARKS.md,
-        "Clones by visits"). With more than :data:`ALLOC_MANY_VIEWS` views the first sleep waits for
+        "Clones by visits"), and so does one of :data:`ALLOC_EVEN_VIEWS` (31) to :data:`ALLOC_MANY_VIEWS` views. With more than :data:`ALLOC_MANY_VIEWS` views the first sleep waits for
         :data:`ALLOC_STEPS` x ``H`` steps and the seen views share :data:`ALLOC_MEAN` clones each on average.
         ``"even"``: every view the same number (``n_clones`` or its default).
     priority : draw the replayed episodes in proportion to the rarity of the places they pass through
@@ -460,7 +460,7 @@ class ReplayMerger(Estimator):
         With more than :data:`ALLOC_MANY_VIEWS` views (:meth:`_many_views`), ``obs`` are all the first sleep's
         new episodes (at least :data:`ALLOC_STEPS` x ``H`` steps) and the seen views share
         :data:`ALLOC_MEAN` clones each on average."""
-        if self.alloc != "visits" or self.n_clones is not None:
+        if self.alloc != "visits" or self.n_clones is not None or ALLOC_EVEN_VIEWS <= self._K <= ALLOC_MANY_VIEWS:
             return
         if (self._clone_state[:self._n_seen] >= 0).any():
             raise ValueError("the clone layout can only change before level-1 states take clones")
@@ -488,16 +488,6 @@ class ReplayMerger(Estimator):
         """
         return self.alloc == "visits" and self.n_clones is None and self._A is not None and \
             self._K > ALLOC_MANY_VIEWS
-
-    def _sampled_layout(self) -> bool:
-        """Whether the first sleep waits for a sample of :data:`ALLOC_STEPS` x ``H`` steps before the views share
-        their clones by visits (more than :data:`ALLOC_WAIT_VIEWS` views).
-
-        >>> m = ReplayMerger(); m._init(31, 3); n = ReplayMerger(); n._init(30, 3); m._sampled_layout(), n._sampled_layout()
-        (True, False)
-        """
-        return self.alloc == "visits" and self.n_clones is None and self._A is not None and \
-            self._K > min(ALLOC_WAIT_VIEWS, ALLOC_MANY_VIEWS)
 
     def _check(self, memory) -> None:
         if self._A is None:
@@ -1057,7 +1047,7 @@ class ReplayMerger(Estimator):
         """Stepwise EM's sleep (:meth:`sleep` after the exact phase); its report. The first sleep after an exact
         phase learns the buffered episodes as the sleeps of a life without the phase would have: ``min_new``
         new ones at a time (the rest with the last), in order (``catch_up``: the sleeps made)."""
-        if self._T is None and self._sampled_layout():
+        if self._T is None and self._many_views():
             # many views: the clones are shared by the visits of a sample of ALLOC_STEPS x H steps
             new = self._episodes[len(self._episodes) - self._n_new:]
             if sum(len(e[0]) for e in new) < ALLOC_STEPS * self._H:
@@ -1109,7 +1099,7 @@ class ReplayMerger(Estimator):
         acts = np.concatenate([b[1] for b in batch])
         self._add_pairs(obs, acts)
         if self._T is None:
-            if not self._sampled_layout():   # else shared by :meth:`_sleep_replay`
+            if not self._many_views():   # else shared by :meth:`_sleep_replay`
                 self._allocate(obs, memory)
             self._init_model(rng)
         d = self._data(obs, acts)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from hmmmerge import gridworld, random_walk
 from hmmmerge.agent import TwoLevelMemory
 from hmmmerge.evaluate import evaluate_model
-from hmmmerge.replay import (ALLOC_STEPS, BUDGET_FLOOR, CLONE_BUDGET, CLONE_CAP, CLONE_FLOOR, DEEP_BUDGET, DEEP_MAX_CLONES, FEW_VIEW_CLONES,
+from hmmmerge.replay import (ALLOC_EVEN_VIEWS, ALLOC_MANY_VIEWS, BUDGET_FLOOR, CLONE_BUDGET, CLONE_CAP, CLONE_FLOOR, DEEP_BUDGET, DEEP_MAX_CLONES, FEW_VIEW_CLONES,
                               FEW_VIEWS, ITER_BUDGET, ReplayMerger, allocate_clones)
 
 
@@ -234,24 +234,21 @@ def test_31_to_100_views_keep_the_clone_budget():
     assert [ReplayMerger()._clones_per_observation(k) for k in (21, 25, 30)] == [28, 24, 20]
 
 
-def test_40_views_wait_for_a_sample_before_sharing_by_visits():
-    # 40 views (15 clones each, below CLONE_CAP): the first sleep waits for ALLOC_STEPS x H steps, then shares
+def test_31_to_100_views_keep_the_even_layout():
+    # 40 views (15 clones each): the most seen view of the first sleep's sample (fixed start) asks for more than
+    # CLONE_CAP, which would share the clones by visits below 31 views; from 31 to 100 views the layout stays even
     env = gridworld(10, 10, n_colours=40, seed=0, start=(0, 0))
-    assert env.n_obs == 40
+    assert env.n_obs == 40 and ALLOC_EVEN_VIEWS <= 40 <= ALLOC_MANY_VIEWS
+    walk = random_walk(env, 30, 50, seed=0)
     agent = TwoLevelMemory(env.n_obs, env.n_actions, merger=ReplayMerger(exact=False), sleep_every=10**6, seed=0)
-    walk = random_walk(env, 60, 50, seed=0)
-    m = agent.partial_fit(walk[:20]).merger_
-    assert m._H == 600 and 19 * 51 < ALLOC_STEPS * m._H <= 50 * 51
-    r = agent.sleep()[0]
-    assert r["postponed"] and m._T is None and m._sizes.tolist() == [15] * 40
-    agent.partial_fit(walk[20:50])
-    r = agent.sleep()[0]
-    assert not r.get("postponed") and r["new"] == 49 and m._T is not None
-    visits = np.bincount(walk.obs[:49].ravel(), minlength=40)
-    expected = np.full(40, 15)
-    expected[visits > 0] = allocate_clones(visits[visits > 0], 15 * int((visits > 0).sum()), CLONE_FLOOR, CLONE_CAP)
-    assert visits.max() * 600 > CLONE_CAP * visits.sum()   # the most seen view asks for more than the cap
-    assert m._sizes.tolist() == expected.tolist() and m._sizes.max() == CLONE_CAP
+    m = agent.partial_fit(walk[:10]).merger_
+    agent.sleep()
+    visits = np.bincount(walk.obs[:9].ravel(), minlength=40)
+    assert visits.max() * 600 > CLONE_CAP * visits.sum()          # the sample asks for more than the cap
+    assert m._T is not None and m._H == 600 and m._sizes.tolist() == [15] * 40
+    agent.sleep_every = 500
+    agent.partial_fit(walk[10:])
+    assert m._sizes.tolist() == [15] * 40
 
 
 @pytest.mark.parametrize("n_colours", [2, 3, 4])
