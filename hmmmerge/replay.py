@@ -148,6 +148,16 @@ DEEP_BUDGET, DEEP_MAX_CLONES = 1800, FEW_VIEWS * FEW_VIEW_CLONES
 #: (replacing them all overfits the buffer's 200 episodes where slips spread the rows; BENCHMARKS.md,
 #: "Few-colour worlds under slips, session 11"; 0.75 since the slip share's floor holds ``e``: session 12)
 DEEP_MIX = 0.75
+#: deep sleeps of a model of at most FEW_VIEWS views run over its last FEW_VIEW_DEEP_EPISODES episodes (the buffer of
+#: ``window`` and the episodes it dropped before, views and actions only) and replace the kept counts by theirs
+#: (FEW_VIEW_DEEP_MIX instead of DEEP_MIX), in ``deep x window // episodes`` iterations (at least
+#: FEW_VIEW_DEEP_MIN_ITER, at most ``deep``: about the passes of a deep sleep over the buffer). Stepwise EM and
+#: deep sleeps over 200 episodes left the 2-colour 10x10 torus's log-likelihood rising to the end of a 1,000-episode
+#: life, 0.014-0.033 below batch EM on all 8 hold-out runs; over 1,000 episodes the deep sleeps are a batch EM
+#: kept online (+0.007 to +0.057 on the 2-3 colour hold-out runs measured). Over the 200 buffered episodes
+#: replacing the counts loses (the slips spread the rows, see DEEP_MIX): BENCHMARKS.md, "Hold-out worlds of 2-3
+#: colours, session 13", "Deep sleeps over 1,000 episodes"
+FEW_VIEW_DEEP_EPISODES, FEW_VIEW_DEEP_MIX, FEW_VIEW_DEEP_MIN_ITER = 1000, 1.0, 2
 #: ``deep=None`` on a model of more than DEEP_MAX_CLONES and at most LIGHT_DEEP_MAX_CLONES clones in all (6-8 views
 #: x 30: no deep sleeps of ``DEEP_BUDGET // H`` iterations): a light deep sleep of LIGHT_DEEP_ITER iterations over
 #: the buffer whenever ``window`` episodes were learned since the last one, and the split evidence kept longer
@@ -394,6 +404,7 @@ class ReplayMerger(Estimator):
         self._noise_idle = 0     # sleeps since the noise look-ahead last ran (thinned: NOISE_SKIP_EVERY)
         self._var = 0.0          # variance factor of the kept statistics: 1 / (effective number of episodes)
         self._episodes: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (obs, acts, states), last `window`
+        self._old: list[tuple[np.ndarray, np.ndarray]] = []   # (obs, acts) dropped from it, for long deep sleeps
         self._n_new = 0         # episodes at the end of the buffer not learned from yet
         self._since_deep = 0    # episodes learned from since the last deep sleep
         self._cur = ([], [], [])  # the episode being lived: obs, actions, level-1 states
@@ -433,6 +444,8 @@ class ReplayMerger(Estimator):
         self._n_deep = self._deep_iterations(self._H)
         # light deep sleeps and the longer split memory (see LIGHT_DEEP_MAX_CLONES)
         self._mid = self.deep is None and DEEP_MAX_CLONES < self._H <= LIGHT_DEEP_MAX_CLONES
+        # deep sleeps over the last FEW_VIEW_DEEP_EPISODES episodes (see FEW_VIEW_DEEP_EPISODES)
+        self._long_deep = self._n_deep > 0 and self._K <= FEW_VIEWS
         check_memory(f"replay merger: {self._H} clones x {self._A} actions", 3 * 8 * self._A * self._H ** 2)
         self._colour = np.repeat(np.arange(self._K), self._sizes)
         self._block = np.arange(self._H, dtype=np.int64)     # block (lumped clones) of each clone
@@ -661,6 +674,9 @@ class ReplayMerger(Estimator):
             self._since_fold += 1
         drop = len(self._episodes) - max(int(self.window), self._n_new)
         if drop > 0:
+            if self._long_deep:
+                self._old.extend((e[0], e[1]) for e in self._episodes[:drop])
+                del self._old[:max(len(self._old) - max(FEW_VIEW_DEEP_EPISODES - int(self.window), 0), 0)]
             del self._episodes[:drop]
         self._cur = ([], [], [])
 
@@ -1176,10 +1192,18 @@ class ReplayMerger(Estimator):
         A deep sleep re-counts the whole buffer under the current model, so most kept counts rest on
         ``window`` episodes counted under one model, as batch EM's do (all of them: the model overfits the
         buffer where slips spread the rows).  Its work is ``window`` episodes x
-        :attr:`n_deep_` passes, once every ``window // 2`` episodes: bounded, and only on small models."""
+        :attr:`n_deep_` passes, once every ``window // 2`` episodes: bounded, and only on small models.
+
+        With at most :data:`FEW_VIEWS` views it runs over the last :data:`FEW_VIEW_DEEP_EPISODES` episodes
+        and replaces the kept counts (:data:`FEW_VIEW_DEEP_MIX`) in about as many passes as over the buffer
+        (:meth:`_long_deep_iterations`)."""
         from ._replay_kernels import absorb_counts
 
         eps = self._episodes
+        mix = float(DEEP_MIX)
+        if self._long_deep and n_iter is None:
+            eps = self._old + [(e[0], e[1]) for e in eps]
+            n_iter, mix = self._long_deep_iterations(len(eps)), float(FEW_VIEW_DEEP_MIX)
         obs = np.concatenate([e[0] for e in eps])
         acts = np.concatenate([e[1] for e in eps])
         self._add_pairs(obs, acts)   # pairs dropped as faded come back with the buffer's raw views ...
@@ -1193,7 +1217,6 @@ class ReplayMerger(Estimator):
             d = self._data(views, acts)
         on = np.ones(len(self._pairs), dtype=np.bool_)
         n = len(eps)
-        mix = float(DEEP_MIX)
         floor = COUNT_FLOOR * float(self.pseudocount) * n / (float(self.window) * mix)
         kept = (self._g * (1.0 - mix)) * self._S, (self._g * (1.0 - mix)) * self._row_sums(), \
             (1.0 - mix) * self._Sb, (1.0 - mix) * self._Sslip
@@ -1212,6 +1235,18 @@ class ReplayMerger(Estimator):
         self._var = (1.0 - mix) ** 2 * self._var + mix ** 2 / n
         self._since_deep = 0
         return n
+
+    def _long_deep_iterations(self, n_episodes: int) -> int:
+        """Iterations of a deep sleep over ``n_episodes`` episodes with at most :data:`FEW_VIEWS` views: about
+        the passes of :attr:`n_deep_` iterations over ``window`` episodes, at least
+        :data:`FEW_VIEW_DEEP_MIN_ITER` and at most :attr:`n_deep_`.
+
+        >>> m = ReplayMerger(); m._n_deep = 13
+        >>> [m._long_deep_iterations(n) for n in (100, 200, 500, 1000, 2000)]
+        [13, 13, 5, 3, 2]
+        """
+        passes = self._n_deep * max(int(self.window), 1)
+        return int(min(self._n_deep, max(FEW_VIEW_DEEP_MIN_ITER, round(passes / max(int(n_episodes), 1)))))
 
     def _replay_priority(self, n_old: int) -> np.ndarray:
         """The weight of each of the first ``n_old`` buffered episodes in the replay draw:
@@ -1717,6 +1752,12 @@ class ReplayMerger(Estimator):
             "split_codes": self._evidence[0].copy() if self._evidence is not None else np.zeros(0, dtype=np.int64),
             "split_counts": self._evidence[1].copy() if self._evidence is not None else np.zeros(0),
             "since_deep": np.array([self._since_deep], dtype=np.int64),   # episodes learned since a deep sleep
+            # episodes dropped from the buffer that the few-view deep sleeps still learn from (FEW_VIEW_DEEP_EPISODES)
+            "old_episode_lengths": np.array([len(e[0]) for e in self._old], dtype=np.int64),
+            "old_obs": np.concatenate([e[0] for e in self._old]).astype(np.int64) if self._old else
+            np.zeros(0, dtype=np.int64),
+            "old_actions": np.concatenate([e[1] for e in self._old]).astype(np.int64) if self._old else
+            np.zeros(0, dtype=np.int64),
             "noise_idle": np.array([self._noise_idle], dtype=np.int64),   # sleeps since the noise look-ahead ran
             # the slip floor's kept moves per row (recorded to another view than the row's most common; all)
             "slip_floor": np.stack([self._Soff, self._Stot]) if self._Soff is not None else np.zeros((2, A, H)),
@@ -1841,6 +1882,8 @@ class ReplayMerger(Estimator):
             self._evidence = (codes, counts) if len(codes) else None
         # files before deep sleeps: none made yet
         self._since_deep = int(get.ints("since_deep", shape=(1,), low=0)[0]) if _PREFIX + "since_deep" in d else 0
+        # files before the few-view deep sleeps over FEW_VIEW_DEEP_EPISODES: no older episodes kept
+        self._old = self._read_old(get, d, source, K, A)
         # files before the thinned noise look-ahead: it ran at their last sleep
         self._noise_idle = int(get.ints("noise_idle", shape=(1,), low=0, high=NOISE_SKIP_EVERY - 1)[0]) \
             if _PREFIX + "noise_idle" in d else 0
@@ -1888,6 +1931,26 @@ class ReplayMerger(Estimator):
             rec = np.flatnonzero(st.parent[1:n] > 0) + 1
             self._used = np.zeros((A, max(n_seen, 1)), dtype=bool)
             self._used[st.action[rec], st.parent[rec] - 1] = True
+
+    def _read_old(self, get, d, source: str, K: int, A: int) -> list:
+        """The episodes dropped from the buffer that a :meth:`load_state_dict` file keeps for the few-view
+        deep sleeps (:data:`FEW_VIEW_DEEP_EPISODES`); [] for files before them."""
+        if _PREFIX + "old_episode_lengths" not in d:
+            return []
+        lens = get.ints("old_episode_lengths", ndim=1, low=1)
+        total = int(lens.sum())
+        obs = get.ints("old_obs", shape=(total,), low=0, high=K - 1)
+        acts = get.ints("old_actions", shape=(total,), low=-1, high=A - 1)
+        starts = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
+        if total and ((acts[starts] != -1).any() or (np.delete(acts, starts) < 0).any()):
+            raise ValueError(f"{source}: replay_old_actions must be -1 exactly at the episodes' starts")
+        if len(lens) and not self._long_deep:
+            raise ValueError(f"{source}: replay_old_episode_lengths holds episodes, but this merger keeps none "
+                             f"(deep sleeps over older episodes need at most {FEW_VIEWS} views and deep sleeps)")
+        if len(lens) > max(FEW_VIEW_DEEP_EPISODES - int(self.window), 0):
+            raise ValueError(f"{source}: replay_old_episode_lengths holds {len(lens)} episodes, more than "
+                             f"{max(FEW_VIEW_DEEP_EPISODES - int(self.window), 0)}")
+        return [(obs[a:a + n], acts[a:a + n]) for a, n in zip(starts.tolist(), lens.tolist())]
 
     def _read_exact(self, d, get, source: str, n_seen: int, has: int):
         """The exact phase of a :meth:`load_state_dict` file: sets the counters and ``_exact_end``; returns
