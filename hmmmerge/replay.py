@@ -404,7 +404,8 @@ class ReplayMerger(Estimator):
         self._noise_idle = 0     # sleeps since the noise look-ahead last ran (thinned: NOISE_SKIP_EVERY)
         self._var = 0.0          # variance factor of the kept statistics: 1 / (effective number of episodes)
         self._episodes: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (obs, acts, states), last `window`
-        self._old: list[tuple[np.ndarray, np.ndarray]] = []   # (obs, acts) dropped from it, for long deep sleeps
+        self._old: list[tuple[np.ndarray, np.ndarray]] = []   # (views as read, acts) dropped from it, for long deep
+        self._read: list[np.ndarray | None] = []   # per buffered episode: its views as the last deep sleep read them
         self._n_new = 0         # episodes at the end of the buffer not learned from yet
         self._since_deep = 0    # episodes learned from since the last deep sleep
         self._cur = ([], [], [])  # the episode being lived: obs, actions, level-1 states
@@ -668,16 +669,18 @@ class ReplayMerger(Estimator):
     def _end_episode(self) -> None:
         obs, acts, sts = (np.asarray(x, dtype=np.int64) for x in self._cur)
         self._episodes.append((obs, acts, sts))
+        self._read.append(None)
         self._n_new += 1
         if self._fold is not None:   # the exact phase learned them: the buffer keeps the last window only
             self._n_new = min(self._n_new, int(self.window))
             self._since_fold += 1
         drop = len(self._episodes) - max(int(self.window), self._n_new)
         if drop > 0:
-            if self._long_deep:
-                self._old.extend((e[0], e[1]) for e in self._episodes[:drop])
+            if self._long_deep:   # kept with their views as read (see _deep_sleep)
+                self._old.extend((e[0] if r is None else r, e[1]) for e, r in zip(self._episodes[:drop], self._read))
                 del self._old[:max(len(self._old) - max(FEW_VIEW_DEEP_EPISODES - int(self.window), 0), 0)]
             del self._episodes[:drop]
+            del self._read[:drop]
         self._cur = ([], [], [])
 
     # ------------------------------------------------------------ the exact phase
@@ -1201,9 +1204,6 @@ class ReplayMerger(Estimator):
 
         eps = self._episodes
         mix = float(DEEP_MIX)
-        if self._long_deep and n_iter is None:
-            eps = self._old + [(e[0], e[1]) for e in eps]
-            n_iter, mix = self._long_deep_iterations(len(eps)), float(FEW_VIEW_DEEP_MIX)
         obs = np.concatenate([e[0] for e in eps])
         acts = np.concatenate([e[1] for e in eps])
         self._add_pairs(obs, acts)   # pairs dropped as faded come back with the buffer's raw views ...
@@ -1215,8 +1215,23 @@ class ReplayMerger(Estimator):
         if repaired:
             self._add_pairs(views, acts)
             d = self._data(views, acts)
-        on = np.ones(len(self._pairs), dtype=np.bool_)
         n = len(eps)
+        if self._long_deep and n_iter is None and self._old:
+            # the older episodes as the deep sleeps read them while they were buffered (their views read as
+            # noise replaced then: not looked ahead again), before the buffer as read now
+            read = views if repaired else obs
+            cuts = np.cumsum([len(e[0]) for e in eps])[:-1]
+            self._read[:len(eps)] = np.split(read, cuts) if repaired else [None] * len(eps)
+            obs = np.concatenate([e[0] for e in self._old] + [read])
+            acts = np.concatenate([e[1] for e in self._old] + [acts])
+            self._add_pairs(obs, acts)
+            d, known, n = self._data(obs, acts), None, len(self._old) + len(eps)
+        elif self._long_deep and n_iter is None:
+            self._read[:len(eps)] = np.split(views, np.cumsum([len(e[0]) for e in eps])[:-1]) if repaired \
+                else [None] * len(eps)
+        if self._long_deep and n_iter is None:
+            n_iter, mix = self._long_deep_iterations(n), float(FEW_VIEW_DEEP_MIX)
+        on = np.ones(len(self._pairs), dtype=np.bool_)
         floor = COUNT_FLOOR * float(self.pseudocount) * n / (float(self.window) * mix)
         kept = (self._g * (1.0 - mix)) * self._S, (self._g * (1.0 - mix)) * self._row_sums(), \
             (1.0 - mix) * self._Sb, (1.0 - mix) * self._Sslip
@@ -1752,6 +1767,9 @@ class ReplayMerger(Estimator):
             "split_codes": self._evidence[0].copy() if self._evidence is not None else np.zeros(0, dtype=np.int64),
             "split_counts": self._evidence[1].copy() if self._evidence is not None else np.zeros(0),
             "since_deep": np.array([self._since_deep], dtype=np.int64),   # episodes learned since a deep sleep
+            # the buffered episodes' views as the last few-view deep sleep read them (the views where it read none)
+            "read_obs": np.concatenate([e[0] if r is None else r for e, r in zip(eps, self._read)]).astype(np.int64)
+            if eps else np.zeros(0, dtype=np.int64),
             # episodes dropped from the buffer that the few-view deep sleeps still learn from (FEW_VIEW_DEEP_EPISODES)
             "old_episode_lengths": np.array([len(e[0]) for e in self._old], dtype=np.int64),
             "old_obs": np.concatenate([e[0] for e in self._old]).astype(np.int64) if self._old else
@@ -1918,6 +1936,10 @@ class ReplayMerger(Estimator):
         self._noise = noise
         self._updates, self._n_new, self._last, self._n_seen = updates, n_new, last, n_seen
         self._episodes = [(obs[s:s + n], acts[s:s + n], sts[s:s + n]) for s, n in zip(starts.tolist(), lens.tolist())]
+        # files before the few-view deep sleeps over older episodes: the views as they were seen
+        read = get.ints("read_obs", shape=(total,), low=0, high=K - 1) if _PREFIX + "read_obs" in d else obs
+        self._read = [None if np.array_equal(read[s:s + n], obs[s:s + n]) else read[s:s + n]
+                      for s, n in zip(starts.tolist(), lens.tolist())]
         self._cur = tuple(row.tolist() for row in cur)
         self._clone_state = clone_state.copy()
         self._clone_n = None   # counted at the next use, with level 1's labels
