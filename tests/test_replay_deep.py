@@ -125,6 +125,34 @@ def test_a_few_view_deep_sleep_is_batch_em_over_the_last_episodes(n_deep, monkey
     assert np.isclose(m._var, var) and 0 < mix <= 1
 
 
+def test_few_view_deep_sleeps_look_ahead_over_the_buffer_only_and_keep_older_views_as_read(monkeypatch):
+    monkeypatch.setattr(replay_module, "FEW_VIEW_DEEP_EPISODES", 30)
+    env = gridworld(4, 4, n_colours=3, seed=1).with_noise(obs_noise=0.1)
+    walk = random_walk(env, 80, 12, seed=2)
+    seen, orig = [], ReplayMerger._views_read_as_noise
+
+    def spy(self, d, obs, acts, update=True):   # a deep sleep's look-ahead: its steps, the buffer's, repairs
+        out = orig(self, d, obs, acts, update)
+        if not update:
+            seen.append((len(obs), sum(len(e[0]) for e in self._episodes), out[1]))
+        return out
+
+    monkeypatch.setattr(ReplayMerger, "_views_read_as_noise", spy)
+    merger = ReplayMerger(exact=False, n_clones=3, window=12, deep=2, min_new=1)
+    m = TwoLevelMemory(3, 4, merger=merger, sleep_every=60, seed=0).fit(walk).merger_
+    assert len(seen) >= 5 and all(n == buffered for n, buffered, _ in seen)
+    assert sum(r for *_, r in seen) > 0    # views were read as noise
+    assert len(m._old) == 18 and len(m._read) == len(m._episodes) == 12
+    # the older episodes, as the last deep sleep that had them buffered read them: the walk's actions, its
+    # views but a few read as noise (replaced by another view)
+    first = 79 - 12 - 18       # the last episode of the walk is not ended (it is the current one)
+    changed = 0
+    for i, (views, acts) in enumerate(m._old):
+        assert np.array_equal(acts, np.ravel(walk[first + i].actions))
+        changed += int((views != np.ravel(walk[first + i].obs)).sum())
+    assert 0 < changed < 0.25 * 18 * 13   # (measured: 31 of 234; about 7% of the views are noisy)
+
+
 @pytest.mark.parametrize("n_colours", [3, 4])
 def test_deep_sleeps_come_once_every_half_window_of_learned_episodes(n_colours, monkeypatch):
     # 4 views: over the buffer (20 episodes); at most 3: over the last FEW_VIEW_DEEP_EPISODES (here 50)
@@ -166,14 +194,18 @@ def test_default_deep_iterations_are_the_documented_counts(n_obs, expected):
     assert merger.n_deep_ == 5
 
 
-def test_a_life_with_deep_sleeps_resumes_from_a_file_as_it_would_have_gone_on(tmp_path, resumed_life):
-    env = gridworld(4, 4, n_colours=3, seed=1)
-    first, second = random_walk(env, 18, 12, seed=0), random_walk(env, 18, 12, seed=1)
+@pytest.mark.parametrize("noise", [0.0, 0.1])
+def test_a_life_with_deep_sleeps_resumes_from_a_file_as_it_would_have_gone_on(tmp_path, resumed_life, noise):
+    env = gridworld(4, 4, n_colours=3, seed=1).with_noise(obs_noise=noise)
+    n_first = 18 if noise == 0 else 36   # noise: long enough for a deep sleep to read views as noise
+    first, second = random_walk(env, n_first, 12, seed=0), random_walk(env, 18, 12, seed=1)
     make = lambda: TwoLevelMemory(3, 4, merger=ReplayMerger(exact=False, n_clones=3, window=16, deep=2, min_new=1),  # noqa: E731
                                   sleep_every=60, seed=3)
     _, part, _ = resumed_life(make, first, second, tmp_path / "a.npz")
     assert part.merger_._since_deep > 0    # the file must carry the episodes since the last deep sleep
-    assert len(part.merger_._old) == 18 - 1 - 16   # ... and the episode the buffer dropped (3 views)
+    assert len(part.merger_._old) == n_first - 1 - 16   # ... and the episodes the buffer dropped (3 views)
+    # ... and with noisy views the buffered episodes' views as the last deep sleep read them
+    assert any(r is not None for r in part.merger_._read) == (noise > 0)
     old = {k: v for k, v in part.merger_.state_dict().items() if k != "replay_since_deep"}
     fresh = ReplayMerger(n_clones=3, window=16, deep=2)
     fresh.load_state_dict(old)   # a file before deep sleeps: none made yet
