@@ -297,6 +297,9 @@ class ReplayMerger(Estimator):
         :data:`DEEP_MIX` towards the buffer's (:meth:`_deep_sleep`); None: ``DEEP_BUDGET // H`` for ``H``
         clones in all up to :data:`DEEP_MAX_CLONES` (135: 3 views of 45 clones, 4 of 30), else 0 (:attr:`n_deep_`),
         and up to :data:`LIGHT_DEEP_MAX_CLONES` light deep sleeps every ``window`` episodes; 0 turns them off.
+        With at most :data:`FEW_VIEWS` views a deep sleep runs over the last :data:`FEW_VIEW_DEEP_EPISODES`
+        episodes (older ones with their views as read while buffered), the kept counts moved a share
+        :data:`FEW_VIEW_DEEP_MIX` towards theirs, in about as many passes as over the buffer.
     alloc : ``"visits"``: with ``n_clones=None``, at the first sleep the views seen so far share their
         clones of the even layout by how often each was seen (:func:`allocate_clones`, at least
         :data:`CLONE_FLOOR` and at most :data:`CLONE_CAP` each, or the even count when larger: 45 with
