@@ -129,9 +129,11 @@ def test_the_work_bound_ends_the_phase_deterministically_and_replay_sleeps_at_on
 def _late_life(monkeypatch, per_step, episodes=80, chunk=10):
     """A clean life whose sleeps after episode 10 are late (EXACT_WORK_EPISODES patched), the late budget
     ``per_step``: the agent and, per fold sleep, (episodes lived, steps since the fold's last sleep as the
-    budget counts them, the sleep's work, its reports' phases)."""
+    budget counts them, the sleep's priced work (WORK + PRICE), its reports' phases, its WORK)."""
+    from hmmmerge.fold._kernels import PRICE, WORK
+
     monkeypatch.setattr(replay_module, "EXACT_WORK_EPISODES", 10)
-    monkeypatch.setattr(replay_module, "EXACT_LATE_WORK_PER_STEP", per_step)
+    monkeypatch.setattr(replay_module, "EXACT_LATE_PRICE_PER_STEP", per_step)
     walk = random_walk(gridworld(), episodes, seed=0)
     agent = TwoLevelMemory(10, 4, merge="replay", sleep_every=10**6, seed=0)
     trace = []
@@ -140,19 +142,22 @@ def _late_life(monkeypatch, per_step, episodes=80, chunk=10):
         m = agent.merger_
         if not m.exact_phase_:
             break
-        lived, new, steps, work = m._lived, m._since_fold, m._steps, m._work
+        lived, new, steps, work, fold = m._lived, m._since_fold, m._steps, m._work, m._fold
+        priced = int(fold._st.sc[WORK] + fold._st.sc[PRICE]) if fold._A is not None else 0
         reports = agent.sleep()
         if not reports[0].get("postponed"):
-            trace.append((lived, new * steps // lived, m._work - work, [r["phase"] for r in reports]))
+            sc = fold._st.sc
+            trace.append((lived, new * steps // lived, int(sc[WORK] + sc[PRICE]) - priced,
+                          [r["phase"] for r in reports], m._work - work))
     return agent, trace
 
 
 def test_a_late_sleep_over_its_budget_per_step_ends_the_phase_and_one_within_does_not(monkeypatch):
     free, trace = _late_life(monkeypatch, 10**12)
-    assert free.merger_.exact_phase_ and all(p == ["exact"] for *_, p in trace)
-    late = [(lived, n, w) for lived, n, w, _ in trace if lived > 10]
+    assert free.merger_.exact_phase_ and all(p == ["exact"] for *_, p, _ in trace)
+    late = [(lived, n, w) for lived, n, w, _, _ in trace if lived > 10]
     assert len(late) >= 4 and all(n > 0 and w > 0 for _, n, w in late)
-    # a budget just over every late sleep's work per step: the same life as without one
+    # a budget just over every late sleep's priced work per step: the same life as without one
     within, t = _late_life(monkeypatch, max(w // n for _, n, w in late) + 1)
     assert within.merger_.exact_phase_ and t == trace
     n_states = free.memory_.n_states
@@ -165,6 +170,18 @@ def test_a_late_sleep_over_its_budget_per_step_ends_the_phase_and_one_within_doe
     assert not m.exact_phase_ and m.exact_end_reason_ == "work" and m.exact_ended_ == first
     assert t[-1][0] == first and t[-1][3] == ["exact", "replay"] and over.n_clusters_ > 0
     assert t[:-1] == trace[:len(t) - 1]
+
+
+def test_the_late_budget_is_on_the_priced_work_not_on_work_alone(monkeypatch):
+    _, trace = _late_life(monkeypatch, 10**12)
+    late = [(lived, n, priced, work) for lived, n, priced, _, work in trace if lived > 10]
+    assert all(priced > work for _, _, priced, work in late)   # pops and tentative folds are priced
+    # a budget every sleep's WORK fits in, and some sleep's priced work does not: the phase ends
+    per_step = max(work // n for _, n, _, work in late) + 1
+    first = next((lived for lived, n, priced, _ in late if priced > per_step * n), None)
+    assert first is not None
+    over, t = _late_life(monkeypatch, per_step)
+    assert over.merger_.exact_end_reason_ == "work" and over.merger_.exact_ended_ == first
 
 
 def test_a_fold_with_a_work_limit_stops_mid_sleep_and_without_one_is_unchanged():

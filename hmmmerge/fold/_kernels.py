@@ -21,10 +21,15 @@ from numba import njit
 PLACE, ROOT, UNION, DELTA, RED, CONFLICT = range(6)
 # scalar counters (FoldState.sc)
 JLEN, NRED, NCONF, SETTLED, NDEC, STAMP, MERGES, PROMOTIONS, CONFLICTS, NROOTS, LINKS_OK, NROWS, WORK, WORK_LIMIT = range(14)
-N_SC = 14
+PRICE, PRICE_LIMIT = 14, 15
+N_SC = 16
 # WORK counts journal rows written and red blocks scanned (a deterministic measure of a sleep's work);
 # a positive WORK_LIMIT makes blue_fringe and fold_groups stop with OVER_BUDGET once WORK exceeds it (the
-# state is then left mid-sleep: for a caller that drops the merger, see hmmmerge.replay's exact phase)
+# state is then left mid-sleep: for a caller that drops the merger, see hmmmerge.replay's exact phase).
+# PRICE adds what WORK leaves out, in units of about one WORK's CPU: 2 per pair popped in `fold` (two finds,
+# also for pairs already in one block) and 16 per tentative fold of `_evaluate` (its call, stamp, rollback
+# and clash memo); the priced work is WORK + PRICE, and a positive PRICE_LIMIT stops a sleep as WORK_LIMIT
+# does once WORK + PRICE exceeds it. Both only count: the fold's results do not depend on them.
 NEED_ROOM = 1
 OVER_BUDGET = 2
 _KEY = np.int64(1) << 32
@@ -296,6 +301,7 @@ def fold(st, r, b, stack):
     top = 1
     while top > 0:
         top -= 1
+        st.sc[PRICE] += 2
         x = find(uf, stack[top, 0])
         y = find(uf, stack[top, 1])
         if x == y:
@@ -356,8 +362,10 @@ def blues(st, out):
 
 @njit(cache=True)
 def _over_budget(st):
-    """Whether a work limit is set and the work counter passed it."""
-    return st.sc[WORK_LIMIT] > 0 and st.sc[WORK] > st.sc[WORK_LIMIT]
+    """Whether a work limit is set and the work counter passed it, or a price limit and the priced work."""
+    if st.sc[WORK_LIMIT] > 0 and st.sc[WORK] > st.sc[WORK_LIMIT]:
+        return True
+    return st.sc[PRICE_LIMIT] > 0 and st.sc[WORK] + st.sc[PRICE] > st.sc[PRICE_LIMIT]
 
 
 @njit(cache=True)
@@ -404,6 +412,7 @@ def _evaluate(st, b, clashes, stack):
         if key in clashes:
             continue
         mark = st.sc[JLEN]
+        st.sc[PRICE] += 16
         ev = fold(st, r, b, stack)
         rollback(st, mark, empty)
         if ev < 0:
