@@ -150,8 +150,9 @@ DEEP_BUDGET, DEEP_MAX_CLONES = 1800, FEW_VIEWS * FEW_VIEW_CLONES
 DEEP_MIX = 0.75
 #: deep sleeps of a model of at most FEW_VIEWS views run over its last FEW_VIEW_DEEP_EPISODES episodes (the buffer of
 #: ``window`` and the episodes it dropped before, views and actions only) and replace the kept counts by theirs
-#: (FEW_VIEW_DEEP_MIX of them instead of DEEP_MIX), in about ``deep x window / episodes`` iterations (at least
-#: FEW_VIEW_DEEP_MIN_ITER, at most ``deep``: about the passes of a deep sleep over the buffer). Stepwise EM and
+#: (FEW_VIEW_DEEP_MIX of them instead of DEEP_MIX), in ``deep x window // episodes`` iterations (at least
+#: FEW_VIEW_DEEP_MIN_ITER, at most ``deep``: at most the passes of a deep sleep over the buffer); the episodes
+#: dropped from the buffer keep their views as the last deep sleep read them (no look-ahead over them again). Stepwise EM and
 #: deep sleeps over 200 episodes left the 2-colour 10x10 torus's log-likelihood rising to the end of a 1,000-episode
 #: life, 0.014-0.033 below batch EM on all 8 hold-out runs; over 1,000 episodes the deep sleeps are nearly a batch
 #: EM kept online. Over the 200 buffered episodes alone the same mix loses (the slips spread the rows, see
@@ -304,7 +305,7 @@ class ReplayMerger(Estimator):
         and up to :data:`LIGHT_DEEP_MAX_CLONES` light deep sleeps every ``window`` episodes; 0 turns them off.
         With at most :data:`FEW_VIEWS` views a deep sleep runs over the last :data:`FEW_VIEW_DEEP_EPISODES`
         episodes (older ones with their views as read while buffered), the kept counts moved a share
-        :data:`FEW_VIEW_DEEP_MIX` towards theirs, in about as many passes as over the buffer.
+        :data:`FEW_VIEW_DEEP_MIX` towards theirs, in at most as many passes as over the buffer.
     alloc : ``"visits"``: with ``n_clones=None``, at the first sleep the views seen so far share their
         clones of the even layout by how often each was seen (:func:`allocate_clones`, at least
         :data:`CLONE_FLOOR` and at most :data:`CLONE_CAP` each, or the even count when larger: 45 with
@@ -1211,8 +1212,8 @@ class ReplayMerger(Estimator):
         :attr:`n_deep_` passes, once every ``window // 2`` episodes: bounded, and only on small models.
 
         With at most :data:`FEW_VIEWS` views it runs over the last :data:`FEW_VIEW_DEEP_EPISODES` episodes
-        and replaces the kept counts (:data:`FEW_VIEW_DEEP_MIX`) in about as many passes as over the buffer
-        (:meth:`_long_deep_iterations`)."""
+        and moves the kept counts a share :data:`FEW_VIEW_DEEP_MIX` towards theirs, in at most as many passes
+        as over the buffer (:meth:`_long_deep_iterations`)."""
         from ._replay_kernels import absorb_counts
 
         eps = self._episodes
@@ -1265,16 +1266,16 @@ class ReplayMerger(Estimator):
         return n
 
     def _long_deep_iterations(self, n_episodes: int) -> int:
-        """Iterations of a deep sleep over ``n_episodes`` episodes with at most :data:`FEW_VIEWS` views: about
+        """Iterations of a deep sleep over ``n_episodes`` episodes with at most :data:`FEW_VIEWS` views: at most
         the passes of :attr:`n_deep_` iterations over ``window`` episodes, at least
         :data:`FEW_VIEW_DEEP_MIN_ITER` and at most :attr:`n_deep_`.
 
         >>> m = ReplayMerger(); m._n_deep = 13
         >>> [m._long_deep_iterations(n) for n in (100, 200, 500, 1000, 2000)]
-        [13, 13, 5, 3, 2]
+        [13, 13, 5, 2, 2]
         """
         passes = self._n_deep * max(int(self.window), 1)
-        return int(min(self._n_deep, max(FEW_VIEW_DEEP_MIN_ITER, round(passes / max(int(n_episodes), 1)))))
+        return int(min(self._n_deep, max(FEW_VIEW_DEEP_MIN_ITER, passes // max(int(n_episodes), 1))))
 
     def _replay_priority(self, n_old: int) -> np.ndarray:
         """The weight of each of the first ``n_old`` buffered episodes in the replay draw:
