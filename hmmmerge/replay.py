@@ -1229,7 +1229,7 @@ class ReplayMerger(Estimator):
         if repaired:
             self._add_pairs(views, acts)
             d = self._data(views, acts)
-        n = len(eps)
+        n, pieces = len(eps), None
         if self._long_deep and n_iter is None and self._old:
             # the older episodes as the deep sleeps read them while they were buffered (their views read as
             # noise replaced then: not looked ahead again), before the buffer as read now
@@ -1239,7 +1239,14 @@ class ReplayMerger(Estimator):
             obs = np.concatenate([e[0] for e in self._old] + [read])
             acts = np.concatenate([e[1] for e in self._old] + [acts])
             self._add_pairs(obs, acts)
-            d, known, n = self._data(obs, acts), None, len(self._old) + len(eps)
+            known, n = None, len(self._old) + len(eps)
+            # the E-step over pieces of ``window`` episodes, their counts summed: the same counts, but each
+            # piece's forward, backward and counts stay in the cache (over 1,000 episodes at once the counts'
+            # passes by view pair read the steps far apart)
+            ends = np.cumsum([len(e[0]) for e in self._old] + [len(e[0]) for e in eps])
+            cut = np.concatenate([[0], ends[max(int(self.window), 1) - 1::max(int(self.window), 1)], ends[-1:]])
+            cut = np.unique(cut)
+            pieces = [self._data(obs[a:b], acts[a:b]) for a, b in zip(cut[:-1].tolist(), cut[1:].tolist())]
         elif self._long_deep and n_iter is None:
             self._read[:len(eps)] = np.split(views, np.cumsum([len(e[0]) for e in eps])[:-1]) if repaired \
                 else [None] * len(eps)
@@ -1250,7 +1257,13 @@ class ReplayMerger(Estimator):
         kept = (self._g * (1.0 - mix)) * self._S, (self._g * (1.0 - mix)) * self._row_sums(), \
             (1.0 - mix) * self._Sb, (1.0 - mix) * self._Sslip
         for it in range(self._n_deep if n_iter is None else int(n_iter)):
-            ll, C, Bc = self._expected_counts(d, ll=known if it == 0 else None)
+            if pieces is None:
+                ll, C, Bc = self._expected_counts(d, ll=known if it == 0 else None)
+            else:   # the pieces' counts accumulate in the E-step's buffer C
+                ll, Bc = 0.0, np.zeros(self._H)
+                for piece in pieces:
+                    part, C, b = self._expected_counts(piece)
+                    ll, Bc = ll + part, Bc + b
             if not np.isfinite(ll):
                 raise ValueError("buffered episodes have probability 0 under level 2 (pseudocount too small?)")
             self._S[:] = kept[0]
