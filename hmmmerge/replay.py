@@ -302,7 +302,9 @@ class ReplayMerger(Estimator):
         one: batch EM over every buffered episode from the current model, the kept counts moved a share
         :data:`DEEP_MIX` towards the buffer's (:meth:`_deep_sleep`); None: ``DEEP_BUDGET // H`` for ``H``
         clones in all up to :data:`DEEP_MAX_CLONES` (135: 3 views of 45 clones, 4 of 30), else 0 (:attr:`n_deep_`),
-        and up to :data:`LIGHT_DEEP_MAX_CLONES` light deep sleeps every ``window`` episodes; 0 turns them off.
+        and up to :data:`LIGHT_DEEP_MAX_CLONES` light deep sleeps every ``window`` episodes; larger models from
+        random starts keep a longer buffer re-counted every ``window // 2`` episodes (:data:`LONG_MEMORY_WINDOW`);
+        0 turns them all off.
     alloc : ``"visits"``: with ``n_clones=None``, at the first sleep the views seen so far share their
         clones of the even layout by how often each was seen (:func:`allocate_clones`, at least
         :data:`CLONE_FLOOR` and at most :data:`CLONE_CAP` each, or the even count when larger: 45 with
@@ -1205,7 +1207,9 @@ class ReplayMerger(Estimator):
         A deep sleep re-counts the whole buffer under the current model, so most kept counts rest on
         ``window`` episodes counted under one model, as batch EM's do (all of them: the model overfits the
         buffer where slips spread the rows).  Its work is ``window`` episodes x
-        :attr:`n_deep_` passes, once every ``window // 2`` episodes: bounded, and only on small models."""
+        :attr:`n_deep_` passes, once every ``window // 2`` episodes: bounded, and only on small models.
+        From random starts on large models the buffer is :data:`LONG_MEMORY_WINDOW` episodes and the deep
+        sleep runs without the noise look-ahead (``noise=False``: the buffer's views are taken as seen)."""
         from ._replay_kernels import absorb_counts
 
         eps = self._episodes
