@@ -164,7 +164,8 @@ LIGHT_DEEP_MAX_CLONES, LIGHT_DEEP_ITER, SPLIT_MEMORY_MID = 240, 2, 0.9
 #: drawn from all of them) and every ``window // 2`` episodes a deep sleep of LONG_MEMORY_ITER iterations
 #: re-counts the whole buffer under the current model, without the noise look-ahead (clean views under a model
 #: still learning look like noise; and it would cost more than the EM passes). The signal is the exact phase's
-#: end by "start" (episodes that start with different views). Measured (session 14, helper price14): batch EM
+#: end by "start" (episodes that start with different views); worlds of more than ALLOC_MANY_VIEWS views keep
+#: the path without it (MiniGrid from random poses: -0.003 to +0.007, fit CPU +0.6-0.8 s). Measured (session 14, helper price14): batch EM
 #: over all 1,000 episodes from replay's final clones gains 0.03-0.05 in one pass on grid-30x30-c10 and c20 from
 #: random starts; with this rule the 20x20-c15 grid from random starts 0.903 -> 0.956 (BENCHMARKS.md, "Long
 #: memory from random starts, session 14")
@@ -1190,9 +1191,10 @@ class ReplayMerger(Estimator):
 
     def _long_memory(self) -> bool:
         """Whether the buffer is long and re-counted by deep sleeps (:data:`LONG_MEMORY_WINDOW`): random starts
-        seen (the exact phase ended by "start") on a model too large for the other deep sleeps, ``deep=None``."""
+        seen (the exact phase ended by "start") on a model too large for the other deep sleeps, ``deep=None``, of
+        at most :data:`ALLOC_MANY_VIEWS` views (MiniGrid's many views: no gain measured, 0.6-0.8 s more)."""
         return self._T is not None and self.deep is None and not self._n_deep and not self._mid \
-            and self._H > LIGHT_DEEP_MAX_CLONES and self.exact_end_reason_ == "start"
+            and self._H > LIGHT_DEEP_MAX_CLONES and self._K <= ALLOC_MANY_VIEWS and self.exact_end_reason_ == "start"
 
     def _deep_sleep(self, n_iter: int | None = None, noise: bool = True) -> int:
         """Batch EM over every buffered episode, ``n_iter`` iterations (None: :attr:`n_deep_`; a light deep

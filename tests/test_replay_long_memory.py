@@ -81,10 +81,12 @@ def test_random_starts_on_a_large_model_keep_a_long_buffer_re_counted_without_th
     assert any(noise) is False and len(noise) > 0                      # look-aheads at sleeps, none in deep ones
 
 
-@pytest.mark.parametrize("case", ["fixed start", "deep=0", "small model"])
+@pytest.mark.parametrize("case", ["fixed start", "deep=0", "small model", "many views"])
 def test_other_lives_keep_the_window_and_make_no_deep_sleeps(gate, monkeypatch, case):
     if case == "small model":
         monkeypatch.setattr(R, "LIGHT_DEEP_MAX_CLONES", 9)   # 9 clones: light deep sleeps instead
+    if case == "many views":
+        monkeypatch.setattr(R, "ALLOC_MANY_VIEWS", 2)        # 3 views are many (MiniGrid's rule)
     walk = random_walk(ENV.with_noise(slip=0.2), 80, 12, seed=2) if case == "fixed start" else \
         random_walk(ENV, 120, 12, seed=2, start="random")   # the walk of the test above
     agent, life = _life(walk, deep=0 if case == "deep=0" else None)
