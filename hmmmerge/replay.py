@@ -169,6 +169,18 @@ FEW_VIEW_DEEP_EPISODES, FEW_VIEW_DEEP_MIX, FEW_VIEW_DEEP_MIN_ITER = 1000, 0.9, 2
 #: models up to +0.85 s and made a miss on the 135-clone torus, hence the window (BENCHMARKS.md, "Light deep
 #: sleeps on mid-size models, session 13"; analysis of helper split13)
 LIGHT_DEEP_MAX_CLONES, LIGHT_DEEP_ITER, SPLIT_MEMORY_MID = 240, 2, 0.9
+#: random starts on a model of more than LIGHT_DEEP_MAX_CLONES clones (no deep sleeps by size): each place is seen
+#: rarely, in episodes far apart, and stepwise EM keeps a place's counts only while replays bring it back (its
+#: memory is about ``window`` episodes). There the buffer keeps the last LONG_MEMORY_WINDOW episodes (replays are
+#: drawn from all of them) and every ``window // 2`` episodes a deep sleep of LONG_MEMORY_ITER iterations
+#: re-counts the whole buffer under the current model, without the noise look-ahead (clean views under a model
+#: still learning look like noise; and it would cost more than the EM passes). The signal is the exact phase's
+#: end by "start" (episodes that start with different views); worlds of more than ALLOC_MANY_VIEWS views keep
+#: the path without it (MiniGrid from random poses: -0.003 to +0.007, fit CPU +0.6-0.8 s). Measured (session 14, helper price14): batch EM
+#: over all 1,000 episodes from replay's final clones gains 0.03-0.05 in one pass on grid-30x30-c10 and c20 from
+#: random starts; with this rule the 20x20-c15 grid from random starts 0.903 -> 0.956 (BENCHMARKS.md, "Long
+#: memory from random starts, session 14")
+LONG_MEMORY_WINDOW, LONG_MEMORY_ITER = 1000, 1
 #: ``exact=True``: in the first EXACT_WORK_EPISODES episodes the exact phase ends when the fold's work counter
 #: (journal rows written and red blocks scanned by its sleeps, :data:`hmmmerge.fold._kernels.WORK`) exceeds
 #: ``EXACT_WORK_BASE + EXACT_WORK_PER_STEP x steps`` lived, and at any time when one sleep's work exceeds
@@ -302,10 +314,11 @@ class ReplayMerger(Estimator):
         one: batch EM over every buffered episode from the current model, the kept counts moved a share
         :data:`DEEP_MIX` towards the buffer's (:meth:`_deep_sleep`); None: ``DEEP_BUDGET // H`` for ``H``
         clones in all up to :data:`DEEP_MAX_CLONES` (135: 3 views of 45 clones, 4 of 30), else 0 (:attr:`n_deep_`),
-        and up to :data:`LIGHT_DEEP_MAX_CLONES` light deep sleeps every ``window`` episodes; 0 turns them off.
-        With at most :data:`FEW_VIEWS` views a deep sleep runs over the last :data:`FEW_VIEW_DEEP_EPISODES`
-        episodes (older ones with their views as read while buffered), the kept counts moved a share
-        :data:`FEW_VIEW_DEEP_MIX` towards theirs, in at most as many passes as over the buffer.
+        and up to :data:`LIGHT_DEEP_MAX_CLONES` light deep sleeps every ``window`` episodes; larger models from
+        random starts keep a longer buffer re-counted every ``window // 2`` episodes (:data:`LONG_MEMORY_WINDOW`);
+        0 turns them all off. With at most :data:`FEW_VIEWS` views a deep sleep runs over the last
+        :data:`FEW_VIEW_DEEP_EPISODES` episodes (older ones with their views as read while buffered), the kept
+        counts moved a share :data:`FEW_VIEW_DEEP_MIX` towards theirs, in at most as many passes as over the buffer.
     alloc : ``"visits"``: with ``n_clones=None``, at the first sleep the views seen so far share their
         clones of the even layout by how often each was seen (:func:`allocate_clones`, at least
         :data:`CLONE_FLOOR` and at most :data:`CLONE_CAP` each, or the even count when larger: 45 with
@@ -683,7 +696,7 @@ class ReplayMerger(Estimator):
         if self._fold is not None:   # the exact phase learned them: the buffer keeps the last window only
             self._n_new = min(self._n_new, int(self.window))
             self._since_fold += 1
-        drop = len(self._episodes) - max(int(self.window), self._n_new)
+        drop = len(self._episodes) - max(LONG_MEMORY_WINDOW if self._long_memory() else int(self.window), self._n_new)
         if drop > 0:
             if self._long_deep:   # kept with their views as read (see _deep_sleep)
                 self._old.extend((e[0] if r is None else r, e[1]) for e, r in zip(self._episodes[:drop], self._read))
@@ -1177,6 +1190,8 @@ class ReplayMerger(Estimator):
             deep = self._deep_sleep()
         elif self._mid and self._since_deep >= max(int(self.window), 1):
             deep = self._deep_sleep(LIGHT_DEEP_ITER)
+        elif self._since_deep >= max(int(self.window) // 2, 1) and self._long_memory():
+            deep = self._deep_sleep(LONG_MEMORY_ITER, noise=False)
         self._n_new = 0
         # the batch's level-1 states take their most probable clone under the new model; clones are
         # lumped into blocks; C is written from the blocks
@@ -1196,7 +1211,14 @@ class ReplayMerger(Estimator):
                       log_likelihood_per_step=float(ll) / len(obs), clusters=clusters.n_clusters)
         return report
 
-    def _deep_sleep(self, n_iter: int | None = None) -> int:
+    def _long_memory(self) -> bool:
+        """Whether the buffer is long and re-counted by deep sleeps (:data:`LONG_MEMORY_WINDOW`): random starts
+        seen (the exact phase ended by "start") on a model too large for the other deep sleeps, ``deep=None``, of
+        at most :data:`ALLOC_MANY_VIEWS` views (MiniGrid's many views: no gain measured, 0.6-0.8 s more)."""
+        return self._T is not None and self.deep is None and not self._n_deep and not self._mid \
+            and self._H > LIGHT_DEEP_MAX_CLONES and self._K <= ALLOC_MANY_VIEWS and self.exact_end_reason_ == "start"
+
+    def _deep_sleep(self, n_iter: int | None = None, noise: bool = True) -> int:
         """Batch EM over every buffered episode, ``n_iter`` iterations (None: :attr:`n_deep_`; a light deep
         sleep: :data:`LIGHT_DEEP_ITER`) from the current model, the kept
         counts at every iteration ``(1 - DEEP_MIX)`` those before the deep sleep plus ``DEEP_MIX`` the
@@ -1210,6 +1232,8 @@ class ReplayMerger(Estimator):
         ``window`` episodes counted under one model, as batch EM's do (all of them: the model overfits the
         buffer where slips spread the rows).  Its work is ``window`` episodes x
         :attr:`n_deep_` passes, once every ``window // 2`` episodes: bounded, and only on small models.
+        From random starts on large models the buffer is :data:`LONG_MEMORY_WINDOW` episodes and the deep
+        sleep runs without the noise look-ahead (``noise=False``: the buffer's views are taken as seen).
 
         With at most :data:`FEW_VIEWS` views it runs over the last :data:`FEW_VIEW_DEEP_EPISODES` episodes
         and moves the kept counts a share :data:`FEW_VIEW_DEEP_MIX` towards theirs, in at most as many passes
@@ -1224,7 +1248,7 @@ class ReplayMerger(Estimator):
         d = self._data(obs, acts)
         # ... and the views read as noise are replaced, as at every sleep (the pairs only they make then take
         # no counts and are dropped again at the end of the sleep)
-        views, repaired, known = self._views_read_as_noise(d, obs, acts, update=False)
+        views, repaired, known = self._views_read_as_noise(d, obs, acts, update=False) if noise else (obs, 0, None)
         known = None if repaired else known
         if repaired:
             self._add_pairs(views, acts)
