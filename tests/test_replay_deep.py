@@ -178,8 +178,8 @@ def test_deep_sleeps_come_once_every_half_window_of_learned_episodes(n_colours, 
     kept = np.concatenate([e[0] for e in m._old] + [e[0] for e in m._episodes])
     ended = len(m._old) + len(m._episodes) + m._n_new
     assert np.array_equal(kept, np.concatenate([np.ravel(walk[i].obs) for i in range(59 - ended, 59)]))
-    off = TwoLevelMemory(n_colours, 4, merger=ReplayMerger(exact=False, n_clones=3, window=20, deep=0, min_new=1), sleep_every=10**6,
-                         seed=0)
+    off = TwoLevelMemory(n_colours, 4, merger=ReplayMerger(exact=False, n_clones=3, window=20, deep=0, min_new=1),
+                         sleep_every=10**6, seed=0)
     off.partial_fit(walk[:12])
     assert off.sleep()[0]["deep_episodes"] == 0 and off.merger_.n_deep_ == 0
 
