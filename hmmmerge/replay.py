@@ -154,6 +154,18 @@ DEEP_BUDGET, DEEP_MAX_CLONES = 1800, FEW_VIEWS * FEW_VIEW_CLONES
 #: (replacing them all overfits the buffer's 200 episodes where slips spread the rows; BENCHMARKS.md,
 #: "Few-colour worlds under slips, session 11"; 0.75 since the slip share's floor holds ``e``: session 12)
 DEEP_MIX = 0.75
+#: deep sleeps of a model of at most FEW_VIEWS views run over its last FEW_VIEW_DEEP_EPISODES episodes (the buffer of
+#: ``window`` and the episodes it dropped before, views and actions only), move the kept counts a share
+#: FEW_VIEW_DEEP_MIX towards theirs (instead of DEEP_MIX), in ``deep x window // episodes`` iterations (at least
+#: FEW_VIEW_DEEP_MIN_ITER, at most ``deep``: at most the passes of a deep sleep over the buffer); the episodes
+#: dropped from the buffer keep their views as the last deep sleep read them (no look-ahead over them again).
+#: Stepwise EM and deep sleeps over 200 episodes left the 2-colour 10x10 torus's log-likelihood rising to the end
+#: of a 1,000-episode life, 0.014-0.033 below batch EM on all 8 hold-out runs; now -0.004 to +0.009 against EM
+#: (+0.021 to +0.034), the 3-colour hold-out worlds -0.008 to +0.029, fit CPU within load noise of before. Over
+#: the 200 buffered episodes alone such a mix loses (the slips spread the rows, see DEEP_MIX); a mix of 1.0 kept a
+#: duplicate clone of a slipping 4-place ring apart (tests/test_replay.py): BENCHMARKS.md, "Deep sleeps over
+#: 1,000 episodes on few-view worlds, session 14"
+FEW_VIEW_DEEP_EPISODES, FEW_VIEW_DEEP_MIX, FEW_VIEW_DEEP_MIN_ITER = 1000, 0.9, 2
 #: ``deep=None`` on a model of more than DEEP_MAX_CLONES and at most LIGHT_DEEP_MAX_CLONES clones in all (6-8 views
 #: x 30: no deep sleeps of ``DEEP_BUDGET // H`` iterations): a light deep sleep of LIGHT_DEEP_ITER iterations over
 #: the buffer whenever ``window`` episodes were learned since the last one, and the split evidence kept longer
@@ -164,6 +176,18 @@ DEEP_MIX = 0.75
 #: models up to +0.85 s and made a miss on the 135-clone torus, hence the window (BENCHMARKS.md, "Light deep
 #: sleeps on mid-size models, session 13"; analysis of helper split13)
 LIGHT_DEEP_MAX_CLONES, LIGHT_DEEP_ITER, SPLIT_MEMORY_MID = 240, 2, 0.9
+#: random starts on a model of more than LIGHT_DEEP_MAX_CLONES clones (no deep sleeps by size): each place is seen
+#: rarely, in episodes far apart, and stepwise EM keeps a place's counts only while replays bring it back (its
+#: memory is about ``window`` episodes). There the buffer keeps the last LONG_MEMORY_WINDOW episodes (replays are
+#: drawn from all of them) and every ``window // 2`` episodes a deep sleep of LONG_MEMORY_ITER iterations
+#: re-counts the whole buffer under the current model, without the noise look-ahead (clean views under a model
+#: still learning look like noise; and it would cost more than the EM passes). The signal is the exact phase's
+#: end by "start" (episodes that start with different views); worlds of more than ALLOC_MANY_VIEWS views keep
+#: the path without it (MiniGrid from random poses: -0.003 to +0.007, fit CPU +0.6-0.8 s). Measured (session 14, helper price14): batch EM
+#: over all 1,000 episodes from replay's final clones gains 0.03-0.05 in one pass on grid-30x30-c10 and c20 from
+#: random starts; with this rule the 20x20-c15 grid from random starts 0.903 -> 0.956 (BENCHMARKS.md, "Long
+#: memory from random starts, session 14")
+LONG_MEMORY_WINDOW, LONG_MEMORY_ITER = 1000, 1
 #: ``exact=True``: in the first EXACT_WORK_EPISODES episodes the exact phase ends when the fold's work counter
 #: (journal rows written and red blocks scanned by its sleeps, :data:`hmmmerge.fold._kernels.WORK`) exceeds
 #: ``EXACT_WORK_BASE + EXACT_WORK_PER_STEP x steps`` lived, and at any time when one sleep's work exceeds
@@ -297,7 +321,11 @@ class ReplayMerger(Estimator):
         one: batch EM over every buffered episode from the current model, the kept counts moved a share
         :data:`DEEP_MIX` towards the buffer's (:meth:`_deep_sleep`); None: ``DEEP_BUDGET // H`` for ``H``
         clones in all up to :data:`DEEP_MAX_CLONES` (135: 3 views of 45 clones, 4 of 30), else 0 (:attr:`n_deep_`),
-        and up to :data:`LIGHT_DEEP_MAX_CLONES` light deep sleeps every ``window`` episodes; 0 turns them off.
+        and up to :data:`LIGHT_DEEP_MAX_CLONES` light deep sleeps every ``window`` episodes; larger models from
+        random starts keep a longer buffer re-counted every ``window // 2`` episodes (:data:`LONG_MEMORY_WINDOW`);
+        0 turns them all off. With at most :data:`FEW_VIEWS` views a deep sleep runs over the last
+        :data:`FEW_VIEW_DEEP_EPISODES` episodes (older ones with their views as read while buffered), the kept
+        counts moved a share :data:`FEW_VIEW_DEEP_MIX` towards theirs, in at most as many passes as over the buffer.
     alloc : ``"visits"``: with ``n_clones=None``, at the first sleep the views seen so far share their
         clones of the even layout by how often each was seen (:func:`allocate_clones`, at least
         :data:`CLONE_FLOOR` and at most :data:`CLONE_CAP` each, or the even count when larger: 45 with
@@ -405,6 +433,8 @@ class ReplayMerger(Estimator):
         self._noise_idle = 0     # sleeps since the noise look-ahead last ran (thinned: NOISE_SKIP_EVERY)
         self._var = 0.0          # variance factor of the kept statistics: 1 / (effective number of episodes)
         self._episodes: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (obs, acts, states), last `window`
+        self._old: list[tuple[np.ndarray, np.ndarray]] = []   # (views as read, acts) dropped from it, for long deep
+        self._read: list[np.ndarray | None] = []   # per buffered episode: its views as the last deep sleep read them
         self._n_new = 0         # episodes at the end of the buffer not learned from yet
         self._since_deep = 0    # episodes learned from since the last deep sleep
         self._cur = ([], [], [])  # the episode being lived: obs, actions, level-1 states
@@ -444,6 +474,8 @@ class ReplayMerger(Estimator):
         self._n_deep = self._deep_iterations(self._H)
         # light deep sleeps and the longer split memory (see LIGHT_DEEP_MAX_CLONES)
         self._mid = self.deep is None and DEEP_MAX_CLONES < self._H <= LIGHT_DEEP_MAX_CLONES
+        # deep sleeps over the last FEW_VIEW_DEEP_EPISODES episodes (see FEW_VIEW_DEEP_EPISODES)
+        self._long_deep = self._n_deep > 0 and self._K <= FEW_VIEWS
         check_memory(f"replay merger: {self._H} clones x {self._A} actions", 3 * 8 * self._A * self._H ** 2)
         self._colour = np.repeat(np.arange(self._K), self._sizes)
         self._block = np.arange(self._H, dtype=np.int64)     # block (lumped clones) of each clone
@@ -668,13 +700,18 @@ class ReplayMerger(Estimator):
     def _end_episode(self) -> None:
         obs, acts, sts = (np.asarray(x, dtype=np.int64) for x in self._cur)
         self._episodes.append((obs, acts, sts))
+        self._read.append(None)
         self._n_new += 1
         if self._fold is not None:   # the exact phase learned them: the buffer keeps the last window only
             self._n_new = min(self._n_new, int(self.window))
             self._since_fold += 1
-        drop = len(self._episodes) - max(int(self.window), self._n_new)
+        drop = len(self._episodes) - max(LONG_MEMORY_WINDOW if self._long_memory() else int(self.window), self._n_new)
         if drop > 0:
+            if self._long_deep:   # kept with their views as read (see _deep_sleep)
+                self._old.extend((e[0] if r is None else r, e[1]) for e, r in zip(self._episodes[:drop], self._read))
+                del self._old[:max(len(self._old) - max(FEW_VIEW_DEEP_EPISODES - int(self.window), 0), 0)]
             del self._episodes[:drop]
+            del self._read[:drop]
         self._cur = ([], [], [])
 
     # ------------------------------------------------------------ the exact phase
@@ -1162,6 +1199,8 @@ class ReplayMerger(Estimator):
             deep = self._deep_sleep()
         elif self._mid and self._since_deep >= max(int(self.window), 1):
             deep = self._deep_sleep(LIGHT_DEEP_ITER)
+        elif self._since_deep >= max(int(self.window) // 2, 1) and self._long_memory():
+            deep = self._deep_sleep(LONG_MEMORY_ITER, noise=False)
         self._n_new = 0
         # the batch's level-1 states take their most probable clone under the new model; clones are
         # lumped into blocks; C is written from the blocks
@@ -1181,7 +1220,14 @@ class ReplayMerger(Estimator):
                       log_likelihood_per_step=float(ll) / len(obs), clusters=clusters.n_clusters)
         return report
 
-    def _deep_sleep(self, n_iter: int | None = None) -> int:
+    def _long_memory(self) -> bool:
+        """Whether the buffer is long and re-counted by deep sleeps (:data:`LONG_MEMORY_WINDOW`): random starts
+        seen (the exact phase ended by "start") on a model too large for the other deep sleeps, ``deep=None``, of
+        at most :data:`ALLOC_MANY_VIEWS` views (MiniGrid's many views: no gain measured, 0.6-0.8 s more)."""
+        return self._T is not None and self.deep is None and not self._n_deep and not self._mid \
+            and self._H > LIGHT_DEEP_MAX_CLONES and self._K <= ALLOC_MANY_VIEWS and self.exact_end_reason_ == "start"
+
+    def _deep_sleep(self, n_iter: int | None = None, noise: bool = True) -> int:
         """Batch EM over every buffered episode, ``n_iter`` iterations (None: :attr:`n_deep_`; a light deep
         sleep: :data:`LIGHT_DEEP_ITER`) from the current model, the kept
         counts at every iteration ``(1 - DEEP_MIX)`` those before the deep sleep plus ``DEEP_MIX`` the
@@ -1194,29 +1240,63 @@ class ReplayMerger(Estimator):
         A deep sleep re-counts the whole buffer under the current model, so most kept counts rest on
         ``window`` episodes counted under one model, as batch EM's do (all of them: the model overfits the
         buffer where slips spread the rows).  Its work is ``window`` episodes x
-        :attr:`n_deep_` passes, once every ``window // 2`` episodes: bounded, and only on small models."""
+        :attr:`n_deep_` passes, once every ``window // 2`` episodes: bounded, and only on small models.
+        From random starts on large models the buffer is :data:`LONG_MEMORY_WINDOW` episodes and the deep
+        sleep runs without the noise look-ahead (``noise=False``: the buffer's views are taken as seen).
+
+        With at most :data:`FEW_VIEWS` views it runs over the last :data:`FEW_VIEW_DEEP_EPISODES` episodes
+        and moves the kept counts a share :data:`FEW_VIEW_DEEP_MIX` towards theirs, in at most as many passes
+        as over the buffer (:meth:`_long_deep_iterations`)."""
         from ._replay_kernels import absorb_counts
 
         eps = self._episodes
+        mix = float(DEEP_MIX)
         obs = np.concatenate([e[0] for e in eps])
         acts = np.concatenate([e[1] for e in eps])
         self._add_pairs(obs, acts)   # pairs dropped as faded come back with the buffer's raw views ...
         d = self._data(obs, acts)
         # ... and the views read as noise are replaced, as at every sleep (the pairs only they make then take
         # no counts and are dropped again at the end of the sleep)
-        views, repaired, known = self._views_read_as_noise(d, obs, acts, update=False)
+        views, repaired, known = self._views_read_as_noise(d, obs, acts, update=False) if noise else (obs, 0, None)
         known = None if repaired else known
         if repaired:
             self._add_pairs(views, acts)
             d = self._data(views, acts)
+        n, pieces = len(eps), None
+        if self._long_deep and n_iter is None and self._old:
+            # the older episodes as the deep sleeps read them while they were buffered (their views read as
+            # noise replaced then: not looked ahead again), before the buffer as read now
+            read = views if repaired else obs
+            cuts = np.cumsum([len(e[0]) for e in eps])[:-1]
+            self._read[:len(eps)] = np.split(read, cuts) if repaired else [None] * len(eps)
+            obs = np.concatenate([e[0] for e in self._old] + [read])
+            acts = np.concatenate([e[1] for e in self._old] + [acts])
+            self._add_pairs(obs, acts)
+            known, n = None, len(self._old) + len(eps)
+            # the E-step over pieces of ``window`` episodes, their counts summed: the same counts, but each
+            # piece's forward, backward and counts stay in the cache (over 1,000 episodes at once the counts'
+            # passes by view pair read the steps far apart)
+            ends = np.cumsum([len(e[0]) for e in self._old] + [len(e[0]) for e in eps])
+            cut = np.concatenate([[0], ends[max(int(self.window), 1) - 1::max(int(self.window), 1)], ends[-1:]])
+            cut = np.unique(cut)
+            pieces = [self._data(obs[a:b], acts[a:b]) for a, b in zip(cut[:-1].tolist(), cut[1:].tolist())]
+        elif self._long_deep and n_iter is None:
+            self._read[:len(eps)] = np.split(views, np.cumsum([len(e[0]) for e in eps])[:-1]) if repaired \
+                else [None] * len(eps)
+        if self._long_deep and n_iter is None:
+            n_iter, mix = self._long_deep_iterations(n), float(FEW_VIEW_DEEP_MIX)
         on = np.ones(len(self._pairs), dtype=np.bool_)
-        n = len(eps)
-        mix = float(DEEP_MIX)
         floor = COUNT_FLOOR * float(self.pseudocount) * n / (float(self.window) * mix)
         kept = (self._g * (1.0 - mix)) * self._S, (self._g * (1.0 - mix)) * self._row_sums(), \
             (1.0 - mix) * self._Sb, (1.0 - mix) * self._Sslip
         for it in range(self._n_deep if n_iter is None else int(n_iter)):
-            ll, C, Bc = self._expected_counts(d, ll=known if it == 0 else None)
+            if pieces is None:
+                ll, C, Bc = self._expected_counts(d, ll=known if it == 0 else None)
+            else:   # the pieces' counts accumulate in the E-step's buffer C
+                ll, Bc = 0.0, np.zeros(self._H)
+                for piece in pieces:
+                    part, C, b = self._expected_counts(piece)
+                    ll, Bc = ll + part, Bc + b
             if not np.isfinite(ll):
                 raise ValueError("buffered episodes have probability 0 under level 2 (pseudocount too small?)")
             self._S[:] = kept[0]
@@ -1230,6 +1310,18 @@ class ReplayMerger(Estimator):
         self._var = (1.0 - mix) ** 2 * self._var + mix ** 2 / n
         self._since_deep = 0
         return n
+
+    def _long_deep_iterations(self, n_episodes: int) -> int:
+        """Iterations of a deep sleep over ``n_episodes`` episodes with at most :data:`FEW_VIEWS` views: at most
+        the passes of :attr:`n_deep_` iterations over ``window`` episodes, at least
+        :data:`FEW_VIEW_DEEP_MIN_ITER` and at most :attr:`n_deep_`.
+
+        >>> m = ReplayMerger(); m._n_deep = 13
+        >>> [m._long_deep_iterations(n) for n in (100, 200, 500, 1000, 2000)]
+        [13, 13, 5, 2, 2]
+        """
+        passes = self._n_deep * max(int(self.window), 1)
+        return int(min(self._n_deep, max(FEW_VIEW_DEEP_MIN_ITER, passes // max(int(n_episodes), 1))))
 
     def _replay_priority(self, n_old: int) -> np.ndarray:
         """The weight of each of the first ``n_old`` buffered episodes in the replay draw:
@@ -1735,6 +1827,15 @@ class ReplayMerger(Estimator):
             "split_codes": self._evidence[0].copy() if self._evidence is not None else np.zeros(0, dtype=np.int64),
             "split_counts": self._evidence[1].copy() if self._evidence is not None else np.zeros(0),
             "since_deep": np.array([self._since_deep], dtype=np.int64),   # episodes learned since a deep sleep
+            # the buffered episodes' views as the last few-view deep sleep read them (the views where it read none)
+            "read_obs": np.concatenate([e[0] if r is None else r for e, r in zip(eps, self._read)]).astype(np.int64)
+            if eps else np.zeros(0, dtype=np.int64),
+            # episodes dropped from the buffer that the few-view deep sleeps still learn from (FEW_VIEW_DEEP_EPISODES)
+            "old_episode_lengths": np.array([len(e[0]) for e in self._old], dtype=np.int64),
+            "old_obs": np.concatenate([e[0] for e in self._old]).astype(np.int64) if self._old else
+            np.zeros(0, dtype=np.int64),
+            "old_actions": np.concatenate([e[1] for e in self._old]).astype(np.int64) if self._old else
+            np.zeros(0, dtype=np.int64),
             "noise_idle": np.array([self._noise_idle], dtype=np.int64),   # sleeps since the noise look-ahead ran
             # the slip floor's kept moves per row (recorded to another view than the row's most common; all)
             "slip_floor": np.stack([self._Soff, self._Stot]) if self._Soff is not None else np.zeros((2, A, H)),
@@ -1859,6 +1960,8 @@ class ReplayMerger(Estimator):
             self._evidence = (codes, counts) if len(codes) else None
         # files before deep sleeps: none made yet
         self._since_deep = int(get.ints("since_deep", shape=(1,), low=0)[0]) if _PREFIX + "since_deep" in d else 0
+        # files before the few-view deep sleeps over FEW_VIEW_DEEP_EPISODES: no older episodes kept
+        self._old = self._read_old(get, d, source, K, A)
         # files before the thinned noise look-ahead: it ran at their last sleep
         self._noise_idle = int(get.ints("noise_idle", shape=(1,), low=0, high=NOISE_SKIP_EVERY - 1)[0]) \
             if _PREFIX + "noise_idle" in d else 0
@@ -1893,6 +1996,10 @@ class ReplayMerger(Estimator):
         self._noise = noise
         self._updates, self._n_new, self._last, self._n_seen = updates, n_new, last, n_seen
         self._episodes = [(obs[s:s + n], acts[s:s + n], sts[s:s + n]) for s, n in zip(starts.tolist(), lens.tolist())]
+        # files before the few-view deep sleeps over older episodes: the views as they were seen
+        read = get.ints("read_obs", shape=(total,), low=0, high=K - 1) if _PREFIX + "read_obs" in d else obs
+        self._read = [None if np.array_equal(read[s:s + n], obs[s:s + n]) else read[s:s + n]
+                      for s, n in zip(starts.tolist(), lens.tolist())]
         self._cur = tuple(row.tolist() for row in cur)
         self._clone_state = clone_state.copy()
         self._clone_n = None   # counted at the next use, with level 1's labels
@@ -1906,6 +2013,26 @@ class ReplayMerger(Estimator):
             rec = np.flatnonzero(st.parent[1:n] > 0) + 1
             self._used = np.zeros((A, max(n_seen, 1)), dtype=bool)
             self._used[st.action[rec], st.parent[rec] - 1] = True
+
+    def _read_old(self, get, d, source: str, K: int, A: int) -> list:
+        """The episodes dropped from the buffer that a :meth:`load_state_dict` file keeps for the few-view
+        deep sleeps (:data:`FEW_VIEW_DEEP_EPISODES`); [] for files before them."""
+        if _PREFIX + "old_episode_lengths" not in d:
+            return []
+        lens = get.ints("old_episode_lengths", ndim=1, low=1)
+        total = int(lens.sum())
+        obs = get.ints("old_obs", shape=(total,), low=0, high=K - 1)
+        acts = get.ints("old_actions", shape=(total,), low=-1, high=A - 1)
+        starts = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
+        if total and ((acts[starts] != -1).any() or (np.delete(acts, starts) < 0).any()):
+            raise ValueError(f"{source}: replay_old_actions must be -1 exactly at the episodes' starts")
+        if len(lens) and not self._long_deep:
+            raise ValueError(f"{source}: replay_old_episode_lengths holds episodes, but this merger keeps none "
+                             f"(deep sleeps over older episodes need at most {FEW_VIEWS} views and deep sleeps)")
+        if len(lens) > max(FEW_VIEW_DEEP_EPISODES - int(self.window), 0):
+            raise ValueError(f"{source}: replay_old_episode_lengths holds {len(lens)} episodes, more than "
+                             f"{max(FEW_VIEW_DEEP_EPISODES - int(self.window), 0)}")
+        return [(obs[a:a + n], acts[a:a + n]) for a, n in zip(starts.tolist(), lens.tolist())]
 
     def _read_exact(self, d, get, source: str, n_seen: int, has: int):
         """The exact phase of a :meth:`load_state_dict` file: sets the counters and ``_exact_end``; returns

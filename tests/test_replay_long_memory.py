@@ -1,0 +1,107 @@
+"""Long memory from random starts (``LONG_MEMORY_WINDOW``, ``LONG_MEMORY_ITER`` of :mod:`hmmmerge.replay`): a model
+too large for the other deep sleeps whose exact phase ended by "start" keeps a longer buffer and re-counts all of
+it in deep sleeps without the noise look-ahead; other lives keep the path without it.
+
+The size gate is moved onto a 9-clone model (3 views x 3) and the long buffer to 40 episodes (window 20)."""
+
+import numpy as np
+import pytest
+
+import hmmmerge.replay as R
+from hmmmerge import gridworld, random_walk
+from hmmmerge.agent import TwoLevelMemory
+from hmmmerge.replay import ReplayMerger
+
+ENV = gridworld(4, 4, n_colours=3, seed=1)
+
+
+@pytest.fixture
+def gate(monkeypatch):
+    monkeypatch.setattr(R, "DEEP_MAX_CLONES", 8)          # 9 clones: no deep sleeps of DEEP_BUDGET // H ...
+    monkeypatch.setattr(R, "LIGHT_DEEP_MAX_CLONES", 8)    # ... nor light ones
+    monkeypatch.setattr(R, "LONG_MEMORY_WINDOW", 40)
+
+
+def _spies(monkeypatch):
+    """(E-steps per deep sleep, noise look-aheads made inside deep sleeps)."""
+    calls, noise, inside = [], [], [False]
+    deep, counts, look = ReplayMerger._deep_sleep, ReplayMerger._expected_counts, ReplayMerger._views_read_as_noise
+
+    def deep_sleep(self, *a, **k):
+        inside[0] = True
+        calls.append(0)
+        try:
+            return deep(self, *a, **k)
+        finally:
+            inside[0] = False
+
+    def expected_counts(self, *a, **k):
+        if inside[0]:
+            calls[-1] += 1
+        return counts(self, *a, **k)
+
+    def views(self, *a, **k):
+        noise.append(inside[0])
+        return look(self, *a, **k)
+
+    monkeypatch.setattr(ReplayMerger, "_deep_sleep", deep_sleep)
+    monkeypatch.setattr(ReplayMerger, "_expected_counts", expected_counts)
+    monkeypatch.setattr(ReplayMerger, "_views_read_as_noise", views)
+    return calls, noise
+
+
+def _life(walk, deep=None):
+    """Sleeps of 4 new episodes; per sleep (episodes buffered before it, its deep episodes, new episodes)."""
+    agent = TwoLevelMemory(3, 4, merger=ReplayMerger(n_clones=3, window=20, min_new=1, deep=deep),
+                           sleep_every=10**6, seed=0)
+    out = []
+    for b in range(0, len(walk), 4):
+        agent.partial_fit(walk[b:b + 4])
+        buffered = len(agent.merger_._episodes)
+        for r in agent.sleep():
+            if r["phase"] == "replay" and not r.get("postponed"):
+                out.append((buffered, r["deep_episodes"], r["new"]))
+    return agent, out
+
+
+def test_random_starts_on_a_large_model_keep_a_long_buffer_re_counted_without_the_noise_look_ahead(gate, monkeypatch):
+    calls, noise = _spies(monkeypatch)
+    agent, life = _life(random_walk(ENV, 120, 12, seed=2, start="random"))
+    m = agent.merger_
+    assert m.exact_end_reason_ == "start" and m._H == 9 and m.n_deep_ == 0 and m._long_memory()
+    assert max(b for b, _, _ in life) == 40 == len(m._episodes)         # longer than the window (20)
+    deep = [(b, d) for b, d, _ in life if d]
+    assert len(deep) >= 8 and all(d == b for b, d in deep)             # the whole buffer, at every deep sleep
+    since = 0
+    for b, d, new in life:                                             # one every window // 2 episodes learned
+        since += new
+        assert bool(d) == (since >= 10)
+        since = 0 if d else since
+    assert calls == [R.LONG_MEMORY_ITER] * len(deep) and R.LONG_MEMORY_ITER == 1
+    assert any(noise) is False and len(noise) > 0                      # look-aheads at sleeps, none in deep ones
+
+
+@pytest.mark.parametrize("case", ["fixed start", "deep=0", "small model", "many views"])
+def test_other_lives_keep_the_window_and_make_no_deep_sleeps(gate, monkeypatch, case):
+    if case == "small model":
+        monkeypatch.setattr(R, "LIGHT_DEEP_MAX_CLONES", 9)   # 9 clones: light deep sleeps instead
+    if case == "many views":
+        monkeypatch.setattr(R, "ALLOC_MANY_VIEWS", 2)        # 3 views are many (MiniGrid's rule)
+    walk = random_walk(ENV.with_noise(slip=0.2), 80, 12, seed=2) if case == "fixed start" else \
+        random_walk(ENV, 120, 12, seed=2, start="random")   # the walk of the test above
+    agent, life = _life(walk, deep=0 if case == "deep=0" else None)
+    m = agent.merger_
+    assert not m._long_memory() and max(b for b, _, _ in life) <= 20
+    assert m.exact_end_reason_ == ("contradiction" if case == "fixed start" else "start")
+    if case != "small model":
+        assert not any(d for _, d, _ in life)
+
+
+def test_a_life_with_long_memory_resumes_from_a_file_as_it_would_have_gone_on(gate, tmp_path, resumed_life):
+    first = random_walk(ENV, 50, 12, seed=0, start="random")
+    second = random_walk(ENV, 30, 12, seed=1, start="random")
+    make = lambda: TwoLevelMemory(3, 4, merger=ReplayMerger(n_clones=3, window=20, min_new=1),  # noqa: E731
+                                  sleep_every=4, seed=3)
+    whole, part, back = resumed_life(make, first, second, tmp_path / "a.npz")
+    assert part.merger_._long_memory() and len(part.merger_._episodes) == 40 and 0 < part.merger_._since_deep
+    assert back.merger_._long_memory() and len(whole.merger_._episodes) == 40
