@@ -12,6 +12,8 @@ several test files are built once per session (none is ever changed):
 episodes of 12 moves in it (seed 2).  ``load_script`` loads a script of
 ``benchmarks/`` as a module (they are not a package).  ``resumed_life``
 checks that a learner saved mid-life and loaded goes on bit for bit.
+``deep_sleep_spy`` records what replay's deep sleeps do (E-steps, noise
+look-aheads).
 """
 
 from __future__ import annotations
@@ -93,6 +95,39 @@ def _resumed_life(make, first, second, path):
     assert sorted(w) == sorted(b)
     assert all(np.array_equal(w[k], b[k]) for k in w), [k for k in w if not np.array_equal(w[k], b[k])]
     return whole, part, back
+
+
+@pytest.fixture
+def deep_sleep_spy(monkeypatch):
+    """``(calls, noise)``: ``calls`` gets one entry per deep sleep of a :class:`~hmmmerge.replay.ReplayMerger`,
+    the E-steps it made (one per iteration); ``noise`` one entry per noise look-ahead, True when made inside a
+    deep sleep."""
+    from hmmmerge.replay import ReplayMerger
+
+    calls, noise, inside = [], [], [False]
+    deep, counts, look = ReplayMerger._deep_sleep, ReplayMerger._expected_counts, ReplayMerger._views_read_as_noise
+
+    def deep_sleep(self, *a, **k):
+        inside[0] = True
+        calls.append(0)
+        try:
+            return deep(self, *a, **k)
+        finally:
+            inside[0] = False
+
+    def expected_counts(self, *a, **k):
+        if inside[0]:
+            calls[-1] += 1
+        return counts(self, *a, **k)
+
+    def views(self, *a, **k):
+        noise.append(inside[0])
+        return look(self, *a, **k)
+
+    monkeypatch.setattr(ReplayMerger, "_deep_sleep", deep_sleep)
+    monkeypatch.setattr(ReplayMerger, "_expected_counts", expected_counts)
+    monkeypatch.setattr(ReplayMerger, "_views_read_as_noise", views)
+    return calls, noise
 
 
 @pytest.fixture(scope="session")

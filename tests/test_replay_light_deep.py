@@ -28,33 +28,10 @@ def _life(agent, walk, spy=None):
     return out
 
 
-def _count_deep_iterations(monkeypatch):
-    """Records the E-steps made inside each deep sleep (one per iteration)."""
-    calls, inside = [], [False]
-    deep, counts = ReplayMerger._deep_sleep, ReplayMerger._expected_counts
-
-    def deep_sleep(self, *a, **k):
-        inside[0] = True
-        calls.append(0)
-        try:
-            return deep(self, *a, **k)
-        finally:
-            inside[0] = False
-
-    def expected_counts(self, *a, **k):
-        if inside[0]:
-            calls[-1] += 1
-        return counts(self, *a, **k)
-
-    monkeypatch.setattr(ReplayMerger, "_deep_sleep", deep_sleep)
-    monkeypatch.setattr(ReplayMerger, "_expected_counts", expected_counts)
-    return calls
-
-
-def test_a_model_in_the_window_sleeps_lightly_once_every_window_of_learned_episodes(monkeypatch):
+def test_a_model_in_the_window_sleeps_lightly_once_every_window_of_learned_episodes(monkeypatch, deep_sleep_spy):
     monkeypatch.setattr(R, "DEEP_MAX_CLONES", 8)          # 9 clones: no deep sleeps of DEEP_BUDGET // H ...
     monkeypatch.setattr(R, "LIGHT_DEEP_MAX_CLONES", 9)    # ... but light ones
-    calls = _count_deep_iterations(monkeypatch)
+    calls = deep_sleep_spy[0]
     walk = random_walk(gridworld(4, 4, n_colours=3, seed=1), 80, 12, seed=2)
     agent = _agent()
     life = _life(agent, walk, calls)

@@ -22,34 +22,6 @@ def gate(monkeypatch):
     monkeypatch.setattr(R, "LONG_MEMORY_WINDOW", 40)
 
 
-def _spies(monkeypatch):
-    """(E-steps per deep sleep, noise look-aheads made inside deep sleeps)."""
-    calls, noise, inside = [], [], [False]
-    deep, counts, look = ReplayMerger._deep_sleep, ReplayMerger._expected_counts, ReplayMerger._views_read_as_noise
-
-    def deep_sleep(self, *a, **k):
-        inside[0] = True
-        calls.append(0)
-        try:
-            return deep(self, *a, **k)
-        finally:
-            inside[0] = False
-
-    def expected_counts(self, *a, **k):
-        if inside[0]:
-            calls[-1] += 1
-        return counts(self, *a, **k)
-
-    def views(self, *a, **k):
-        noise.append(inside[0])
-        return look(self, *a, **k)
-
-    monkeypatch.setattr(ReplayMerger, "_deep_sleep", deep_sleep)
-    monkeypatch.setattr(ReplayMerger, "_expected_counts", expected_counts)
-    monkeypatch.setattr(ReplayMerger, "_views_read_as_noise", views)
-    return calls, noise
-
-
 def _life(walk, deep=None):
     """Sleeps of 4 new episodes; per sleep (episodes buffered before it, its deep episodes, new episodes)."""
     agent = TwoLevelMemory(3, 4, merger=ReplayMerger(n_clones=3, window=20, min_new=1, deep=deep),
@@ -64,8 +36,8 @@ def _life(walk, deep=None):
     return agent, out
 
 
-def test_random_starts_on_a_large_model_keep_a_long_buffer_re_counted_without_the_noise_look_ahead(gate, monkeypatch):
-    calls, noise = _spies(monkeypatch)
+def test_random_starts_on_a_large_model_keep_a_long_buffer_re_counted_without_the_noise_look_ahead(gate, deep_sleep_spy):
+    calls, noise = deep_sleep_spy
     agent, life = _life(random_walk(ENV, 120, 12, seed=2, start="random"))
     m = agent.merger_
     assert m.exact_end_reason_ == "start" and m._H == 9 and m.n_deep_ == 0 and m._long_memory()
