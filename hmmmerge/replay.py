@@ -188,6 +188,12 @@ LIGHT_DEEP_MAX_CLONES, LIGHT_DEEP_ITER, SPLIT_MEMORY_MID = 240, 2, 0.9
 #: random starts; with this rule the 20x20-c15 grid from random starts 0.903 -> 0.956 (BENCHMARKS.md, "Long
 #: memory from random starts, session 14")
 LONG_MEMORY_WINDOW, LONG_MEMORY_ITER = 1000, 1
+#: the long memory's random starts: more than LONG_MEMORY_START_SHARE of the buffered episodes start with another
+#: view than the most common first view. The exact phase also ends by "start" when one noisy view begins an episode
+#: from the fixed start (q = 0.05: about 5% of first views differ; random starts on 9+ views: 80% or more), and there
+#: the long memory cost 0.7-1.3 s per 1,000 episodes for nothing (session 14 lead re-run: paper grid noise 2.6-2.7 ->
+#: 3.6-4.0 s, 30x30-c20 noise 4.9 -> 6.1 s, 20x20-c15 noise -0.0026, a new oracle miss)
+LONG_MEMORY_START_SHARE = 0.5
 #: ``exact=True``: in the first EXACT_WORK_EPISODES episodes the exact phase ends when the fold's work counter
 #: (journal rows written and red blocks scanned by its sleeps, :data:`hmmmerge.fold._kernels.WORK`) exceeds
 #: ``EXACT_WORK_BASE + EXACT_WORK_PER_STEP x steps`` lived, and at any time when one sleep's work exceeds
@@ -1222,10 +1228,15 @@ class ReplayMerger(Estimator):
 
     def _long_memory(self) -> bool:
         """Whether the buffer is long and re-counted by deep sleeps (:data:`LONG_MEMORY_WINDOW`): random starts
-        seen (the exact phase ended by "start") on a model too large for the other deep sleeps, ``deep=None``, of
-        at most :data:`ALLOC_MANY_VIEWS` views (MiniGrid's many views: no gain measured, 0.6-0.8 s more)."""
-        return self._T is not None and self.deep is None and not self._n_deep and not self._mid \
-            and self._H > LIGHT_DEEP_MAX_CLONES and self._K <= ALLOC_MANY_VIEWS and self.exact_end_reason_ == "start"
+        seen (the exact phase ended by "start", and more than :data:`LONG_MEMORY_START_SHARE` of the buffered
+        episodes start with another view than the most common first view) on a model too large for the other deep
+        sleeps, ``deep=None``, of at most :data:`ALLOC_MANY_VIEWS` views (MiniGrid's many views: no gain measured,
+        0.6-0.8 s more)."""
+        if not (self._T is not None and self.deep is None and not self._n_deep and not self._mid
+                and self._H > LIGHT_DEEP_MAX_CLONES and self._K <= ALLOC_MANY_VIEWS and self.exact_end_reason_ == "start"):
+            return False
+        first = np.fromiter((e[0][0] for e in self._episodes), dtype=np.int64, count=len(self._episodes))
+        return len(first) > 0 and len(first) - np.bincount(first).max() > LONG_MEMORY_START_SHARE * len(first)
 
     def _deep_sleep(self, n_iter: int | None = None, noise: bool = True) -> int:
         """Batch EM over every buffered episode, ``n_iter`` iterations (None: :attr:`n_deep_`; a light deep

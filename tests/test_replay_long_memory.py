@@ -1,5 +1,5 @@
 """Long memory from random starts (``LONG_MEMORY_WINDOW``, ``LONG_MEMORY_ITER`` of :mod:`hmmmerge.replay`): a model
-too large for the other deep sleeps whose exact phase ended by "start" keeps a longer buffer and re-counts all of
+too large for the other deep sleeps whose episodes start with different views keeps a longer buffer and re-counts all of
 it in deep sleeps without the noise look-ahead; other lives keep the path without it.
 
 The size gate is moved onto a 9-clone model (3 views x 3) and the long buffer to 40 episodes (window 20)."""
@@ -53,14 +53,18 @@ def test_random_starts_on_a_large_model_keep_a_long_buffer_re_counted_without_th
     assert any(noise) is False and len(noise) > 0                      # look-aheads at sleeps, none in deep ones
 
 
-@pytest.mark.parametrize("case", ["fixed start", "deep=0", "small model", "many views"])
+@pytest.mark.parametrize("case", ["fixed start", "noisy fixed start", "deep=0", "small model", "many views"])
 def test_other_lives_keep_the_window_and_make_no_deep_sleeps(gate, monkeypatch, case):
     if case == "small model":
         monkeypatch.setattr(R, "LIGHT_DEEP_MAX_CLONES", 9)   # 9 clones: light deep sleeps instead
     if case == "many views":
         monkeypatch.setattr(R, "ALLOC_MANY_VIEWS", 2)        # 3 views are many (MiniGrid's rule)
-    walk = random_walk(ENV.with_noise(slip=0.2), 80, 12, seed=2) if case == "fixed start" else \
-        random_walk(ENV, 120, 12, seed=2, start="random")   # the walk of the test above
+    if case == "fixed start":
+        walk = random_walk(ENV.with_noise(slip=0.2), 80, 12, seed=2)
+    elif case == "noisy fixed start":   # a noisy first view ends the exact phase by "start" too
+        walk = random_walk(ENV.with_noise(obs_noise=0.1), 120, 12, seed=2)
+    else:
+        walk = random_walk(ENV, 120, 12, seed=2, start="random")   # the walk of the test above
     agent, life = _life(walk, deep=0 if case == "deep=0" else None)
     m = agent.merger_
     assert not m._long_memory() and max(b for b, _, _ in life) <= 20
