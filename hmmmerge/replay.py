@@ -236,6 +236,14 @@ COUNT_FLOOR = 1e-3
 #: a pair of views is dropped at a sleep when all its kept counts add at most this share of the pseudocount
 #: at the M-step (``window * count``; see ReplayMerger._drop_faded_pairs)
 PAIR_FLOOR = COUNT_FLOOR
+#: the agent's online level-2 beliefs (its ``l2`` and ``l2_filter`` predictions, :mod:`hmmmerge._agent_kernels`)
+#: drop, after each view, the clusters holding less than this share of the belief. Replay's emissions give every
+#: view the noise floor ``q / K`` (:meth:`ReplayMerger.emission`), so without a cut no cluster a belief reached ever
+#: leaves it and on big models both beliefs spread over most clusters: ``agent_steps`` cost 1.3-2.0 s of a run
+#: (grid-16x16-c25 with noise, grid-30x30-c20 from random starts). Level 2's model and the held-out score do not
+#: read these beliefs (:meth:`ReplayMerger.place` connects level-1 states to replay's own filtered clone);
+#: BENCHMARKS.md "Cheaper big-model sleeps, session 15"
+ONLINE_BELIEF_CUT = 1e-6
 #: the largest per-clone table of true labels kept for purity (entries; beyond it the agent counts purity
 #: from level 1 at every sleep)
 CLONE_LABEL_TABLE_MAX = 4_000_000
@@ -1774,6 +1782,11 @@ class ReplayMerger(Estimator):
         True
         """
         return np.full(clusters.n_clusters, self._noise / self._K)
+
+    def online_belief_cut(self) -> float:
+        """The share of an online level-2 belief below which a cluster leaves it (:data:`ONLINE_BELIEF_CUT`;
+        read by :class:`hmmmerge.level2.Level2` with :meth:`emission`)."""
+        return ONLINE_BELIEF_CUT
 
     def _block_colour(self) -> np.ndarray:
         out = np.zeros(int(self._block.max()) + 1, dtype=np.int64)
