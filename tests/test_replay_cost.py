@@ -958,6 +958,9 @@ def test_replay_cuts_its_online_beliefs_and_its_model_does_not_read_them(monkeyp
 
     # a noisy world (replay's emissions hold the noise floor: without the cut no cluster leaves a belief)
     walk = random_walk(gridworld().with_noise(obs_noise=0.1), 120, seed=0)
+    small = TwoLevelMemory(10, 4, merger=ReplayMerger(exact=False), seed=0).fit(walk[:40])
+    assert small.merger_._H <= replay_module.ONLINE_BELIEF_CUT_CLONES and small.level2_.arrays.belief_cut == 0.0
+    monkeypatch.setattr(replay_module, "ONLINE_BELIEF_CUT_CLONES", 0)   # this small model as a big one
     agents = {}
     for value in (replay_module.ONLINE_BELIEF_CUT, 0.0):
         monkeypatch.setattr(replay_module, "ONLINE_BELIEF_CUT", value)
