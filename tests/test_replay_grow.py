@@ -88,16 +88,16 @@ def test_grow_carries_the_model_over_and_adds_empty_spares(world, monkeypatch):
 
 
 def test_grow_waits_for_random_starts_for_a_view_wanting_spares_and_for_grow_after_updates(world, monkeypatch):
-    agent = TwoLevelMemory(world.n_obs, world.n_actions, merger=ReplayMerger(exact=False), seed=0)
-    m = agent.fit(random_walk(world, 60, 50, seed=0)).merger_   # the fixed start
-    m._wanting = np.array([3, 0, 0, 0])
-    assert m._grow(agent.memory_) == 0 and m._sizes.tolist() == [30] * 4
     random = _life(world, 60)
     r = random.merger_
     assert 0 < r._updates < GROW_AFTER
     r._wanting = np.array([0, 0, 0, 25])
     assert r._grow(random.memory_) == 0 and r._sizes.tolist() == [30] * 4   # too young
     monkeypatch.setattr(replay_module, "GROW_AFTER", 0)
+    agent = TwoLevelMemory(world.n_obs, world.n_actions, merger=ReplayMerger(exact=False), seed=0)
+    m = agent.fit(random_walk(world, 60, 50, seed=0)).merger_   # the fixed start
+    m._wanting = np.array([3, 0, 0, 0])
+    assert m._grow(agent.memory_) == 0 and m._sizes.tolist() == [30] * 4
     r._wanting = np.zeros(4, dtype=np.int64)
     assert r._grow(random.memory_) == 0
     r._wanting = np.array([0, 0, 0, 25])
