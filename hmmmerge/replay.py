@@ -121,8 +121,9 @@ FEW_VIEWS, FEW_VIEW_CLONES = 3, 45
 #: but only while the model is young (its last spare-less split at update 186-210 on 5 lives, then none to 1,000
 #: episodes; the 14x14 grid's go on to the end): grown from the start there it lost 0.005 / 0.001 and 0.3-0.8 s,
 #: with the gate it is unchanged. Without the gate the 14x14 grid gained more (0.792 / 0.827; 45 per view 0.826 /
-#: 0.858 for +1.6-1.9 s). Under noise and slips from the fixed start growing gained nothing and lost up to 0.018
-#: (slip 0.10 s0: a new EM miss), hence random starts only (BENCHMARKS.md, "Few-view worlds, session 15")
+#: 0.858 for about +2 s). Fit CPU side by side within load noise (+0.4 s on s0, -0.3 s on s1). Under noise and
+#: slips from the fixed start growing gained nothing and lost up to 0.018 (slip 0.10 s0: a new EM miss), hence
+#: random starts only (BENCHMARKS.md, "Few-view worlds, session 15")
 GROW_VIEW_CAP, GROW_STEP, GROW_AFTER = 40, 10, 240
 #: ``alloc="visits"`` on a world of more than ALLOC_MANY_VIEWS views (the even layout's 5 clones per view, EM's):
 #: the first sleep of stepwise EM waits until its new episodes hold ALLOC_STEPS x ``H`` steps, the clones are
@@ -314,7 +315,8 @@ class ReplayMerger(Estimator):
     n_clones : clones (level-2 capacity) per observation; None: 30, or fewer when that makes more than
         :data:`CLONE_BUDGET` clones in all (many views: a sleep's work grows with pairs of views x clones^2),
         but at least :data:`BUDGET_FLOOR` (10; 5 with more than 100 observations, as the benchmark's EM); :data:`FEW_VIEW_CLONES`
-        (45) with at most :data:`FEW_VIEWS` (3) observations.
+        (45) with at most :data:`FEW_VIEWS` (3) observations. With 4 observations (30 each) from random starts, a
+        view whose splits find no spare grows up to :data:`GROW_VIEW_CAP` (40) clones (:meth:`_grow`).
     replay : episodes replayed per sleep besides the new ones.
     window : replayed episodes are drawn from the last ``window`` episodes (the buffer).
     n_iter : EM iterations per sleep; None: ``clip(ITER_BUDGET // H, 2, 8)`` for ``H`` clones in all
@@ -1242,7 +1244,8 @@ class ReplayMerger(Estimator):
         self._fold_unheld()
         self._write_clusters(clusters, memory.n_states)
         report.update(replayed=len(picks), noise_look_ahead=bool(look), views_read_as_noise=int(repaired),
-                      clones_split=n_split, clones_grown=n_grown, deep_episodes=deep, pairs_dropped=n_dropped, noise_rate=self._noise,
+                      clones_split=n_split, clones_grown=n_grown, deep_episodes=deep, pairs_dropped=n_dropped,
+                      noise_rate=self._noise,
                       log_likelihood_per_step=float(ll) / len(obs), clusters=clusters.n_clusters)
         return report
 
@@ -1489,8 +1492,9 @@ class ReplayMerger(Estimator):
 
     def _grow(self, memory) -> int:
         """Views whose splits found no spare clone at the last :meth:`_split` get that many clones more (at
-        least :data:`GROW_STEP`), on random starts (:meth:`_random_starts`), up to :data:`GROW_VIEW_CAP` each; returns the clones added. The new clones
-        have no kept counts (spares for the next sleep's splits); every per-clone array is carried over."""
+        least :data:`GROW_STEP`), on random starts (:meth:`_random_starts`) after :data:`GROW_AFTER` updates, up to
+        :data:`GROW_VIEW_CAP` each; returns the clones added. The new clones have no kept counts (spares for the
+        next sleep's splits); every per-clone array is carried over to the new indices."""
         want, self._wanting = self._wanting, None
         if want is None or not want.any() or not self._growable(self._K) or self._updates < GROW_AFTER or not self._random_starts():
             return 0
