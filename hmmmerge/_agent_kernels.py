@@ -62,6 +62,8 @@ class Belief(NamedTuple):
     p: np.ndarray        # (n_clusters,) probabilities, zero off the support
     support: np.ndarray  # (n_clusters,) int, the first ``size[0]`` entries are the support
     size: np.ndarray     # (1,) int, 0 = belief lost
+    lost: np.ndarray     # (1,) with a belief cut, the share of the belief cut off it and not yet back (read as
+                         # spread evenly over the clusters: see _condition); else 0
 
 
 class FirstOrder(NamedTuple):
@@ -96,7 +98,7 @@ class Predictions(NamedTuple):
 
 def new_belief(n_clusters: int) -> Belief:
     size = max(n_clusters, 1)
-    return Belief(np.zeros(size), np.zeros(size, dtype=np.int64), np.zeros(1, dtype=np.int64))
+    return Belief(np.zeros(size), np.zeros(size, dtype=np.int64), np.zeros(1, dtype=np.int64), np.zeros(1))
 
 
 def new_scratch(n_clusters: int, n_obs: int) -> Scratch:
@@ -163,7 +165,14 @@ def _predict_floor(mt, l2, s):
 
 @njit(cache=True)
 def _condition(bel, mt, total, o, l2, s):
-    """Condition the propagated belief on ``o``; clear the scratch; set the new support size (0 = lost)."""
+    """Condition the propagated belief on ``o``; clear the scratch; set the new support size (0 = lost).
+
+    With a belief cut (``l2.belief_cut`` > 0, soft emissions), the clusters below the cut leave the support and
+    their mass joins ``bel.lost``, read as spread evenly over all clusters (the tail the cut dropped, which the
+    noise floor would have kept): at each view that mass is conditioned too (``lost / k`` per cluster, times the
+    cluster's emission of ``o``), and the clusters emitting ``o`` whose share of it reaches the cut come back into
+    the support.  A belief whose support the views contradict (``o`` explained by the floor alone) thus
+    re-localises on the clusters of ``o``, as the uncut belief's tail would."""
     m_new = 0
     z = 0.0
     soft = l2.soft.shape[0] > 0
@@ -177,18 +186,42 @@ def _condition(bel, mt, total, o, l2, s):
                 bel.support[m_new] = j
                 m_new += 1
     clear_touched(s.pred, s.touched, s.tlist, mt)
-    if z > 0.0 and l2.belief_cut > 0.0:   # clusters below the cut leave the support (the others as without it)
-        cut = l2.belief_cut * z
+    lost = bel.lost[0]
+    if l2.belief_cut > 0.0 and soft and (z > 0.0 or lost > 0.0):
+        k = l2.n_clusters
+        # the lost mass, even over the clusters: the floor's part off the emitters of o stays lost
+        n_o = l2.em_ptr[o + 1] - l2.em_ptr[o]
+        back = 0.0   # the lost mass on the emitters of o
+        for q in range(n_o if lost > 0.0 else 0):
+            back += l2.soft[l2.em_idx[l2.em_ptr[o] + q], o]
+        back *= lost / k
+        rest = 0.0   # the lost mass off the emitters of o
+        if l2.soft_floor.shape[0] > 0 and k > n_o:
+            rest = lost * l2.soft_floor[0] * (k - n_o) / k
+        zz = z + back + rest
+        cut = l2.belief_cut * zz
+        gone = rest
+        if back > 0.0 and lost / k >= cut:   # some emitter of o may come back (soft <= 1)
+            for q in range(n_o):
+                c = l2.em_idx[l2.em_ptr[o] + q]
+                if bel.p[c] == 0.0:
+                    bel.support[m_new] = c
+                    m_new += 1
+                bel.p[c] += lost / k * l2.soft[c, o]
+        else:
+            gone += back
         m = 0
         for q in range(m_new):
             j = bel.support[q]
             if bel.p[j] >= cut:
-                bel.p[j] /= z
+                bel.p[j] /= zz
                 bel.support[m] = j
                 m += 1
             else:
+                gone += bel.p[j]
                 bel.p[j] = 0.0
         m_new = m
+        bel.lost[0] = gone / zz if m_new > 0 else 0.0
     elif z > 0.0:
         for q in range(m_new):
             bel.p[bel.support[q]] /= z
@@ -217,6 +250,7 @@ def _set_onehot(bel, c):
     bel.p[c] = 1.0
     bel.support[0] = c
     bel.size[0] = 1
+    bel.lost[0] = 0.0
 
 
 @njit(cache=True)
@@ -225,6 +259,7 @@ def _set_emitters(bel, o, l2):
     distributions, proportional to each cluster's probability of ``o``."""
     for q in range(bel.size[0]):
         bel.p[bel.support[q]] = 0.0
+    bel.lost[0] = 0.0
     if l2.soft.shape[0] > 0:
         z = 0.0
         n = 0
@@ -309,7 +344,7 @@ def _same_belief(b1, b2):
     """Whether two beliefs are equal bit for bit: the same support in the same order, the same values
     (both are zero off their supports)."""
     n = b1.size[0]
-    if n != b2.size[0]:
+    if n != b2.size[0] or b1.lost[0] != b2.lost[0]:
         return False
     for q in range(n):
         j = b1.support[q]
@@ -329,6 +364,7 @@ def _copy_belief(src, dst):
         dst.support[q] = j
         dst.p[j] = src.p[j]
     dst.size[0] = n
+    dst.lost[0] = src.lost[0]
 
 
 @njit(cache=True)

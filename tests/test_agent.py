@@ -154,7 +154,7 @@ def test_online_connection_probability_and_choice():
     from hmmmerge._agent_kernels import Belief, connect_online
 
     q = np.array([0.7, 0.2, 0.1])
-    bel = Belief(np.zeros(5), np.array([1, 3, 4, 0, 0]), np.array([3]))
+    bel = Belief(np.zeros(5), np.array([1, 3, 4, 0, 0]), np.array([3]), np.zeros(1))
     bel.p[[1, 3, 4]] = q
     em_ptr = np.array([0, 0, 4])        # four clusters emit observation 1
     p_connect = 1 - np.exp(-(q * np.log(q)).sum()) / 4

@@ -973,7 +973,75 @@ def test_replay_cuts_its_online_beliefs_and_its_model_does_not_read_them(monkeyp
     assert np.array_equal(m_cut.T, m_full.T) and np.array_equal(m_cut.B, m_full.B)
     assert np.array_equal(cut.clusters_.assignment[:cut.memory_.n_states],
                           full.clusters_.assignment[:full.memory_.n_states])
-    # from random starts no cut: a cluster cut from an episode's first belief could never come back
+    # from random starts too: a cluster cut from an episode's first belief comes back through the lost mass
     monkeypatch.setattr(replay_module, "ONLINE_BELIEF_CUT", 1e-6)
     spread = random_walk(gridworld().with_noise(obs_noise=0.1), 120, seed=0, start="random")
-    assert TwoLevelMemory(10, 4, merger=ReplayMerger(exact=False), seed=0).fit(spread).level2_.arrays.belief_cut == 0.0
+    assert TwoLevelMemory(10, 4, merger=ReplayMerger(exact=False), seed=0).fit(spread).level2_.arrays.belief_cut == 1e-6
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(2, 30), st.integers(2, 12), st.sampled_from([0.01, 0.05, 0.2]), st.integers(0, 2**32 - 1),
+       st.sampled_from([1e-6, 1e-3, 0.05]), st.sampled_from([0.0, 1e-7, 1e-4, 0.5]))
+def test_the_mass_the_cut_dropped_comes_back_on_the_clusters_of_a_view_the_belief_does_not_explain(k, n_obs, q, seed,
+                                                                                                  cut, lost):
+    """The cut's mass (``lost``) is read as spread evenly over the clusters: conditioned on view ``o`` it comes
+    back on every cluster of ``o`` whose share reaches the cut; the belief and the lost mass still sum to 1."""
+    from hmmmerge._agent_kernels import Level2, _condition, _predict, new_belief, new_scratch
+
+    rng = np.random.default_rng(seed)
+    pred = rng.random(k) * (rng.random(k) < 0.8) * 10.0 ** -rng.integers(0, 9, k)
+    pred[0] = 1.0
+    pred /= pred.sum()
+    colour = rng.integers(0, n_obs, k)
+    o = int(rng.integers(0, n_obs))          # any view, also one the belief hardly explains
+    soft = np.full((k, n_obs), q / n_obs)
+    soft[np.arange(k), colour] += 1.0 - q
+    em_ptr = np.r_[0, np.cumsum(np.bincount(colour, minlength=n_obs))].astype(np.int64)
+    l2 = Level2(k, np.r_[0, np.full(k, k)].astype(np.int64), np.arange(k, dtype=np.int64), pred,
+                np.zeros(0, dtype=np.int64), np.asarray(colour, dtype=np.int64), em_ptr,
+                np.argsort(colour, kind="stable").astype(np.int64), soft, np.full(k, q / n_obs), cut)
+    bel, s = new_belief(k), new_scratch(k, n_obs)
+    bel.p[0], bel.support[0], bel.size[0], bel.lost[0] = 1.0 - lost, 0, 1, lost
+    mt, total = _predict(bel, 0, l2, s)
+    _condition(bel, mt, total, o, l2, s)
+    kept = bel.support[:bel.size[0]]
+    # the same posterior as the belief with its lost mass spread evenly, then cut: the lost mass on the clusters
+    # of o comes back (when one of them could reach the cut), the floor's part of it off them stays lost
+    mine = colour == o
+    rest = lost * q / n_obs * (k - mine.sum()) / k
+    back = lost / k * soft[:, o] * mine
+    z = (pred * (1.0 - lost) * soft[:, o]).sum() + back.sum() + rest
+    w = pred * (1.0 - lost) * soft[:, o] + (back if lost / k >= cut * z else 0.0)
+    share = w / z
+    assert sorted(kept.tolist()) == np.flatnonzero(share >= cut).tolist()
+    assert np.allclose(bel.p[kept], share[kept], rtol=1e-12, atol=0)
+    assert not bel.p[np.setdiff1d(np.arange(k), kept)].any()
+    assert abs(bel.p.sum() + bel.lost[0] - 1.0) < 1e-12
+
+
+def test_a_belief_the_views_contradict_re_localises_on_the_clusters_of_the_view():
+    """From cluster 0 the belief moves to cluster 1 of view 0, almost never to 2 of view 1: the cut drops 2; when
+    view 1 keeps coming, the belief moves onto 2 as the uncut belief does (without the lost mass it never would:
+    2 is out of the support for good)."""
+    from hmmmerge._agent_kernels import Level2, _condition, _predict, new_belief, new_scratch
+
+    k, n_obs, q = 3, 2, 0.01
+    colour = np.array([0, 0, 1])
+    # T2 (one action): 0 -> 1 (1 - 1e-5) or 2 (1e-5); 1 -> 1; 2 -> 2; after view 0, 2 holds 5e-8: cut
+    ptr, idx, val = np.array([0, 2, 3, 4]), np.array([1, 2, 1, 2]), np.array([1 - 1e-5, 1e-5, 1.0, 1.0])
+    soft = np.full((k, n_obs), q / n_obs)
+    soft[np.arange(k), colour] += 1.0 - q
+    em_ptr = np.r_[0, np.cumsum(np.bincount(colour, minlength=n_obs))].astype(np.int64)
+    preds = {}
+    for cut in (0.0, 1e-6):
+        l2 = Level2(k, ptr, idx, val, np.zeros(0, dtype=np.int64), colour, em_ptr,
+                    np.argsort(colour, kind="stable").astype(np.int64), soft, np.full(k, q / n_obs), cut)
+        bel, s = new_belief(k), new_scratch(k, n_obs)
+        bel.p[0], bel.support[0], bel.size[0] = 1.0, 0, 1
+        seen = []
+        for o in (0, 1, 1, 1, 1, 1, 1):
+            mt, total = _predict(bel, 0, l2, s)
+            seen.append(int(np.argmax(s.obs_dist)))
+            _condition(bel, mt, total, o, l2, s)
+        preds[cut] = seen, bel.p.argmax()
+    assert preds[0.0] == preds[1e-6] == ([0, 0, 0, 0, 0, 1, 1], 2)
