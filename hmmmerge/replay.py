@@ -110,6 +110,21 @@ CLONE_CAP, CLONE_FLOOR = 30, 1
 #: (the 4-colour grid, 25 places per view) more clones lost 0.004-0.009, with 6 or 8 they helped the torus and not
 #: the grid: BENCHMARKS.md, "Few-colour worlds: the oracle gap under noise, slips and random starts, session 13"
 FEW_VIEWS, FEW_VIEW_CLONES = 3, 45
+#: ``n_clones=None``, random starts (more than LONG_MEMORY_START_SHARE of the buffered episodes start with another
+#: view than the most common first one) on a model of deep sleeps that is not of FEW_VIEWS views (4 views x 30),
+#: after GROW_AFTER stepwise updates (40 sleeps of 6 iterations: about 400 episodes): a view with a clone that
+#: passed the split test and found no spare (:meth:`ReplayMerger._spare`: no unused clone, no duplicate) gets
+#: ``max(GROW_STEP, such clones)`` clones more, up to GROW_VIEW_CAP (:meth:`ReplayMerger._grow`; the new clones are
+#: spares for the next splits; the size gates keep the even layout's regime, ITER_BUDGET and DEEP_BUDGET divide by
+#: the clones grown). The 4-colour 14x14 grid (49 places per view on 30 clones) from random starts: 0.733 / 0.771
+#: -> 0.773 / 0.810 (EM 0.783 / 0.790). The signal alone also fires on the 4-colour 10x10 grid (25 places per view),
+#: but only while the model is young (its last spare-less split at update 186-210 on 5 lives, then none to 1,000
+#: episodes; the 14x14 grid's go on to the end): grown from the start there it lost 0.005 / 0.001 and 0.3-0.8 s,
+#: with the gate it is unchanged. Without the gate the 14x14 grid gained more (0.792 / 0.827; 45 per view 0.826 /
+#: 0.858 for about +2 s). Fit CPU side by side within load noise (+0.4 s on s0, -0.3 s on s1). Under noise and
+#: slips from the fixed start growing gained nothing and lost up to 0.018 (slip 0.10 s0: a new EM miss), hence
+#: random starts only (BENCHMARKS.md, "Few-view worlds, session 15")
+GROW_VIEW_CAP, GROW_STEP, GROW_AFTER = 40, 10, 240
 #: ``alloc="visits"`` on a world of more than ALLOC_MANY_VIEWS views (the even layout's 5 clones per view, EM's):
 #: the first sleep of stepwise EM waits until its new episodes hold ALLOC_STEPS x ``H`` steps, the clones are
 #: shared by the visits of all of them, and the seen views share ALLOC_MEAN clones per view on average instead
@@ -314,7 +329,8 @@ class ReplayMerger(Estimator):
     n_clones : clones (level-2 capacity) per observation; None: 30, or fewer when that makes more than
         :data:`CLONE_BUDGET` clones in all (many views: a sleep's work grows with pairs of views x clones^2),
         but at least :data:`BUDGET_FLOOR` (10; 5 with more than 100 observations, as the benchmark's EM); :data:`FEW_VIEW_CLONES`
-        (45) with at most :data:`FEW_VIEWS` (3) observations.
+        (45) with at most :data:`FEW_VIEWS` (3) observations. With 4 observations (30 each) from random starts, a
+        view whose splits find no spare grows up to :data:`GROW_VIEW_CAP` (40) clones (:meth:`_grow`).
     replay : episodes replayed per sleep besides the new ones.
     window : replayed episodes are drawn from the last ``window`` episodes (the buffer).
     n_iter : EM iterations per sleep; None: ``clip(ITER_BUDGET // H, 2, 8)`` for ``H`` clones in all
@@ -450,6 +466,7 @@ class ReplayMerger(Estimator):
         self._pred = None        # CSR of the pairs by second observation (cached)
         self._C = None           # the E-step's count buffer, zero outside a pass
         self._updates = 0
+        self._wanting = None     # per view: clones that passed the split test and found no spare (_split, _grow)
         self._evidence = None    # (codes, counts): the split evidence, (clone, way in, what followed) triples
         self._noise = 0.0        # estimated share of views replaced by a random one (emissions of level 2)
         self._noise_idle = 0     # sleeps since the noise look-ahead last ran (thinned: NOISE_SKIP_EVERY)
@@ -492,10 +509,12 @@ class ReplayMerger(Estimator):
         self._sizes = np.asarray(sizes, dtype=np.int64)
         self._starts = np.concatenate([[0], np.cumsum(self._sizes)[:-1]]).astype(np.int64)
         self._H = int(self._sizes.sum())
+        # the size gates read the even layout's clones when the views grew past it (see GROW_VIEW_CAP)
+        gate = min(self._H, self._K * self._clones_per_observation(self._K))
         self._n_iter = self._iterations(self._H)
-        self._n_deep = self._deep_iterations(self._H)
+        self._n_deep = self._deep_iterations(self._H, gate)
         # light deep sleeps and the longer split memory (see LIGHT_DEEP_MAX_CLONES)
-        self._mid = self.deep is None and DEEP_MAX_CLONES < self._H <= LIGHT_DEEP_MAX_CLONES
+        self._mid = self.deep is None and DEEP_MAX_CLONES < gate <= LIGHT_DEEP_MAX_CLONES
         # deep sleeps over the last FEW_VIEW_DEEP_EPISODES episodes (see FEW_VIEW_DEEP_EPISODES)
         self._long_deep = self._n_deep > 0 and self._K <= FEW_VIEWS
         check_memory(f"replay merger: {self._H} clones x {self._A} actions", 3 * 8 * self._A * self._H ** 2)
@@ -568,10 +587,7 @@ class ReplayMerger(Estimator):
         """Random starts seen: the exact phase ended by "start" and more than :data:`LONG_MEMORY_START_SHARE` of the
         buffered episodes start with another view than the most common first view (a noisy first view from a
         fixed start ends the phase by "start" too, but leaves most episodes starting alike)."""
-        if self.exact_end_reason_ != "start" or not self._episodes:
-            return False
-        first = np.fromiter((e[0][0] for e in self._episodes), dtype=np.int64, count=len(self._episodes))
-        return len(first) - np.bincount(first).max() > LONG_MEMORY_START_SHARE * len(first)
+        return self.exact_end_reason_ == "start" and self._random_starts()
 
     def _check(self, memory) -> None:
         if self._A is None:
@@ -612,7 +628,7 @@ class ReplayMerger(Estimator):
             return int(self.n_iter)
         return int(min(ITER_MAX, max(ITER_MIN, ITER_BUDGET // int(n_clones_total))))
 
-    def _deep_iterations(self, n_clones_total: int) -> int:
+    def _deep_iterations(self, n_clones_total: int, gate: int | None = None) -> int:
         """``deep``, or its default for ``n_clones_total`` clones in all (see :data:`DEEP_BUDGET`).
 
         >>> [ReplayMerger()._deep_iterations(h) for h in (45 * 3, 30 * 4, 30 * 5, 30 * 6, 30 * 10)]
@@ -620,7 +636,7 @@ class ReplayMerger(Estimator):
         """
         if self.deep is not None:
             return int(self.deep)
-        if int(n_clones_total) > DEEP_MAX_CLONES:
+        if int(n_clones_total if gate is None else gate) > DEEP_MAX_CLONES:
             return 0
         return int(DEEP_BUDGET // int(n_clones_total))
 
@@ -1247,6 +1263,9 @@ class ReplayMerger(Estimator):
             self._updates += 1
             self._m_step(pair_on=on if it + 1 < self._n_iter else None)
         n_split = self._split(d) if self.split else 0
+        n_grown = self._grow(memory) if self.split else 0
+        if n_grown:
+            d = self._data(obs, acts)
         self._since_deep += n_new
         deep = 0
         if self._n_deep and self._since_deep >= max(int(self.window) // 2, 1):
@@ -1270,7 +1289,8 @@ class ReplayMerger(Estimator):
         self._fold_unheld()
         self._write_clusters(clusters, memory.n_states)
         report.update(replayed=len(picks), noise_look_ahead=bool(look), views_read_as_noise=int(repaired),
-                      clones_split=n_split, deep_episodes=deep, pairs_dropped=n_dropped, noise_rate=self._noise,
+                      clones_split=n_split, clones_grown=n_grown, deep_episodes=deep, pairs_dropped=n_dropped,
+                      noise_rate=self._noise,
                       log_likelihood_per_step=float(ll) / len(obs), clusters=clusters.n_clusters)
         return report
 
@@ -1283,7 +1303,7 @@ class ReplayMerger(Estimator):
         if not (self._T is not None and self.deep is None and not self._n_deep and not self._mid
                 and self._H > LIGHT_DEEP_MAX_CLONES and self._K <= ALLOC_MANY_VIEWS and self.exact_end_reason_ == "start"):
             return False
-        return self._starts_spread()
+        return self._random_starts()
 
     def _deep_sleep(self, n_iter: int | None = None, noise: bool = True) -> int:
         """Batch EM over every buffered episode, ``n_iter`` iterations (None: :attr:`n_deep_`; a light deep
@@ -1463,6 +1483,7 @@ class ReplayMerger(Estimator):
         w = self._weights().copy()
         touched = np.zeros(H, dtype=bool)
         n_split = 0
+        self._wanting = np.zeros(K, dtype=np.int64)   # splits per view that found no spare (see _grow)
         for c in np.argsort(-G, kind="stable").tolist():
             if not self.split or G[c] <= float(self.split):
                 break
@@ -1471,6 +1492,7 @@ class ReplayMerger(Estimator):
                 continue
             j = self._spare(h, w, touched)
             if j < 0:
+                self._wanting[self._colour[h]] += 1
                 continue
             rows = slice(seg[c], seg[c + 1])
             ways, second, nxt, n = way_in[rows], group[rows] == 1, after[rows], count[rows]
@@ -1496,6 +1518,70 @@ class ReplayMerger(Estimator):
             self._m_step_lines(np.flatnonzero(touched))
         self._evidence = (code, count)
         return n_split
+
+    def _growable(self, K: int) -> bool:
+        """Whether a model of ``K`` views may grow past the even layout (:data:`GROW_VIEW_CAP`): ``n_clones=None``,
+        deep sleeps by size, more than :data:`FEW_VIEWS` views.
+
+        >>> [ReplayMerger()._growable(k) for k in (3, 4, 5)], ReplayMerger(n_clones=30)._growable(4)
+        ([False, True, False], False)
+        """
+        even = self._clones_per_observation(K)
+        return self.n_clones is None and K > FEW_VIEWS and K * even <= DEEP_MAX_CLONES and even < GROW_VIEW_CAP
+
+    def _random_starts(self) -> bool:
+        """More than :data:`LONG_MEMORY_START_SHARE` of the buffered episodes start with another view than the
+        most common first view."""
+        first = np.fromiter((e[0][0] for e in self._episodes), dtype=np.int64, count=len(self._episodes))
+        return len(first) > 0 and len(first) - np.bincount(first).max() > LONG_MEMORY_START_SHARE * len(first)
+
+    def _grow(self, memory) -> int:
+        """Views whose splits found no spare clone at the last :meth:`_split` get that many clones more (at
+        least :data:`GROW_STEP`), on random starts (:meth:`_random_starts`) after :data:`GROW_AFTER` updates, up to
+        :data:`GROW_VIEW_CAP` each; returns the clones added. The new clones have no kept counts (spares for the
+        next sleep's splits); every per-clone array is carried over to the new indices."""
+        want, self._wanting = self._wanting, None
+        if want is None or not want.any() or not self._growable(self._K) or self._updates < GROW_AFTER or not self._random_starts():
+            return 0
+        add = np.clip(np.where(want > 0, np.maximum(want, GROW_STEP), 0), 0, GROW_VIEW_CAP - self._sizes)
+        if not add.any():
+            return 0
+        A, K, H0 = self._A, self._K, self._H
+        old_starts, old_colour = self._starts.copy(), self._colour.copy()
+        self._layout(self._sizes + add)
+        H = self._H
+        idx = np.arange(H0) + (self._starts - old_starts)[old_colour]
+
+        def cols(x, fill=0.0):
+            y = np.full(x.shape[:-1] + (H,), fill, dtype=x.dtype)
+            y[..., idx] = x
+            return y
+
+        def square(x):
+            y = np.zeros((A, H, H), dtype=x.dtype)
+            y[:, idx[:, None], idx[None, :]] = x
+            return y
+
+        self._S, self._Q, self._T = square(self._S), square(self._Q), square(self._T)
+        self._C = np.zeros((A, H, H))
+        self._Z, self._Sb = cols(self._Z), cols(self._Sb)
+        if self._Soff is not None:
+            self._Soff, self._Stot = cols(self._Soff), cols(self._Stot)
+        n = min(self._n_seen, len(self._clone_state))
+        cs = self._clone_state[:n]
+        cs[cs >= 0] = idx[cs[cs >= 0]]
+        if self._evidence is not None:   # (clone, way in, what followed) codes re-encoded for H clones
+            code, count = self._evidence
+            after = code % (A * K)
+            way_in = (code // (A * K)) % (A * H0 + 1)
+            of = code // ((A * H0 + 1) * (A * K))
+            a, prev = np.divmod(way_in, H0)
+            way_in = np.where(way_in == A * H0, A * H, a * H + idx[np.minimum(prev, H0 - 1)])
+            self._evidence = ((idx[of] * (A * H + 1) + way_in) * (A * K) + after, count)
+        self._lumped = self._t2 = self._succ = self._pred = None
+        self._m_step()
+        self._count_clones(memory)
+        return int(add.sum())
 
     def _spare(self, h: int, w, touched) -> int:
         """A clone of ``h``'s view to split ``h`` into, or -1: an unused one (expected visits at most 5% of
@@ -1940,8 +2026,10 @@ class ReplayMerger(Estimator):
             layout = np.full(K, H // K, dtype=np.int64)
             if H % K:
                 raise ValueError(f"{source}: replay_sizes says {H} clones for {K} observations (not a multiple)")
+        # a layout shared by visits (alloc="visits"), or views grown past it from random starts (GROW_VIEW_CAP)
         if (layout != even).any() and not (self.alloc == "visits" and self.n_clones is None
-                                           and layout.max() <= max(CLONE_CAP, even) and H <= K * even):
+                                           and layout.max() <= max(CLONE_CAP, even) and H <= K * even) \
+                and not (self._growable(K) and layout.max() <= GROW_VIEW_CAP):
             raise ValueError(f"{source}: replay_sizes says {H} clones for {K} observations; this merger has "
                              f"{even} clones per observation (n_clones={self.n_clones}, alloc={self.alloc!r})")
         self._init(K, A)
