@@ -54,6 +54,8 @@ class Level2(NamedTuple):
                              # (0, O): every cluster emits its ``cluster_obs``
     soft_floor: np.ndarray   # (n_clusters,) when every row of ``soft`` holds this value off the cluster's
                              # ``cluster_obs`` (replay's noise rate), else (0,): see _predict_floor
+    belief_cut: float = 0.0  # > 0: after conditioning, clusters holding less than this share of the belief
+                             # leave it (replay's ONLINE_BELIEF_CUT; 0: every cluster with mass stays)
 
 
 class Belief(NamedTuple):
@@ -175,7 +177,19 @@ def _condition(bel, mt, total, o, l2, s):
                 bel.support[m_new] = j
                 m_new += 1
     clear_touched(s.pred, s.touched, s.tlist, mt)
-    if z > 0.0:
+    if z > 0.0 and l2.belief_cut > 0.0:   # clusters below the cut leave the support (the others as without it)
+        cut = l2.belief_cut * z
+        m = 0
+        for q in range(m_new):
+            j = bel.support[q]
+            if bel.p[j] >= cut:
+                bel.p[j] /= z
+                bel.support[m] = j
+                m += 1
+            else:
+                bel.p[j] = 0.0
+        m_new = m
+    elif z > 0.0:
         for q in range(m_new):
             bel.p[bel.support[q]] /= z
     else:

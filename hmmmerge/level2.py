@@ -98,25 +98,29 @@ class Level2:
             self.scratch = new_scratch(k, self.n_obs)
             self.k = k
 
-    def soft_emission(self, memory, clusters, merger, k: int) -> tuple[np.ndarray, np.ndarray]:
+    def soft_emission(self, memory, clusters, merger, k: int) -> tuple[np.ndarray, np.ndarray, float]:
         """The merger's emission distribution per cluster (fold-noisy, replay), or an empty (0, n_obs)
         array (also when the merger's ``emission`` returns None): the online predictors then take one colour
-        per cluster (``cluster_obs``); and the value
+        per cluster (``cluster_obs``); the value
         of every entry of each row off the cluster's own colour when the merger states it
-        (``emission_floor``: replay's noise rate), else an empty array."""
+        (``emission_floor``: replay's noise rate), else an empty array; and the share of a belief below which
+        a cluster leaves the online beliefs when the merger states it (``online_belief_cut``: replay's
+        :data:`~hmmmerge.replay.ONLINE_BELIEF_CUT`, with soft emissions only), else 0."""
         own = getattr(merger, "emission", None)  # a merger with noise-aware emissions (fold-noisy)
         E = own(clusters, memory.n_states) if own is not None and k else None
         if E is None:  # none, or not now (replay's exact phase): one colour per cluster
-            return np.zeros((0, self.n_obs)), np.zeros(0)
+            return np.zeros((0, self.n_obs)), np.zeros(0), 0.0
         floor = getattr(merger, "emission_floor", None)
+        cut = getattr(merger, "online_belief_cut", None)
         return (np.ascontiguousarray(E, dtype=np.float64),
-                np.zeros(0) if floor is None else np.ascontiguousarray(floor(clusters), dtype=np.float64))
+                np.zeros(0) if floor is None else np.ascontiguousarray(floor(clusters), dtype=np.float64),
+                0.0 if cut is None else float(cut()))
 
     def update_soft(self, memory, clusters, merger) -> None:
         """Noise-aware emissions again from the merger's counts (nothing to do without them)."""
         if self.arrays.soft.shape[0]:
-            soft, floor = self.soft_emission(memory, clusters, merger, self.arrays.n_clusters)
-            self.arrays = self.arrays._replace(soft=soft, soft_floor=floor)
+            soft, floor, cut = self.soft_emission(memory, clusters, merger, self.arrays.n_clusters)
+            self.arrays = self.arrays._replace(soft=soft, soft_floor=floor, belief_cut=cut)
 
     def after_sleep(self, memory, clusters, parent, parent_action, changes, k_old, t2_old):
         """T2 (with counts and first sources) from T2 before a sleep and the states it moved; None

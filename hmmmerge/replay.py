@@ -48,7 +48,8 @@ views as noise at every 4th sleep only while its views look clean (:data:`SLOW_S
 Between sleeps, :meth:`ReplayMerger.place` records each chunk of steps and
 connects its level-1 states to their filtered clone, so level 2 follows the
 current episode.  The agent's online predictors use ``T`` restricted to the
-clusters with transitions below ``prune`` dropped (:meth:`level2_transitions`);
+clusters with transitions below ``prune`` dropped (:meth:`level2_transitions`), and on big models their beliefs
+drop the clusters below :data:`ONLINE_BELIEF_CUT` of the belief (nothing the model reads);
 :meth:`level2_hmm` is the unpruned model on the clusters.
 
 The exact phase (``exact=True``, the default): while the episodes lived so far are consistent with a
@@ -265,6 +266,17 @@ COUNT_FLOOR = 1e-3
 #: a pair of views is dropped at a sleep when all its kept counts add at most this share of the pseudocount
 #: at the M-step (``window * count``; see ReplayMerger._drop_faded_pairs)
 PAIR_FLOOR = COUNT_FLOOR
+#: on a model of more than ONLINE_BELIEF_CUT_CLONES clones in all (SLOW_SLEEP_CLONES), the agent's online level-2
+#: beliefs (its ``l2`` and ``l2_filter`` predictions, :mod:`hmmmerge._agent_kernels`) drop, after each view, the
+#: clusters holding less than ONLINE_BELIEF_CUT of the belief. Replay's emissions give every view the noise floor
+#: ``q / K`` (:meth:`ReplayMerger.emission`), so without a cut no cluster a belief reached ever leaves it, and on
+#: big models both beliefs spread over most clusters: ``agent_steps`` cost 1.4-2.0 s of a run at load 5 (grid-16x16
+#: with 25 colours and noise, 20x20 with 40 and 30x30 with 20 from random starts), 0.3-0.5 s with the cut. Level 2's
+#: model and the held-out score do not read these beliefs (:meth:`ReplayMerger.place` connects level-1 states to
+#: replay's own filtered clone): held-out is bit-identical on every run measured; the online predictions move
+#: (last 50 episodes 0 to -0.03, all episodes 0 to -0.004, from random starts; 0 under noise), smaller models keep
+#: theirs; BENCHMARKS.md "Cheaper big-model sleeps, session 15"
+ONLINE_BELIEF_CUT, ONLINE_BELIEF_CUT_CLONES = 1e-6, SLOW_SLEEP_CLONES
 #: the largest per-clone table of true labels kept for purity (entries; beyond it the agent counts purity
 #: from level 1 at every sleep)
 CLONE_LABEL_TABLE_MAX = 4_000_000
@@ -1907,6 +1919,12 @@ class ReplayMerger(Estimator):
         True
         """
         return np.full(clusters.n_clusters, self._noise / self._K)
+
+    def online_belief_cut(self) -> float:
+        """The share of an online level-2 belief below which a cluster leaves it: :data:`ONLINE_BELIEF_CUT` on a
+        model of more than :data:`ONLINE_BELIEF_CUT_CLONES` clones, else 0 (read by :class:`hmmmerge.level2.Level2`
+        with :meth:`emission`)."""
+        return ONLINE_BELIEF_CUT if self._H > ONLINE_BELIEF_CUT_CLONES else 0.0
 
     def _block_colour(self) -> np.ndarray:
         out = np.zeros(int(self._block.max()) + 1, dtype=np.int64)

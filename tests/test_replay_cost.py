@@ -913,3 +913,63 @@ def test_the_first_e_step_reuses_the_noise_look_aheads_forward_pass_bit_for_bit(
     assert np.array_equal(a.clusters_.assignment, b.clusters_.assignment)
     for name in a.last_predictions_:
         assert np.array_equal(a.last_predictions_[name], b.last_predictions_[name])
+
+
+def _conditioned(pred, colour, n_obs, q, o, cut):
+    """The agent's belief after ``_predict`` from cluster 0 (whose T2 row gives ``pred``) and ``_condition`` on
+    view ``o``, with replay's emission rows and floor and the online belief cut ``cut``: (support, values)."""
+    from hmmmerge._agent_kernels import Level2, _condition, _predict, new_belief, new_scratch
+
+    k = len(pred)
+    ptr = np.r_[0, np.full(k, k)].astype(np.int64)
+    soft = np.full((k, n_obs), q / n_obs)
+    soft[np.arange(k), colour] += 1.0 - q
+    em_ptr = np.r_[0, np.cumsum(np.bincount(colour, minlength=n_obs))].astype(np.int64)
+    l2 = Level2(k, ptr, np.arange(k, dtype=np.int64), np.asarray(pred, dtype=float), np.zeros(0, dtype=np.int64),
+                np.asarray(colour, dtype=np.int64), em_ptr, np.argsort(colour, kind="stable").astype(np.int64),
+                soft, np.full(k, q / n_obs), cut)
+    bel, s = new_belief(k), new_scratch(k, n_obs)
+    bel.p[0], bel.support[0], bel.size[0] = 1.0, 0, 1
+    mt, total = _predict(bel, 0, l2, s)
+    _condition(bel, mt, total, o, l2, s)
+    assert not s.touched.any() and not s.pred.any()   # the scratch is left clear
+    return bel.support[:bel.size[0]].tolist(), bel.p.copy()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(2, 30), st.integers(2, 12), st.sampled_from([0.01, 0.05, 0.2]), st.integers(0, 2**32 - 1),
+       st.sampled_from([1e-6, 1e-3, 0.05]))
+def test_the_online_belief_cut_drops_the_clusters_below_it_and_keeps_the_others_bit_for_bit(k, n_obs, q, seed, cut):
+    rng = np.random.default_rng(seed)
+    pred = rng.random(k) * (rng.random(k) < 0.8) * 10.0 ** -rng.integers(0, 9, k)
+    pred[0] = 1.0
+    colour = rng.integers(0, n_obs, k)
+    o = int(colour[0])
+    full, p_full = _conditioned(pred, colour, n_obs, q, o, 0.0)
+    kept, p_kept = _conditioned(pred, colour, n_obs, q, o, cut)
+    assert kept == [j for j in full if p_full[j] >= cut]          # in order, the clusters at or above the cut
+    assert np.array_equal(p_kept[kept], p_full[kept])             # the same numbers as without the cut
+    assert not p_kept[np.setdiff1d(np.arange(k), kept)].any()      # zero off the support
+    assert 0 in kept
+
+
+def test_replay_cuts_its_online_beliefs_and_its_model_does_not_read_them(monkeypatch):
+    import hmmmerge.replay as replay_module
+
+    # a noisy world (replay's emissions hold the noise floor: without the cut no cluster leaves a belief)
+    walk = random_walk(gridworld().with_noise(obs_noise=0.1), 120, seed=0)
+    small = TwoLevelMemory(10, 4, merger=ReplayMerger(exact=False), seed=0).fit(walk[:40])
+    assert small.merger_._H <= replay_module.ONLINE_BELIEF_CUT_CLONES and small.level2_.arrays.belief_cut == 0.0
+    monkeypatch.setattr(replay_module, "ONLINE_BELIEF_CUT_CLONES", 0)   # this small model as a big one
+    agents = {}
+    for value in (replay_module.ONLINE_BELIEF_CUT, 0.0):
+        monkeypatch.setattr(replay_module, "ONLINE_BELIEF_CUT", value)
+        agents[value] = TwoLevelMemory(10, 4, merger=ReplayMerger(exact=False), seed=0).fit(walk)
+        assert agents[value].level2_.arrays.belief_cut == value
+    cut, full = agents[1e-6], agents[0.0]
+    assert len(cut.level2_.arrays.soft_floor) == cut.n_clusters_ > 0
+    # level 2's model and the clusters do not read the online beliefs
+    m_cut, m_full = (a.merger_.level2_hmm(a.memory_, a.clusters_) for a in (cut, full))
+    assert np.array_equal(m_cut.T, m_full.T) and np.array_equal(m_cut.B, m_full.B)
+    assert np.array_equal(cut.clusters_.assignment[:cut.memory_.n_states],
+                          full.clusters_.assignment[:full.memory_.n_states])
