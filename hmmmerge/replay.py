@@ -275,7 +275,11 @@ PAIR_FLOOR = COUNT_FLOOR
 #: model and the held-out score do not read these beliefs (:meth:`ReplayMerger.place` connects level-1 states to
 #: replay's own filtered clone): held-out is bit-identical on every run measured; the online predictions move
 #: (last 50 episodes 0 to -0.03, all episodes 0 to -0.004, from random starts; 0 under noise), smaller models keep
-#: theirs; BENCHMARKS.md "Cheaper big-model sleeps, session 15"
+#: theirs; BENCHMARKS.md "Cheaper big-model sleeps, session 15". Hence no cut from random starts (more than
+#: LONG_MEMORY_START_SHARE of the buffered episodes start with another view than the most common first one):
+#: there an episode's first belief spreads over every clone of its view, and a cluster cut early can never come
+#: back when the views prove it right (the noise floor kept it alive); those runs keep their online predictions
+#: bit for bit, and their cost (lead, session 15)
 ONLINE_BELIEF_CUT, ONLINE_BELIEF_CUT_CLONES = 1e-6, SLOW_SLEEP_CLONES
 #: the largest per-clone table of true labels kept for purity (entries; beyond it the agent counts purity
 #: from level 1 at every sleep)
@@ -1922,9 +1926,9 @@ class ReplayMerger(Estimator):
 
     def online_belief_cut(self) -> float:
         """The share of an online level-2 belief below which a cluster leaves it: :data:`ONLINE_BELIEF_CUT` on a
-        model of more than :data:`ONLINE_BELIEF_CUT_CLONES` clones, else 0 (read by :class:`hmmmerge.level2.Level2`
-        with :meth:`emission`)."""
-        return ONLINE_BELIEF_CUT if self._H > ONLINE_BELIEF_CUT_CLONES else 0.0
+        model of more than :data:`ONLINE_BELIEF_CUT_CLONES` clones whose episodes do not start at random
+        (:meth:`_random_starts`), else 0 (read by :class:`hmmmerge.level2.Level2` with :meth:`emission`)."""
+        return ONLINE_BELIEF_CUT if self._H > ONLINE_BELIEF_CUT_CLONES and not self._random_starts() else 0.0
 
     def _block_colour(self) -> np.ndarray:
         out = np.zeros(int(self._block.max()) + 1, dtype=np.int64)

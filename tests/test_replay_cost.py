@@ -973,3 +973,7 @@ def test_replay_cuts_its_online_beliefs_and_its_model_does_not_read_them(monkeyp
     assert np.array_equal(m_cut.T, m_full.T) and np.array_equal(m_cut.B, m_full.B)
     assert np.array_equal(cut.clusters_.assignment[:cut.memory_.n_states],
                           full.clusters_.assignment[:full.memory_.n_states])
+    # from random starts no cut: a cluster cut from an episode's first belief could never come back
+    monkeypatch.setattr(replay_module, "ONLINE_BELIEF_CUT", 1e-6)
+    spread = random_walk(gridworld().with_noise(obs_noise=0.1), 120, seed=0, start="random")
+    assert TwoLevelMemory(10, 4, merger=ReplayMerger(exact=False), seed=0).fit(spread).level2_.arrays.belief_cut == 0.0
