@@ -137,7 +137,7 @@ def allocate_by_visits(obs, n_obs: int, cap: int | None):
 
     visits = np.bincount(np.asarray(obs).ravel(), minlength=n_obs).astype(float)
     init = ReplayMerger._init
-    ReplayMerger._allocate = lambda self, obs, memory: None   # this layout, not the learner's own (alloc)
+    ReplayMerger._allocate = lambda self, obs, memory, sample=False: None   # this layout, not the learner's own (alloc)
 
     def _init(self, n, n_actions):
         init(self, n, n_actions)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from hmmmerge import gridworld, random_walk
 from hmmmerge.agent import TwoLevelMemory
 from hmmmerge.evaluate import evaluate_model
-from hmmmerge.replay import (ALLOC_EVEN_VIEWS, ALLOC_MANY_VIEWS, BUDGET_FLOOR, CLONE_BUDGET, CLONE_CAP, CLONE_FLOOR, DEEP_BUDGET, DEEP_MAX_CLONES, FEW_VIEW_CLONES,
+from hmmmerge.replay import (ALLOC_EVEN_VIEWS, ALLOC_MANY_VIEWS, ALLOC_PRIOR, ALLOC_STEPS, ALLOC_WAIT_VIEWS, BUDGET_FLOOR, CLONE_BUDGET, CLONE_CAP, CLONE_FLOOR, DEEP_BUDGET, DEEP_MAX_CLONES, FEW_VIEW_CLONES,
                               FEW_VIEWS, ITER_BUDGET, ReplayMerger, allocate_clones)
 
 
@@ -313,21 +313,68 @@ def test_many_views_wait_for_a_sample_and_share_fewer_clones_by_its_visits():
 
 
 def test_a_merger_of_at_most_100_views_keeps_its_first_sleep():
-    # 25 views: the first sleep is not postponed (the rule of many views is off)
+    # 25 views from a fixed start: the first sleep is not postponed (the rules of a sample are off)
     env, agent = fitted("visits", episodes=4, more=0)
     assert not agent.merger_._many_views() and agent.merger_._T is not None
+    assert not agent.merger_._waits_for_sample()
 
 
-def test_a_checkpoint_taken_while_many_views_wait_resumes_exactly(tmp_path):
-    env = many_views_world()
-    walk = random_walk(env, 70, 50, seed=3)
-    agent = TwoLevelMemory(env.n_obs, env.n_actions, merger=ReplayMerger(exact=False), seed=3).fit(walk[:30])
-    assert agent.merger_._T is None and agent.merger_._n_new > 0   # sleeps so far were postponed
-    path = os.path.join(tmp_path, "agent.npz")
+def test_21_to_30_views_from_random_starts_wait_for_a_sample_and_count_pseudo_visits(tmp_path):
+    # random starts end the exact phase by "start"; the first sleep of stepwise EM then waits for ALLOC_STEPS x H
+    # new steps and shares the clones by all of them, each seen view's visits counted ALLOC_PRIOR more, and it
+    # learns them in chunks of min_new episodes (the catch-up) without dealing the clones again by a chunk's visits
+    env = uneven_world()
+    assert ALLOC_WAIT_VIEWS <= env.n_obs < ALLOC_EVEN_VIEWS and ALLOC_PRIOR > 0
+    walk = random_walk(env, 60, 50, seed=0, start="random")
+    agent = TwoLevelMemory(env.n_obs, env.n_actions, merge="replay", sleep_every=10**6, seed=0)
+    m = agent.partial_fit(walk[:48]).merger_
+    even, H = 24, 24 * env.n_obs
+    # 47 episodes lived (51 views each) hold fewer than ALLOC_STEPS x H steps: the first sleep waits
+    assert 47 * 51 < ALLOC_STEPS * H <= 48 * 51
+    r = agent.sleep()[-1]
+    assert m.exact_end_reason_ == "start" and m._waits_for_sample()
+    assert r["postponed"] and m._T is None and agent.n_clusters_ == 0 and m._sizes.tolist() == [even] * 25
+    path = os.path.join(tmp_path, "agent.npz")   # a checkpoint taken while the first sleep waits
     agent.save(path)
     back = TwoLevelMemory.load(path)
-    a, b = agent.partial_fit(walk[30:]), back.partial_fit(walk[30:])
-    assert a.merger_._T is not None and a.merger_._sizes.tolist() != [5] * env.n_obs
-    assert np.array_equal(a.merger_._sizes, b.merger_._sizes) and np.array_equal(a.merger_._T, b.merger_._T)
+    agent.partial_fit(walk[48:49])
+    r = agent.sleep()[-1]
+    assert not r.get("postponed") and r["new"] == 48 and r["catch_up"] > 1 and m._T is not None
+    visits = np.bincount(walk.obs[:48].ravel(), minlength=env.n_obs)
+    seen = visits > 0
+    expected = np.full(env.n_obs, even)
+    expected[seen] = allocate_clones(visits[seen] + ALLOC_PRIOR, even * int(seen.sum()), CLONE_FLOOR, CLONE_CAP)
+    assert m._sizes.tolist() == expected.tolist() and m._sizes[0] == CLONE_CAP and m._H == H
+    # the pseudo-visits moved clones back towards the even count (the fewest a view has), and the first 10
+    # episodes (the first chunk) would have dealt them otherwise
+    plain = allocate_clones(visits[seen], even * int(seen.sum()), CLONE_FLOOR, CLONE_CAP)
+    assert plain.min() < expected[seen].min()
+    first = np.bincount(walk.obs[:10].ravel(), minlength=env.n_obs)[seen]
+    assert allocate_clones(first + ALLOC_PRIOR, even * int(seen.sum()), CLONE_FLOOR, CLONE_CAP).tolist() != expected[seen].tolist()
+    # the checkpoint taken while it waited resumes exactly
+    back.partial_fit(walk[48:49])
+    back.sleep()
+    a, b = agent.partial_fit(walk[49:]), back.partial_fit(walk[49:])
+    assert b.merger_._sizes.tolist() == expected.tolist() and np.array_equal(a.merger_._T, b.merger_._T)
     ha, hb = a.history(), b.history()
     assert all(np.array_equal(ha[k], hb[k], equal_nan=True) for k in ha)
+    fresh = random_walk(env, 20, 50, seed=99, start="random")
+    assert evaluate_model(env, a.level2_hmm(), trajectories=fresh, smoothing=1e-3, start="random").accuracy > 0.9
+
+
+def test_21_to_30_views_from_a_fixed_start_keep_the_first_sleeps_sample():
+    # a noisy first view ends the exact phase by "start" from the fixed start too, but most episodes start alike:
+    # the first sleep does not wait and its visits count as they are (a sample from one start is local: the rule
+    # of random starts cost the 25-colour grid with noise 0.004)
+    env = uneven_world()
+    walk = random_walk(env.with_noise(obs_noise=0.1), 12, 50, seed=0)
+    agent = TwoLevelMemory(env.n_obs, env.n_actions, merge="replay", sleep_every=10**6, seed=0).partial_fit(walk)
+    m = agent.merger_
+    assert m.exact_end_reason_ == "start" and not m._starts_spread() and not m._waits_for_sample()
+    agent.sleep()
+    assert m._T is not None
+    visits = np.bincount(walk.obs[:11].ravel(), minlength=env.n_obs)   # the first sleep's 11 episodes
+    seen = visits > 0
+    expected = np.full(env.n_obs, 24)
+    expected[seen] = allocate_clones(visits[seen], 24 * int(seen.sum()), CLONE_FLOOR, CLONE_CAP)
+    assert m._sizes.tolist() == expected.tolist() and expected.min() < 10

@@ -107,9 +107,9 @@ def test_on_clean_views_the_look_ahead_runs_at_every_4th_sleep_once_the_rate_is_
     seen = []
     real = ReplayMerger._sleep_once
 
-    def watched(self, memory, clusters, rng):
+    def watched(self, memory, clusters, rng, **kw):
         before = (self._updates, self._noise, len(calls))
-        out = real(self, memory, clusters, rng)
+        out = real(self, memory, clusters, rng, **kw)
         if out["new"] and not out.get("postponed"):
             seen.append((*before, len(calls) - before[2], self._noise, out["noise_look_ahead"]))
         return out
@@ -206,8 +206,8 @@ def test_after_an_exact_phase_the_catch_up_learns_every_buffered_episode_in_slee
     subs = []
     real = ReplayMerger._sleep_once
 
-    def watched(self, memory, clusters, rng):
-        out = real(self, memory, clusters, rng)
+    def watched(self, memory, clusters, rng, **kw):
+        out = real(self, memory, clusters, rng, **kw)
         subs.append(out)
         return out
 
