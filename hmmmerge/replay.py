@@ -1315,14 +1315,10 @@ class ReplayMerger(Estimator):
 
     def _long_memory(self) -> bool:
         """Whether the buffer is long and re-counted by deep sleeps (:data:`LONG_MEMORY_WINDOW`): random starts
-        seen (the exact phase ended by "start", and more than :data:`LONG_MEMORY_START_SHARE` of the buffered
-        episodes start with another view than the most common first view) on a model too large for the other deep
-        sleeps, ``deep=None``, of at most :data:`ALLOC_MANY_VIEWS` views (MiniGrid's many views: no gain measured,
-        0.6-0.8 s more)."""
-        if not (self._T is not None and self.deep is None and not self._n_deep and not self._mid
-                and self._H > LIGHT_DEEP_MAX_CLONES and self._K <= ALLOC_MANY_VIEWS and self.exact_end_reason_ == "start"):
-            return False
-        return self._random_starts()
+        seen (:meth:`_starts_spread`) on a model too large for the other deep sleeps, ``deep=None``, of at most
+        :data:`ALLOC_MANY_VIEWS` views (MiniGrid's many views: no gain measured, 0.6-0.8 s more)."""
+        return (self._T is not None and self.deep is None and not self._n_deep and not self._mid
+                and self._H > LIGHT_DEEP_MAX_CLONES and self._K <= ALLOC_MANY_VIEWS and self._starts_spread())
 
     def _deep_sleep(self, n_iter: int | None = None, noise: bool = True) -> int:
         """Batch EM over every buffered episode, ``n_iter`` iterations (None: :attr:`n_deep_`; a light deep
