@@ -218,6 +218,9 @@ LIGHT_DEEP_MAX_CLONES, LIGHT_DEEP_ITER, SPLIT_MEMORY_MID = 240, 2, 0.9
 #: random starts; with this rule the 20x20-c15 grid from random starts 0.903 -> 0.956 (BENCHMARKS.md, "Long
 #: memory from random starts, session 14")
 LONG_MEMORY_WINDOW, LONG_MEMORY_ITER = 1000, 1
+#: on a model of long memory the split evidence of earlier sleeps is multiplied by LONG_MEMORY_SPLIT_MEMORY at each
+#: sleep instead of SPLIT_MEMORY (TODO measurement)
+LONG_MEMORY_SPLIT_MEMORY = 0.9
 #: the long memory's random starts: more than LONG_MEMORY_START_SHARE of the buffered episodes start with another
 #: view than the most common first view. The exact phase also ends by "start" when one noisy view begins an episode
 #: from the fixed start (q = 0.05: about 5% of first views differ; random starts on 9+ views: 80% or more), and there
@@ -1461,7 +1464,8 @@ class ReplayMerger(Estimator):
         action and previous clone, or the episode's start; what followed: action
         and next view), counted over the sleeps with the weight of older sleeps
         multiplied by :data:`SPLIT_MEMORY` (:data:`SPLIT_MEMORY_MID` on models of light deep sleeps,
-        see :data:`LIGHT_DEEP_MAX_CLONES`) at each one.  Per clone with at least
+        see :data:`LIGHT_DEEP_MAX_CLONES`; :data:`LONG_MEMORY_SPLIT_MEMORY` on models of long memory;
+        :meth:`_split_memory`) at each one.  Per clone with at least
         :data:`SPLIT_MIN_VISITS` visits, :func:`~hmmmerge._replay_kernels.split_tests`
         parts its ways in into two groups with different futures; when the
         likelihood-ratio statistic exceeds ``split``, the kept counts into the
@@ -1483,8 +1487,7 @@ class ReplayMerger(Estimator):
         weight = np.ones(len(code))
         if self._evidence is not None:
             code = np.concatenate([self._evidence[0], code])
-            memory = SPLIT_MEMORY_MID if self._mid else SPLIT_MEMORY
-            weight = np.concatenate([self._evidence[1] * memory, weight])
+            weight = np.concatenate([self._evidence[1] * self._split_memory(), weight])
         code, inv = np.unique(code, return_inverse=True)
         count = np.bincount(inv, weights=weight)
         kept = count >= 0.05   # forgotten below a twentieth of a visit
@@ -1498,6 +1501,7 @@ class ReplayMerger(Estimator):
         w = self._weights().copy()
         touched = np.zeros(H, dtype=bool)
         n_split = 0
+        lumped = np.bincount(self._block, minlength=H)[self._block] > 1   # clones with mates (see _spare)
         self._wanting = np.zeros(K, dtype=np.int64)   # splits per view that found no spare (see _grow)
         for c in np.argsort(-G, kind="stable").tolist():
             if not self.split or G[c] <= float(self.split):
@@ -1505,7 +1509,7 @@ class ReplayMerger(Estimator):
             h = int(clones[c])
             if touched[h]:
                 continue
-            j = self._spare(h, w, touched)
+            j = self._spare(h, w, touched, lumped)
             if j < 0:
                 self._wanting[self._colour[h]] += 1
                 continue
@@ -1533,6 +1537,14 @@ class ReplayMerger(Estimator):
             self._m_step_lines(np.flatnonzero(touched))
         self._evidence = (code, count)
         return n_split
+
+    def _split_memory(self) -> float:
+        """The factor of the split evidence of earlier sleeps at each sleep: :data:`SPLIT_MEMORY`,
+        :data:`SPLIT_MEMORY_MID` on models of light deep sleeps, :data:`LONG_MEMORY_SPLIT_MEMORY` on models of long
+        memory (:meth:`_long_memory`)."""
+        if self._mid:
+            return SPLIT_MEMORY_MID
+        return LONG_MEMORY_SPLIT_MEMORY if self._long_memory() else SPLIT_MEMORY
 
     def _growable(self, K: int) -> bool:
         """Whether a model of ``K`` views may grow past the even layout (:data:`GROW_VIEW_CAP`): ``n_clones=None``,
@@ -1598,7 +1610,7 @@ class ReplayMerger(Estimator):
         self._count_clones(memory)
         return int(add.sum())
 
-    def _spare(self, h: int, w, touched) -> int:
+    def _spare(self, h: int, w, touched, lumped=None) -> int:
         """A clone of ``h``'s view to split ``h`` into, or -1: an unused one (expected visits at most 5% of
         ``h``'s), else the least visited one that the last lumping found in a block with other clones (a
         duplicate), its kept counts first folded into the mate whose future is nearest its own (L1 distance
@@ -1606,7 +1618,9 @@ class ReplayMerger(Estimator):
         Stepwise EM spreads a place over several clones of its view: without the duplicates freed, a view
         whose clones are all in use could not split a clone that holds two places; and a block (lumped by
         a tolerant test) may hold clones of two places, of which the nearest future is the spare's place
-        (BENCHMARKS.md, "Spares from duplicates")."""
+        (BENCHMARKS.md, "Spares from duplicates"). ``lumped``: per clone, whether its block holds other clones
+        (the blocks do not change within a :meth:`_split`: a clone alone in its block has no mate, and the search
+        skips it without scanning the blocks; the same spare as without it)."""
         v = self._colour[h]
         lo, n_v = self._starts[v], self._sizes[v]
         for j in (lo + np.argsort(w[lo:lo + n_v], kind="stable")).tolist():
@@ -1614,6 +1628,8 @@ class ReplayMerger(Estimator):
                 continue
             if w[j] <= 0.05 * w[h]:
                 return j
+            if lumped is not None and not lumped[j]:
+                continue
             mates = np.flatnonzero((self._block == self._block[j]) & ~touched)
             mates = mates[(mates != j) & (mates != h)]
             if not len(mates):

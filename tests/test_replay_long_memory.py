@@ -81,3 +81,18 @@ def test_a_life_with_long_memory_resumes_from_a_file_as_it_would_have_gone_on(ga
     whole, part, back = resumed_life(make, first, second, tmp_path / "a.npz")
     assert part.merger_._long_memory() and len(part.merger_._episodes) == 40 and 0 < part.merger_._since_deep
     assert back.merger_._long_memory() and len(whole.merger_._episodes) == 40
+
+
+def test_a_life_of_long_memory_keeps_its_split_evidence_longer(gate, monkeypatch):
+    """LONG_MEMORY_SPLIT_MEMORY: the split evidence of earlier sleeps fades by it, not by SPLIT_MEMORY, on a model of long
+    memory (more evidence kept over the life); other lives keep SPLIT_MEMORY."""
+    walk = random_walk(ENV, 120, 12, seed=2, start="random")
+    agent, _ = _life(walk)
+    m = agent.merger_
+    assert m._long_memory() and m._split_memory() == R.LONG_MEMORY_SPLIT_MEMORY > R.SPLIT_MEMORY
+    kept = m._evidence[1].sum()
+    monkeypatch.setattr(R, "LONG_MEMORY_SPLIT_MEMORY", R.SPLIT_MEMORY)
+    short, _ = _life(walk)
+    assert kept > 1.2 * short.merger_._evidence[1].sum()
+    fixed, _ = _life(random_walk(ENV.with_noise(slip=0.2), 80, 12, seed=2))
+    assert not fixed.merger_._long_memory() and fixed.merger_._split_memory() == R.SPLIT_MEMORY
