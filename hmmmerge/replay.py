@@ -218,8 +218,18 @@ LIGHT_DEEP_MAX_CLONES, LIGHT_DEEP_ITER, SPLIT_MEMORY_MID = 240, 2, 0.9
 #: random starts; with this rule the 20x20-c15 grid from random starts 0.903 -> 0.956 (BENCHMARKS.md, "Long
 #: memory from random starts, session 14")
 LONG_MEMORY_WINDOW, LONG_MEMORY_ITER = 1000, 1
-#: on a model of long memory the split evidence of earlier sleeps is multiplied by LONG_MEMORY_SPLIT_MEMORY at each
-#: sleep instead of SPLIT_MEMORY (TODO measurement)
+#: on a model of long memory (:meth:`ReplayMerger._long_memory`) the split evidence of earlier sleeps is multiplied by
+#: LONG_MEMORY_SPLIT_MEMORY at each sleep instead of SPLIT_MEMORY (as SPLIT_MEMORY_MID on light deep sleeps). A sleep
+#: of 10 new and 20 replayed episodes (1,500 steps) visits each of 600 clones about 2.5 times: with SPLIT_MEMORY
+#: (0.5) a clone's evidence stays near 5 visits, under SPLIT_MIN_VISITS (20), so the split test almost never ran
+#: and a clone holding two places stayed merged (the 60-colour 24x24 grid from random starts, 10 clones per view for
+#: 9-10 places: 30-32 splits over the life, 75 / 110 clones holding two places or more, held-out 0.9438 / 0.9062
+#: against EM's 0.9776 with 1,200 clones; 720 clones reached only 0.9648, so not capacity). With 0.9 (about 25
+#: visits): 350-360 splits, 0.9778 / 0.9806, fit CPU 0.86x side by side; 20x20-c40 0.9688 / 0.9696 -> 0.9772 /
+#: 0.9794, UNSEEN grid-20x20-c15 0.9462 / 0.9420 -> 0.9658 / 0.9698 (oracle bound met now; fit +4% / +12%),
+#: grid-30x30-c20 0.6904 / 0.6714 -> 0.6972 / 0.6918 (fit -2% / +8%), graph-200-a3-c10 +0.004 / +0.007; every
+#: other random-start run of > 240 clones -0.004..+0.001 (PROBE grid-30x30-c10 -0.0026 / -0.0038, at EM - 0.0100
+#: on s0). BENCHMARKS.md, "Split evidence kept longer from random starts, session 16 (issue 22; helper c60_16)"
 LONG_MEMORY_SPLIT_MEMORY = 0.9
 #: the long memory's random starts: more than LONG_MEMORY_START_SHARE of the buffered episodes start with another
 #: view than the most common first view. The exact phase also ends by "start" when one noisy view begins an episode
