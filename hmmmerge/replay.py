@@ -218,8 +218,8 @@ LIGHT_DEEP_MAX_CLONES, LIGHT_DEEP_ITER, SPLIT_MEMORY_MID = 240, 2, 0.9
 #: random starts; with this rule the 20x20-c15 grid from random starts 0.903 -> 0.956 (BENCHMARKS.md, "Long
 #: memory from random starts, session 14")
 LONG_MEMORY_WINDOW, LONG_MEMORY_ITER = 1000, 1
-#: on a model of long memory (:meth:`ReplayMerger._long_memory`) the split evidence of earlier sleeps is multiplied by
-#: LONG_MEMORY_SPLIT_MEMORY at each sleep instead of SPLIT_MEMORY (as SPLIT_MEMORY_MID on light deep sleeps). A sleep
+#: on a model of long memory's size from random starts (:meth:`ReplayMerger._split_memory`) the split evidence of earlier
+#: sleeps is multiplied by LONG_MEMORY_SPLIT_MEMORY at each sleep instead of SPLIT_MEMORY (as SPLIT_MEMORY_MID on light deep sleeps). A sleep
 #: of 10 new and 20 replayed episodes (1,500 steps) visits each of 600 clones about 2.5 times: with SPLIT_MEMORY
 #: (0.5) a clone's evidence stays near 5 visits, under SPLIT_MIN_VISITS (20), so the split test almost never ran
 #: and a clone holding two places stayed merged (the 60-colour 24x24 grid from random starts, 10 clones per view for
@@ -1330,8 +1330,13 @@ class ReplayMerger(Estimator):
         """Whether the buffer is long and re-counted by deep sleeps (:data:`LONG_MEMORY_WINDOW`): random starts
         seen (:meth:`_starts_spread`) on a model too large for the other deep sleeps, ``deep=None``, of at most
         :data:`ALLOC_MANY_VIEWS` views (MiniGrid's many views: no gain measured, 0.6-0.8 s more)."""
-        return (self._T is not None and self.deep is None and not self._n_deep and not self._mid
-                and self._H > LIGHT_DEEP_MAX_CLONES and self._K <= ALLOC_MANY_VIEWS and self._starts_spread())
+        return self._T is not None and self._long_memory_size() and self._starts_spread()
+
+    def _long_memory_size(self) -> bool:
+        """The size gates of :meth:`_long_memory`: ``deep=None``, no deep nor light deep sleeps, more than
+        :data:`LIGHT_DEEP_MAX_CLONES` clones, at most :data:`ALLOC_MANY_VIEWS` views."""
+        return (self.deep is None and not self._n_deep and not self._mid
+                and self._H > LIGHT_DEEP_MAX_CLONES and self._K <= ALLOC_MANY_VIEWS)
 
     def _deep_sleep(self, n_iter: int | None = None, noise: bool = True) -> int:
         """Batch EM over every buffered episode, ``n_iter`` iterations (None: :attr:`n_deep_`; a light deep
@@ -1550,11 +1555,12 @@ class ReplayMerger(Estimator):
 
     def _split_memory(self) -> float:
         """The factor of the split evidence of earlier sleeps at each sleep: :data:`SPLIT_MEMORY`,
-        :data:`SPLIT_MEMORY_MID` on models of light deep sleeps, :data:`LONG_MEMORY_SPLIT_MEMORY` on models of long
-        memory (:meth:`_long_memory`)."""
+        :data:`SPLIT_MEMORY_MID` on models of light deep sleeps, :data:`LONG_MEMORY_SPLIT_MEMORY` on models of the
+        long memory's size from random starts (:meth:`_long_memory_size`, :meth:`_random_starts`: the buffer's first
+        views, so that a life whose exact phase ended by "start" at once stays the life without the phase)."""
         if self._mid:
             return SPLIT_MEMORY_MID
-        return LONG_MEMORY_SPLIT_MEMORY if self._long_memory() else SPLIT_MEMORY
+        return LONG_MEMORY_SPLIT_MEMORY if self._long_memory_size() and self._random_starts() else SPLIT_MEMORY
 
     def _growable(self, K: int) -> bool:
         """Whether a model of ``K`` views may grow past the even layout (:data:`GROW_VIEW_CAP`): ``n_clones=None``,
