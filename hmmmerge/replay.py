@@ -286,7 +286,7 @@ PAIR_FLOOR = COUNT_FLOOR
 ONLINE_BELIEF_CUT, ONLINE_BELIEF_CUT_CLONES = 1e-6, SLOW_SLEEP_CLONES
 #: the online belief cut also holds on a model of at most ONLINE_BELIEF_CUT_VIEWS views (FEW_VIEWS: 45 clones per
 #: view, 90-135 in all): there too the noise floor keeps every cluster a belief reached in it, and ``agent_steps``
-#: was 5-12% of a few-view run's fit. Side by side against main on 8 hold-out runs of 2-3 colours (alternated, load
+#: was 4-11% of a few-view run's fit. Side by side against main on 8 hold-out runs of 2-3 colours (alternated, load
 #: 3-4): ``agent_steps`` 0.30-0.70 -> 0.16-0.40 s (the 2-colour torus with noise 0.52 -> 0.55: its floor q / 2 keeps
 #: the clusters above the cut; slip 0.10 0.67 -> 0.58), fit CPU -0.3 s median (-0.7..+0.8, load noise); held-out
 #: identical on all 26 hold-out runs, 15 MAIN aliased-loop and 12 PROBE torus-9x9-c3 runs; online last 50 identical
