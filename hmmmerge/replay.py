@@ -174,6 +174,9 @@ SLOW_SLEEP_CLONES, SLOW_SLEEP_PER_VIEW, SLOW_SLEEP_FACTOR = 400, 25, 2
 #: noise within NOISE_SKIP_EVERY sleeps); on clean views it hardly swaps any view but costs a forward pass and
 #: a look-ahead per sleep
 NOISE_SKIP_RATE, NOISE_SKIP_EVERY = 0.005, 4
+#: ... and so is the look-ahead of any model of more than NOISE_SKIP_CLONES clones (many views of few clones each:
+#: MiniGrid FourRooms 3x3, 16x16-24x24 grids of 24-60 colours), which keep every sleep (session 16, TBD)
+NOISE_SKIP_CLONES = 400
 #: ``deep=None``: a deep sleep (batch EM over the whole buffer, :meth:`ReplayMerger._deep_sleep`) makes
 #: ``DEEP_BUDGET // H`` iterations for ``H`` clones in all (13 with 3 views of 45 clones, 15 with 4 of 30) on
 #: models of at most DEEP_MAX_CLONES clones (FEW_VIEWS views of FEW_VIEW_CLONES, or 4 of 30), where stepwise EM
@@ -1234,7 +1237,7 @@ class ReplayMerger(Estimator):
         # towards its predictions would confirm its mistakes
         # the noise look-ahead runs the forward pass of ``d`` under the model of the first E-step (``known``)
         # on slow-sleeping models the look-ahead is thinned while the views look clean (NOISE_SKIP_RATE)
-        thin = factor > 1 and self._updates >= NOISE_AFTER and self._noise < NOISE_SKIP_RATE \
+        thin = (factor > 1 or self._H > NOISE_SKIP_CLONES) and self._updates >= NOISE_AFTER and self._noise < NOISE_SKIP_RATE \
             and self._noise_idle < NOISE_SKIP_EVERY - 1
         self._noise_idle = self._noise_idle + 1 if thin else 0
         look = self._updates and not thin
