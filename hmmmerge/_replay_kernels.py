@@ -51,9 +51,10 @@ def lump_clones(counts, colour, bound, floor, max_rounds, alpha=0.0, threshold=0
 
 @njit(cache=True)
 def lump_clones_pairs(counts, factor, pairs, starts, sizes, colour, bound, floor, max_rounds, alpha=0.0,
-                      threshold=0.0):
+                      threshold=0.0, skip=True):
     """:func:`lump_clones` of ``factor * counts`` read on the blocks of the observation pairs ``pairs``
-    only (the rest of ``counts`` is zero)."""
+    only (the rest of ``counts`` is zero).  ``skip=False``: every round tests every block (the same blocks;
+    a reference for the tests)."""
     A, H, _ = counts.shape
     # the entries worth a thousandth of a transition or more, as a list (refinement rounds then cost O(entries));
     # one pass over the pairs' blocks into lists with room for all their entries (np.empty: the pages past
@@ -142,7 +143,7 @@ def lump_clones_pairs(counts, factor, pairs, starts, sizes, colour, bound, floor
                 first[b] = new[i]
             elif first[b] != new[i]:
                 split[b] = True
-        dirty = np.zeros(k, dtype=np.bool_)
+        dirty = np.zeros(k, dtype=np.bool_) if skip else np.ones(k, dtype=np.bool_)
         for q in range(m):
             if split[block[e_j[q]]]:
                 dirty[new[e_i[q]]] = True
