@@ -295,6 +295,15 @@ PAIR_FLOOR = COUNT_FLOOR
 #: +0.0024 on e-grid-20x20-c40 s0 and grid-20x20-c15 s0 (all episodes +0.0003..+0.0005), fit 0.76-0.82 of the
 #: uncut path side by side, held-out identical; BENCHMARKS.md "A belief cut that recovers, session 15" (reloc15)
 ONLINE_BELIEF_CUT, ONLINE_BELIEF_CUT_CLONES = 1e-6, SLOW_SLEEP_CLONES
+#: the online belief cut also holds on a model of at most ONLINE_BELIEF_CUT_VIEWS views (FEW_VIEWS: 45 clones per
+#: view, 90-135 in all): there too the noise floor keeps every cluster a belief reached in it, and ``agent_steps``
+#: was 4-11% of a few-view run's fit. Side by side against main on 8 hold-out runs of 2-3 colours (alternated, load
+#: 3-4): ``agent_steps`` 0.30-0.70 -> 0.16-0.40 s (the 2-colour torus with noise 0.52 -> 0.55: its floor q / 2 keeps
+#: the clusters above the cut; slip 0.10 0.67 -> 0.58), fit CPU -0.3 s median (-0.7..+0.8, load noise); held-out
+#: identical on all 26 hold-out runs, 15 MAIN aliased-loop and 12 PROBE torus-9x9-c3 runs; online last 50 identical
+#: but from random starts, where it rose (+0.003 to +0.063: maze-11x11-c3 0.855 -> 0.902, torus-9x9-c3 s1 0.847 ->
+#: 0.910); BENCHMARKS.md, "Few-view worlds: a local optimum, restarts, annealing, session 16"
+ONLINE_BELIEF_CUT_VIEWS = FEW_VIEWS
 #: the largest per-clone table of true labels kept for purity (entries; beyond it the agent counts purity
 #: from level 1 at every sleep)
 CLONE_LABEL_TABLE_MAX = 4_000_000
@@ -1938,9 +1947,10 @@ class ReplayMerger(Estimator):
 
     def online_belief_cut(self) -> float:
         """The share of an online level-2 belief below which a cluster leaves it: :data:`ONLINE_BELIEF_CUT` on a
-        model of more than :data:`ONLINE_BELIEF_CUT_CLONES` clones, else 0 (read by :class:`hmmmerge.level2.Level2`
+        model of more than :data:`ONLINE_BELIEF_CUT_CLONES` clones or of at most :data:`ONLINE_BELIEF_CUT_VIEWS`
+        views, else 0 (read by :class:`hmmmerge.level2.Level2`
         with :meth:`emission`; the cut mass comes back through the belief's ``lost`` share)."""
-        return ONLINE_BELIEF_CUT if self._H > ONLINE_BELIEF_CUT_CLONES else 0.0
+        return ONLINE_BELIEF_CUT if self._H > ONLINE_BELIEF_CUT_CLONES or self._K <= ONLINE_BELIEF_CUT_VIEWS else 0.0
 
     def _block_colour(self) -> np.ndarray:
         out = np.zeros(int(self._block.max()) + 1, dtype=np.int64)

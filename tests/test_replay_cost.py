@@ -980,6 +980,26 @@ def test_replay_cuts_its_online_beliefs_and_its_model_does_not_read_them(monkeyp
     assert TwoLevelMemory(10, 4, merger=ReplayMerger(exact=False), seed=0).fit(spread).level2_.arrays.belief_cut == 1e-6
 
 
+def test_a_model_of_few_views_cuts_its_online_beliefs_and_its_model_does_not_read_them(monkeypatch):
+    import hmmmerge.replay as replay_module
+
+    # 3 views (FEW_VIEWS: 45 clones each, 135 in all, below ONLINE_BELIEF_CUT_CLONES): cut; 4 views: not
+    walk = random_walk(gridworld(6, 6, n_colours=3, seed=0).with_noise(obs_noise=0.1), 60, seed=0)
+    few = TwoLevelMemory(3, 4, merger=ReplayMerger(exact=False), seed=0).fit(walk)
+    assert few.merger_._H <= replay_module.ONLINE_BELIEF_CUT_CLONES
+    assert few.level2_.arrays.belief_cut == replay_module.ONLINE_BELIEF_CUT > 0.0
+    four = random_walk(gridworld(6, 6, n_colours=4, seed=0).with_noise(obs_noise=0.1), 20, seed=0)
+    assert TwoLevelMemory(4, 4, merger=ReplayMerger(exact=False), seed=0).fit(four).level2_.arrays.belief_cut == 0.0
+    # the same life uncut: the same level 2 and clusters, online predictions within the cut's mass
+    monkeypatch.setattr(replay_module, "ONLINE_BELIEF_CUT", 0.0)
+    full = TwoLevelMemory(3, 4, merger=ReplayMerger(exact=False), seed=0).fit(walk)
+    assert full.level2_.arrays.belief_cut == 0.0
+    m_cut, m_full = (a.merger_.level2_hmm(a.memory_, a.clusters_) for a in (few, full))
+    assert np.array_equal(m_cut.T, m_full.T) and np.array_equal(m_cut.B, m_full.B)
+    assert np.array_equal(few.clusters_.assignment[:few.memory_.n_states],
+                          full.clusters_.assignment[:full.memory_.n_states])
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.integers(2, 30), st.integers(2, 12), st.sampled_from([0.01, 0.05, 0.2]), st.integers(0, 2**32 - 1),
        st.sampled_from([1e-6, 1e-3, 0.05]), st.sampled_from([0.0, 1e-7, 1e-4, 0.5]))
