@@ -51,9 +51,10 @@ def lump_clones(counts, colour, bound, floor, max_rounds, alpha=0.0, threshold=0
 
 @njit(cache=True)
 def lump_clones_pairs(counts, factor, pairs, starts, sizes, colour, bound, floor, max_rounds, alpha=0.0,
-                      threshold=0.0):
+                      threshold=0.0, skip=True):
     """:func:`lump_clones` of ``factor * counts`` read on the blocks of the observation pairs ``pairs``
-    only (the rest of ``counts`` is zero)."""
+    only (the rest of ``counts`` is zero).  ``skip=False``: every round tests every block (the same blocks;
+    a reference for the tests)."""
     A, H, _ = counts.shape
     # the entries worth a thousandth of a transition or more, as a list (refinement rounds then cost O(entries));
     # one pass over the pairs' blocks into lists with room for all their entries (np.empty: the pages past
@@ -107,8 +108,14 @@ def lump_clones_pairs(counts, factor, pairs, starts, sizes, colour, bound, floor
     for q in range(m):
         by_clone[fill[e_i[q]]] = q
         fill[e_i[q]] += 1
+    # a block whose clones' entries all lead into blocks that the last round did not split has the same
+    # next-block vectors as in the last round (up to the blocks' ids), where its clones formed one group:
+    # taken in the same order against the same pools they form one group again, so the round skips it
+    # (``dirty``: the blocks to test; the rounds and the partitions are those of testing every block)
+    dirty = np.ones(nb, dtype=np.bool_)
     for _ in range(max_rounds):
-        new = _refine(block, nb, order, ptr, by_clone, e_a, e_j, e_c, n_out, A, bound, floor, alpha, threshold)
+        new = _refine(block, nb, order, ptr, by_clone, e_a, e_j, e_c, n_out, A, bound, floor, alpha, threshold,
+                      dirty)
         # number the new blocks in order of their first clone (stable ids)
         ng = 0
         for i in range(H):
@@ -122,21 +129,38 @@ def lump_clones_pairs(counts, factor, pairs, starts, sizes, colour, bound, floor
         for i in range(H):
             new[i] = ids[new[i]]
         stable = k == nb
+        if stable:
+            block = new
+            nb = k
+            break
+        # the blocks that split (a block's clones took more than one new id), then the new blocks with a clone
+        # whose entries lead into one of them
+        first = np.full(nb, -1, dtype=np.int64)
+        split = np.zeros(nb, dtype=np.bool_)
+        for i in range(H):
+            b = block[i]
+            if first[b] < 0:
+                first[b] = new[i]
+            elif first[b] != new[i]:
+                split[b] = True
+        dirty = np.zeros(k, dtype=np.bool_) if skip else np.ones(k, dtype=np.bool_)
+        for q in range(m):
+            if split[block[e_j[q]]]:
+                dirty[new[e_i[q]]] = True
         block = new
         nb = k
-        if stable:
-            break
     return block
 
 
 @njit(cache=True)
-def _refine(block, nb, order, ptr, by_clone, e_a, e_j, e_c, n_out, A, bound, floor, alpha, threshold):
+def _refine(block, nb, order, ptr, by_clone, e_a, e_j, e_c, n_out, A, bound, floor, alpha, threshold, dirty):
     """One round of the refinement: clone ``order[q]`` (heaviest first) joins the first group of its block
     whose pooled next-block counts pass the Hoeffding test against its own, and with ``alpha > 0`` the
     Bayes-factor test (log factor at most ``threshold``) too (else it starts a group).
     Blocks are taken one after the other (a clone meets only its own block's groups, so the groups are
     those of taking the clones in ``order`` throughout); vectors over (action, next block) are sparse:
-    an entry where both are zero always passes.  Returns the group of every clone (ids by block)."""
+    an entry where both are zero always passes.  A block not ``dirty`` is one group without a test
+    (:func:`lump_clones_pairs` says why).  Returns the group of every clone (ids by block)."""
     H = block.shape[0]
     width = A * nb
     # clones of each block, in ``order``
@@ -168,6 +192,11 @@ def _refine(block, nb, order, ptr, by_clone, e_a, e_j, e_c, n_out, A, bound, flo
     new = np.full(H, -1, dtype=np.int64)
     offset = 0
     for b in range(nb):
+        if not dirty[b]:   # one group, as in the last round (lump_clones_pairs)
+            for r in range(bptr[b], bptr[b + 1]):
+                new[members[r]] = offset
+            offset += 1
+            continue
         ng = 0
         for r in range(bptr[b], bptr[b + 1]):
             i = members[r]

@@ -44,7 +44,8 @@ registered at sleeps, and a pair whose kept counts have faded to the pseudocount
 (:meth:`ReplayMerger._drop_faded_pairs`).  A sleep with fewer than ``min_new`` new episodes is postponed; a
 model of few views with many clones each sleeps half as often with twice the replayed episodes, and reads
 views as noise at every 4th sleep only while its views look clean (:data:`SLOW_SLEEP_CLONES`,
-:data:`NOISE_SKIP_RATE`).
+:data:`NOISE_SKIP_RATE`), as does a model of more than 400 clones with at least 10 per view
+(:data:`NOISE_SKIP_CLONES`).
 Between sleeps, :meth:`ReplayMerger.place` records each chunk of steps and
 connects its level-1 states to their filtered clone, so level 2 follows the
 current episode.  The agent's online predictors use ``T`` restricted to the
@@ -174,6 +175,16 @@ SLOW_SLEEP_CLONES, SLOW_SLEEP_PER_VIEW, SLOW_SLEEP_FACTOR = 400, 25, 2
 #: noise within NOISE_SKIP_EVERY sleeps); on clean views it hardly swaps any view but costs a forward pass and
 #: a look-ahead per sleep
 NOISE_SKIP_RATE, NOISE_SKIP_EVERY = 0.005, 4
+#: ... and so is the look-ahead of any model of more than NOISE_SKIP_CLONES clones with at least NOISE_SKIP_PER_VIEW
+#: clones per view, which keeps every sleep (MiniGrid FourRooms 3x3: 30 views x 20; 16x16-24x24 grids of 25-60
+#: colours: 10-24 per view). The look-ahead's cost per step grows with a view's clones times its successors' clones;
+#: on FourRooms 3x3 it was 0.4-0.6 s of the 5 s bound. Session 16 (helper sparse16): fit 0.84-0.95 of main's on
+#: FourRooms 3x3 side by side (held-out 0.9471 / 0.9405 / 0.9398 -> same / same / 0.9399); the 50 edges runs of
+#: those grids: noise and clean identical, slips and random starts moved both ways (mean held-out +0.0001, the
+#: same 8 misses). With 4-5 clones per view (MiniGrid's 5x5 and 7x7 views) the look-ahead is cheap and thinning
+#: it moved held-out by -0.0003 (MAIN FourRooms 7x7) / -0.0004 (PROBE): they keep it at every sleep
+#: (BENCHMARKS.md, "Big-model sleeps, session 16")
+NOISE_SKIP_CLONES, NOISE_SKIP_PER_VIEW = 400, 10
 #: ``deep=None``: a deep sleep (batch EM over the whole buffer, :meth:`ReplayMerger._deep_sleep`) makes
 #: ``DEEP_BUDGET // H`` iterations for ``H`` clones in all (13 with 3 views of 45 clones, 15 with 4 of 30) on
 #: models of at most DEEP_MAX_CLONES clones (FEW_VIEWS views of FEW_VIEW_CLONES, or 4 of 30), where stepwise EM
@@ -1245,8 +1256,10 @@ class ReplayMerger(Estimator):
         # updates no view is replaced: an unlearned model's surprises look like noise, and views repaired
         # towards its predictions would confirm its mistakes
         # the noise look-ahead runs the forward pass of ``d`` under the model of the first E-step (``known``)
-        # on slow-sleeping models the look-ahead is thinned while the views look clean (NOISE_SKIP_RATE)
-        thin = factor > 1 and self._updates >= NOISE_AFTER and self._noise < NOISE_SKIP_RATE \
+        # on slow-sleeping models and on big models of many clones per view the look-ahead is thinned while
+        # the views look clean (NOISE_SKIP_RATE, NOISE_SKIP_CLONES)
+        thin = (factor > 1 or (self._H > NOISE_SKIP_CLONES and self._H >= NOISE_SKIP_PER_VIEW * self._K)) \
+            and self._updates >= NOISE_AFTER and self._noise < NOISE_SKIP_RATE \
             and self._noise_idle < NOISE_SKIP_EVERY - 1
         self._noise_idle = self._noise_idle + 1 if thin else 0
         look = self._updates and not thin

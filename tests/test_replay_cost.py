@@ -875,8 +875,9 @@ def test_lumping_row_by_row_is_the_lumping_of_the_pass_pair_by_pair(K, max_size,
     order = np.argsort(-occ, kind="stable").astype(np.int64)
     block = np.unique(colour, return_inverse=True)[1].astype(np.int64)
     for _ in range(50):
-        new = _refine(block, int(block.max()) + 1, order, ptr, by_clone, e_a, e_j, e_c, n_out, A, bound, floor,
-                      alpha, threshold)
+        nb = int(block.max()) + 1   # every block tested in every round (lump_clones_pairs skips unchanged ones)
+        new = _refine(block, nb, order, ptr, by_clone, e_a, e_j, e_c, n_out, A, bound, floor, alpha, threshold,
+                      np.ones(nb, dtype=np.bool_))
         new = np.unique(new, return_index=True)[1].argsort().argsort()[np.unique(new, return_inverse=True)[1]]
         stable = new.max() == block.max()
         block = new.astype(np.int64)

@@ -223,3 +223,22 @@ def test_after_an_exact_phase_the_catch_up_learns_every_buffered_episode_in_slee
     assert [s["new"] for s in subs[:len(want)]] == want and sum(want) == buffered
     assert not any(s.get("postponed") for s in subs[:len(want)])
     assert [s["new"] for s in subs[len(want):]] == [1]   # the next sleep: one new episode (postponed)
+
+
+@pytest.mark.parametrize("skip_clones, per_view, thinned", [(39, 5, True), (40, 5, False), (39, 6, False)])
+def test_a_model_of_more_than_noise_skip_clones_thins_its_look_ahead_without_slow_sleeps(monkeypatch, skip_clones,
+                                                                                         per_view, thinned):
+    """NOISE_SKIP_CLONES, NOISE_SKIP_PER_VIEW: a model of more clones with enough per view (scaled down: 40 clones,
+    5 per view, the slow-sleep gate out of reach) keeps every sleep but runs its look-ahead at every 4th one once
+    the rate is low; at the clone bound or under the per-view one, at every sleep."""
+    _quiet_rule(monkeypatch)
+    monkeypatch.setattr(replay, "NOISE_SKIP_CLONES", skip_clones)
+    monkeypatch.setattr(replay, "NOISE_SKIP_PER_VIEW", per_view)
+    reports, agent = _life(monkeypatch, 40, 5, episodes=150, min_new=2, n_replay=8)
+    assert agent.merger_.sleep_factor_ == 1 and agent.merger_._noise < replay.NOISE_SKIP_RATE
+    learned = [r for r in reports if r["new"] and not r.get("postponed")]
+    ran = [bool(r.get("noise_look_ahead", False)) for r in learned[1:]]
+    if thinned:
+        assert ran.count(False) >= 10 and sum(ran[-12:]) == 3   # every 4th of the last 12 sleeps
+    else:
+        assert all(ran)
