@@ -983,13 +983,13 @@ def test_replay_cuts_its_online_beliefs_and_its_model_does_not_read_them(monkeyp
 def test_a_model_of_few_views_cuts_its_online_beliefs_and_its_model_does_not_read_them(monkeypatch):
     import hmmmerge.replay as replay_module
 
-    # 3 views (FEW_VIEWS: 45 clones each, 135 in all, below ONLINE_BELIEF_CUT_CLONES): cut; 4 views: not
+    # 3 views (FEW_VIEWS: 45 clones each, 135 in all, below ONLINE_BELIEF_CUT_CLONES): cut; 6 views (180): not
     walk = random_walk(gridworld(6, 6, n_colours=3, seed=0).with_noise(obs_noise=0.1), 60, seed=0)
     few = TwoLevelMemory(3, 4, merger=ReplayMerger(exact=False), seed=0).fit(walk)
     assert few.merger_._H <= replay_module.ONLINE_BELIEF_CUT_CLONES
     assert few.level2_.arrays.belief_cut == replay_module.ONLINE_BELIEF_CUT > 0.0
-    four = random_walk(gridworld(6, 6, n_colours=4, seed=0).with_noise(obs_noise=0.1), 20, seed=0)
-    assert TwoLevelMemory(4, 4, merger=ReplayMerger(exact=False), seed=0).fit(four).level2_.arrays.belief_cut == 0.0
+    six = random_walk(gridworld(6, 6, n_colours=6, seed=0).with_noise(obs_noise=0.1), 20, seed=0)
+    assert TwoLevelMemory(6, 4, merger=ReplayMerger(exact=False), seed=0).fit(six).level2_.arrays.belief_cut == 0.0
     # the same life uncut: the same level 2 and clusters, online predictions within the cut's mass
     monkeypatch.setattr(replay_module, "ONLINE_BELIEF_CUT", 0.0)
     full = TwoLevelMemory(3, 4, merger=ReplayMerger(exact=False), seed=0).fit(walk)
