@@ -7,8 +7,9 @@ e.g. a worktree of the commit before a change) when given, on the walks of
 * ``long-life``: the paper's world with slip 0.05 (colouring 0, walk seed 0), ``--long-episodes``
   (10,000) episodes of 50 moves in blocks of 500 after a 20-episode warm-up: fit CPU per block and in
   all, level-1 states, held-out accuracy on 100 fresh episodes against the oracle's;
-* ``fourrooms-7x7``: MiniGrid FourRooms with the 7x7 view (360 views), walk seeds ``--seeds``, 1,000
-  episodes of 100 moves in blocks of 100: fit CPU, the 10th block over the 2nd, held-out;
+* ``fourrooms-7x7``, ``fourrooms-3x3``: MiniGrid FourRooms with the 7x7 view (360 views) or the 3x3 view (30
+  views x 20 clones: the benchmark's most costly run), walk seeds ``--seeds``, 1,000 episodes of 100 moves in
+  blocks of 100: fit CPU, the 10th block over the 2nd, held-out;
 * ``paper-grid``: the paper's world, every condition, colouring 0 and walk seed 0, 1,000 episodes of
   50 moves in blocks of 100: fit CPU, the 10th block over the 2nd, held-out;
 * ``many-views``: the grids of ``bench_unseen_worlds.py`` with the most views (30x30 with 20 colours, clean,
@@ -39,7 +40,7 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SECTIONS = ("long-life", "fourrooms-7x7", "paper-grid", "many-views", "minigrid-5x5", "many-clones")
+SECTIONS = ("long-life", "fourrooms-7x7", "fourrooms-3x3", "paper-grid", "many-views", "minigrid-5x5", "many-clones")
 
 CHILD = r"""
 import json, sys, time
@@ -77,9 +78,10 @@ def runs(args) -> list[tuple[str, dict]]:
     if "long-life" in args.sections:
         out.append(("long-life", {"world": "paper-grid", "condition": "slip-0.05", "colouring": 0, "seed": 0,
                                   "episodes": args.long_episodes, "episode_length": 50, "block": 500}))
-    if "fourrooms-7x7" in args.sections:
-        out += [("fourrooms-7x7", {"world": "fourrooms-7x7", "condition": "clean", "colouring": 0, "seed": s,
-                                   "episodes": 1000, "episode_length": 100, "block": 100}) for s in args.seeds]
+    for world in ("fourrooms-7x7", "fourrooms-3x3"):
+        if world in args.sections:
+            out += [(world, {"world": world, "condition": "clean", "colouring": 0, "seed": s, "episodes": 1000,
+                             "episode_length": 100, "block": 100}) for s in args.seeds]
     if "paper-grid" in args.sections:
         from bench_world_as_it_is import CONDITIONS
 
